@@ -1,0 +1,147 @@
+// qjit tune / qjit bench.
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include "cli/common.h"
+#include "codegen/error.h"
+#include "codegen/nvrtc.h"
+#include "codegen/registry.h"
+#include "codegen/source.h"
+#include "runtime/device.h"
+#include "tuner/bench.h"
+#include "tuner/tuner.h"
+
+namespace qjit::cli {
+namespace {
+
+// "30s" / "2m" → seconds; "40" → candidates.
+void parse_budget(const std::string& b, tuner::TuneOptions& o) {
+  if (b.empty()) return;
+  try {
+    size_t used = 0;
+    double v = std::stod(b, &used);
+    std::string unit = b.substr(used);
+    if (v <= 0) throw std::invalid_argument("");
+    if (unit == "s") o.budget_seconds = v;
+    else if (unit == "m") o.budget_seconds = 60 * v;
+    else if (unit.empty() && v == static_cast<int>(v)) o.budget_candidates = static_cast<int>(v);
+    else throw std::invalid_argument("");
+  } catch (const std::logic_error&) {
+    throw Error("argument", "malformed --budget '" + b + "' (expected seconds like 30s or 2m, or a candidate count like 40)");
+  }
+}
+
+// Without a GPU: generate and NVRTC-compile the default kernel, write its
+// source next to the cache and say how to read it.
+int gpu_free_part(const std::vector<codegen::OpSpec>& specs, const std::string& arch, const std::string& cache_path,
+                  const std::string& why) {
+  std::cout << "No usable GPU: " << why << ".\nTuning needs one. Doing the GPU-free part: generate the default "
+            << "kernel and compile it for " << arch << " with NVRTC " << codegen::nvrtc_version() << ".\n";
+  const auto dir = std::filesystem::path(cache_path).parent_path() / "sources";
+  std::filesystem::create_directories(dir);
+  for (const auto& spec : specs) {
+    const auto& op = codegen::find_op(spec.op);
+    const auto config = op.default_config(spec);
+    auto src = codegen::generate_source(spec, config);
+    auto res = codegen::compile(src, arch);
+    if (!res.ok) throw Error("nvrtc", "the default kernel of " + spec.label() + " did not compile", res.log);
+    std::string name = spec.op;
+    for (auto& [k, v] : spec.params.items()) name += "_" + k + (v.is_string() ? v.get<std::string>() : v.dump());
+    const auto file = dir / (name + ".cu");
+    std::ofstream(file) << src.text;
+    std::cout << fmt("  %s: compiled in %.0f ms, %d registers, %d bytes spilled, cubin %s\n", spec.label().c_str(),
+                     res.compile_ms, res.registers, res.spill_bytes, human_bytes(res.cubin.size()).c_str())
+              << "  source: " << file.string() << "\n"
+              << "  read it: qjit source --op " << spec.op << " --shape " << spec.shape_string() << " [--ptx]\n";
+  }
+  return kNoGpu;
+}
+
+}  // namespace
+
+void add_tune(CLI::App& app, int& rc) {
+  auto* cmd = app.add_subcommand("tune", "tune kernels for a spec on this GPU and cache the winner");
+  cmd->footer(std::string("Example: qjit tune --op fused_ffn --shape d=4096,h=11008 --m 1-8\n") + kExitCodesHelp);
+  struct Opts {
+    SpecOptions spec;
+    CacheOption cache;
+    std::string budget, arch = "sm_90";
+    bool retune = false, json = false, quiet = false;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  o->spec.add_to(cmd, true);
+  o->cache.add_to(cmd);
+  cmd->add_option("--budget", o->budget, "stop after this long (30s, 2m) or this many new candidates (40)");
+  cmd->add_flag("--retune", o->retune, "measure again candidates that already have trials");
+  cmd->add_option("--threads", o->threads, "compile threads (default: one per core)");
+  cmd->add_option("--arch", o->arch, "without a GPU: target of the GPU-free compile")->capture_default_str();
+  cmd->add_flag("--json", o->json, "print the result as JSON on stdout");
+  cmd->add_flag("-q,--quiet", o->quiet, "no progress output");
+  cmd->callback([o, &rc] {
+    const auto specs = o->spec.specs();
+    tuner::TuneOptions topt;
+    parse_budget(o->budget, topt);
+    topt.retune = o->retune;
+    topt.compile_threads = o->threads;
+    topt.progress = o->quiet ? nullptr : &std::cerr;
+    std::string why;
+    if (!runtime::gpu_available(&why)) {
+      rc = gpu_free_part(specs, o->arch, o->cache.resolved(), why);
+      return;
+    }
+    cache::Store store(o->cache.resolved());
+    nlohmann::json all = nlohmann::json::array();
+    for (const auto& spec : specs) {
+      auto rep = tuner::tune(spec, store, topt);
+      if (o->json) all.push_back(rep.to_json());
+      else {
+        std::cout << fmt("%s: best %.2f us (%.0f GB/s, %.1f%% of the %.2f us floor) %s\n", spec.label().c_str(),
+                         rep.best.median_us, rep.best.gbps, 100 * rep.floor_us / rep.best.median_us, rep.floor_us,
+                         rep.best.config.dump().c_str());
+        for (auto& b : rep.baselines)
+          std::cout << fmt("  vs %s %.2f us: %.2fx\n", b.name.c_str(), b.median_us, b.median_us / rep.best.median_us);
+        std::cout << fmt("  %d measured now, %d known, %d failed; %.1f s wall (compile %.1f s)\n", rep.measured_now,
+                         rep.skipped_known, rep.failed_now, rep.wall_s, rep.compile_wall_s);
+      }
+    }
+    if (o->json) std::cout << all.dump(2) << "\n";
+    std::cerr << "cached in " << store.path() << "\n";
+    rc = kOk;
+  });
+}
+
+void add_bench(CLI::App& app, int& rc) {
+  auto* cmd = app.add_subcommand("bench", "time the cached kernel against library baselines in one run");
+  cmd->footer(kExitCodesHelp);
+  struct Opts {
+    SpecOptions spec;
+    CacheOption cache;
+    bool json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  o->spec.add_to(cmd, true);
+  o->cache.add_to(cmd);
+  cmd->add_flag("--json", o->json, "print the result as JSON on stdout");
+  cmd->callback([o, &rc] {
+    const auto specs = o->spec.specs();
+    std::string why;
+    if (!runtime::gpu_available(&why)) {
+      std::cerr << "qjit bench: no usable GPU: " << why << "\n";
+      rc = kNoGpu;
+      return;
+    }
+    cache::Store store(o->cache.resolved());
+    nlohmann::json all = nlohmann::json::array();
+    for (const auto& spec : specs) {
+      auto rep = tuner::bench(spec, store);
+      if (o->json) all.push_back(rep.to_json());
+      else std::cout << rep.table();
+    }
+    if (o->json) std::cout << all.dump(2) << "\n";
+    rc = kOk;
+  });
+}
+
+}  // namespace qjit::cli

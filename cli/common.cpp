@@ -1,0 +1,77 @@
+#include "cli/common.h"
+#include <cstdarg>
+#include <cstdio>
+#include "codegen/error.h"
+
+namespace qjit::cli {
+
+void SpecOptions::add_to(CLI::App* app, bool shape_required) {
+  app->add_option("--op", op, "operation (fused_ffn)")->capture_default_str();
+  auto* s = app->add_option("--shape", shape, "parameters as key=value,... e.g. d=4096,h=11008 (m, dtype may go here too)");
+  if (shape_required) s->required();
+  app->add_option("--dtype", dtype, "element types: fp16|bf16|fp32|mixed (same as dtype= in --shape)");
+  app->add_option("--m", m, "rows of x: one value, a list 1,2,4 or a range 1-8 (one kernel each)");
+}
+
+std::vector<codegen::OpSpec> SpecOptions::specs() const {
+  nlohmann::json params = codegen::parse_kv_list(shape);
+  if (!dtype.empty()) {
+    if (params.contains("dtype")) throw Error("spec", "dtype given both in --shape and --dtype");
+    params["dtype"] = dtype;
+  }
+  std::vector<int64_t> ms;
+  if (!m.empty()) {
+    if (params.contains("m")) throw Error("spec", "m given both in --shape and --m");
+    auto bad = [&] { return Error("spec", "malformed --m '" + m + "' (expected 4, 1,2,4 or 1-8)"); };
+    try {
+      size_t dash = m.find('-');
+      if (dash != std::string::npos) {
+        size_t p1 = 0, p2 = 0;
+        int64_t a = std::stoll(m.substr(0, dash), &p1), b = std::stoll(m.substr(dash + 1), &p2);
+        if (p1 != dash || p2 != m.size() - dash - 1 || a > b) throw bad();
+        for (int64_t i = a; i <= b; ++i) ms.push_back(i);
+      } else {
+        size_t pos = 0;
+        while (pos <= m.size()) {
+          size_t comma = m.find(',', pos), used = 0;
+          std::string item = m.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+          ms.push_back(std::stoll(item, &used));
+          if (used != item.size()) throw bad();
+          if (comma == std::string::npos) break;
+          pos = comma + 1;
+        }
+      }
+    } catch (const std::logic_error&) {
+      throw bad();
+    }
+  }
+  std::vector<codegen::OpSpec> out;
+  if (ms.empty()) return {codegen::make_spec(op, params)};
+  for (int64_t v : ms) {
+    params["m"] = v;
+    out.push_back(codegen::make_spec(op, params));
+  }
+  return out;
+}
+
+void CacheOption::add_to(CLI::App* app) {
+  app->add_option("--cache", path, "cache file (default: $QJIT_CACHE or ~/.cache/qjit/kernels.db)");
+}
+
+std::string fmt(const char* format, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, format);
+  std::vsnprintf(buf, sizeof buf, format, ap);
+  va_end(ap);
+  return buf;
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  int u = 0;
+  while (b >= 1000 && u < 4) b /= 1000, ++u;
+  return fmt(u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+}
+
+}  // namespace qjit::cli

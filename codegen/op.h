@@ -1,0 +1,69 @@
+// The interface every op implements, once, in codegen/ops/<op>.{h,cpp}:
+// parameters → validated spec, the tunable space, the heuristic default, the
+// named constants of the generated preamble, launch geometry, and the byte/flop
+// model the tuner reports against. Adding an op = one OpDef + one registration.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+#include <nlohmann/json.hpp>
+#include "codegen/spec.h"
+
+namespace qjit::codegen {
+
+// One parameter of a spec, used for validation, defaults and `--help` text.
+struct ParamDef {
+  std::string name;
+  std::string doc;
+  nlohmann::json default_value;            // null: required
+  std::vector<std::string> choices;        // non-empty: an enum of strings
+  int64_t min = 1, max = INT64_MAX;        // for integers
+};
+
+// One `constexpr` line of the generated preamble. type "using" emits an alias.
+struct Constant {
+  std::string type;     // "int", "long long", "using", ...
+  std::string name;     // kD, TX, ...
+  std::string value;    // "4096", "qjit::half_t"
+  std::string comment;  // what it means
+};
+
+struct LaunchGeometry {
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block[3] = {1, 1, 1};
+  unsigned dynamic_smem = 0;
+};
+
+// Bytes a kernel must move at least (each input read once, output written
+// once) and the floating-point work: the floor the tuner reports against.
+struct Traffic {
+  double bytes = 0;
+  double flops = 0;
+};
+
+class OpDef {
+ public:
+  virtual ~OpDef() = default;
+  virtual std::string name() const = 0;
+  virtual std::string summary() const = 0;
+  virtual std::vector<ParamDef> params() const = 0;
+  // Cross-parameter checks after each parameter passed its own; throw
+  // qjit::Error("spec", ...) naming the value.
+  virtual void validate(const nlohmann::json& params) const { (void)params; }
+
+  virtual std::string template_path() const = 0;  // "templates/<op>/<op>.cu"
+  virtual std::string kernel_name() const = 0;    // extern "C" entry point
+
+  // Every candidate config that passes static pruning for this spec.
+  virtual std::vector<nlohmann::json> tunable_space(const OpSpec& spec) const = 0;
+  // The config used on a runtime miss before anything was tuned.
+  virtual nlohmann::json default_config(const OpSpec& spec) const = 0;
+  // Throws qjit::Error("config", ...) when a config is not legal for the spec.
+  virtual void validate_config(const OpSpec& spec, const nlohmann::json& config) const = 0;
+
+  virtual std::vector<Constant> constants(const OpSpec& spec, const nlohmann::json& config) const = 0;
+  virtual LaunchGeometry launch_geometry(const OpSpec& spec, const nlohmann::json& config) const = 0;
+  virtual Traffic traffic(const OpSpec& spec) const = 0;
+};
+
+}  // namespace qjit::codegen

@@ -1,0 +1,21 @@
+#include "codegen/registry.h"
+#include "codegen/error.h"
+#include "codegen/ops/fused_ffn.h"
+
+namespace qjit::codegen {
+
+std::vector<const OpDef*> all_ops() {
+  static const FusedFfnOp fused_ffn;
+  return {&fused_ffn};
+}
+
+const OpDef& find_op(const std::string& name) {
+  std::string known;
+  for (const OpDef* op : all_ops()) {
+    if (op->name() == name) return *op;
+    known += (known.empty() ? "" : ", ") + op->name();
+  }
+  throw Error("spec", "unknown op '" + name + "'; known ops: " + known);
+}
+
+}  // namespace qjit::codegen

@@ -1,0 +1,61 @@
+// The C API: each call catches every exception, maps its stage to a status and
+// keeps the message for qjit_last_error().
+#include <string>
+#include "qjit/qjit.h"
+#include "qjit/qjit_c.h"
+
+namespace {
+thread_local std::string last_error;
+
+qjit_status status_of(const qjit::Error& e) {
+  const std::string& s = e.stage();
+  if (s == "argument" || s == "spec" || s == "config") return QJIT_ERROR_INVALID_ARGUMENT;
+  if (s == "nvrtc" || s == "codegen") return QJIT_ERROR_COMPILE;
+  if (s == "cache") return QJIT_ERROR_CACHE;
+  if (s == "no_device") return QJIT_ERROR_NO_DEVICE;
+  if (s == "driver") return QJIT_ERROR_DRIVER;
+  return QJIT_ERROR_INTERNAL;
+}
+
+template <typename F>
+qjit_status guarded(F&& f) {
+  try {
+    f();
+    last_error.clear();
+    return QJIT_OK;
+  } catch (const qjit::Error& e) {
+    last_error = e.what();
+    if (!e.detail().empty()) last_error += "\n" + e.detail();
+    return status_of(e);
+  } catch (const std::exception& e) {
+    last_error = std::string("internal: ") + e.what();
+    return QJIT_ERROR_INTERNAL;
+  }
+}
+
+bool parse_dtype(const char* s, qjit::DType* out) {
+  for (auto t : {qjit::DType::fp16, qjit::DType::bf16, qjit::DType::fp32, qjit::DType::mixed})
+    if (s && std::string(s) == qjit::to_string(t)) return *out = t, true;
+  return false;
+}
+}  // namespace
+
+extern "C" qjit_status qjit_fused_ffn(int d, int h, int m, const char* dtype, const void* x, const void* w1,
+                                      const void* w3, void* y, void* stream) {
+  return guarded([&] {
+    qjit::DType t;
+    if (!parse_dtype(dtype, &t))
+      throw qjit::Error("argument", std::string("fused_ffn: dtype '") + (dtype ? dtype : "(null)") +
+                                        "' (expected fp16, bf16, fp32 or mixed)");
+    qjit::fused_ffn({d, h, m, t}, x, w1, w3, y, static_cast<CUstream_st*>(stream));
+  });
+}
+
+extern "C" qjit_status qjit_set_cache_path(const char* path) {
+  return guarded([&] {
+    if (!path || !*path) throw qjit::Error("argument", "qjit_set_cache_path: empty path");
+    qjit::set_cache_path(path);
+  });
+}
+
+extern "C" const char* qjit_last_error(void) { return last_error.c_str(); }

@@ -1,0 +1,48 @@
+// The CUDA driver API, loaded with dlopen so that every qjit binary starts
+// (and runs its CPU parts) on a machine without a driver. Only
+// cuGetProcAddress is looked up by name; it hands out each entry point in the
+// ABI version that cuda.h declares, so the `_v2` suffixes take care of themselves.
+#pragma once
+#include <cuda.h>
+#include <string>
+#include "codegen/error.h"
+
+namespace qjit::runtime {
+
+#define QJIT_DRIVER_FUNCTIONS(X)                                                                     \
+  X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)            \
+  X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuCtxGetCurrent)         \
+  X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)                  \
+  X(cuFuncGetAttribute) X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD)                \
+  X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemsetD8) X(cuStreamCreate) X(cuStreamDestroy)                \
+  X(cuStreamSynchronize) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)                        \
+  X(cuEventSynchronize) X(cuEventElapsedTime) X(cuGetErrorName) X(cuGetErrorString)                 \
+  X(cuMemGetInfo)
+
+struct Driver {
+#define QJIT_DECLARE_FN(name) decltype(&::name) name = nullptr;
+  QJIT_DRIVER_FUNCTIONS(QJIT_DECLARE_FN)
+#undef QJIT_DECLARE_FN
+};
+
+// The loaded driver, or nullptr with the reason in *why (no libcuda, old
+// driver, cuInit failed, no device). Loads once per process; thread-safe.
+const Driver* try_driver(std::string* why = nullptr);
+// Throws qjit::Error("no_device", reason) when there is no usable driver/GPU.
+const Driver& driver();
+
+// "CUDA_ERROR_INVALID_VALUE (invalid argument)"
+std::string describe(CUresult r);
+
+}  // namespace qjit::runtime
+
+// QJIT_CU(call): call a driver function through the dlopen'ed table and throw
+// qjit::Error("driver", ...) with the call text, the error and file:line.
+#define QJIT_CU(call)                                                                          \
+  do {                                                                                         \
+    CUresult r_ = ::qjit::runtime::driver().call;                                              \
+    if (r_ != CUDA_SUCCESS)                                                                    \
+      throw ::qjit::Error("driver", std::string(#call) + " failed: " +                         \
+                                        ::qjit::runtime::describe(r_) + " [" + __FILE__ + ":" + \
+                                        std::to_string(__LINE__) + "]");                      \
+  } while (0)

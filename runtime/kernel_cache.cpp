@@ -1,0 +1,140 @@
+#include "runtime/kernel_cache.h"
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include "cache/sha256.h"
+#include "codegen/error.h"
+#include "codegen/nvrtc.h"
+#include "codegen/registry.h"
+#include "codegen/source.h"
+#include "codegen/templates.h"
+#include "runtime/device.h"
+#include "runtime/driver.h"
+
+namespace qjit::runtime {
+
+std::string templates_hash() {
+  static const std::string hash = [] {
+    std::string all;
+    for (const auto& f : codegen::embedded_templates()) all += f.path + '\0' + f.text + '\0';
+    return cache::sha256_hex(all);
+  }();
+  return hash;
+}
+
+cache::Fingerprint fingerprint(const codegen::OpSpec& spec) {
+  cache::Fingerprint fp;
+  fp.op = spec.op;
+  fp.spec_json = spec.canonical_json();
+  fp.device = current_device().identity;
+  fp.nvrtc_version = codegen::nvrtc_version();
+  fp.templates_hash = templates_hash();
+  fp.qjit_version = QJIT_VERSION;
+  fp.codegen_version = codegen::kCodegenVersion;
+  return fp;
+}
+
+void dump_if_requested(const cache::KernelRecord& rec) {
+  const char* dir = std::getenv("QJIT_DUMP_DIR");
+  if (!dir || !*dir) return;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::string base = std::string(dir) + "/" + rec.fp.op + "_" + rec.key().substr(0, 12);
+  std::ofstream(base + ".cu") << rec.source;
+  std::ofstream(base + ".ptx") << rec.ptx;
+  std::ofstream(base + ".log") << rec.compile_log;
+}
+
+cache::KernelRecord build_record(const codegen::OpSpec& spec, const nlohmann::json& config, bool tuned) {
+  const Device& dev = current_device();
+  auto src = codegen::generate_source(spec, config);
+  auto res = codegen::compile(src, dev.arch);
+  if (!res.ok) throw Error("nvrtc", "compiling " + spec.label() + " config " + config.dump() + " failed", res.log);
+  cache::KernelRecord rec;
+  rec.fp = fingerprint(spec);
+  rec.config = config;
+  rec.tuned = tuned;
+  rec.kernel_name = src.kernel_name;
+  rec.cubin = std::move(res.cubin);
+  rec.ptx = std::move(res.ptx);
+  rec.source = std::move(src.text);
+  rec.compile_log = std::move(res.log);
+  rec.registers = res.registers;
+  rec.spill_bytes = res.spill_bytes;
+  rec.shared_bytes = res.shared_bytes;
+  return rec;
+}
+
+LoadedKernel load_record(const cache::KernelRecord& rec, const codegen::OpSpec& spec) {
+  current_device();
+  LoadedKernel k;
+  k.key = rec.key();
+  k.config = rec.config;
+  k.tuned = rec.tuned;
+  k.geometry = codegen::find_op(spec.op).launch_geometry(spec, rec.config);
+  QJIT_CU(cuModuleLoadData(&k.module, rec.cubin.data()));
+  CUresult r = driver().cuModuleGetFunction(&k.function, k.module, rec.kernel_name.c_str());
+  if (r != CUDA_SUCCESS) {
+    driver().cuModuleUnload(k.module);
+    throw Error("driver", "kernel '" + rec.kernel_name + "' not found in cached module: " + describe(r));
+  }
+  return k;
+}
+
+void launch(const LoadedKernel& k, void** args, CUstream stream) {
+  const auto& g = k.geometry;
+  QJIT_CU(cuLaunchKernel(k.function, g.grid[0], g.grid[1], g.grid[2], g.block[0], g.block[1], g.block[2],
+                         g.dynamic_smem, stream, args, nullptr));
+}
+
+KernelCache& KernelCache::instance() {
+  static KernelCache cache;
+  return cache;
+}
+
+void KernelCache::set_path(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  path_ = path;
+  store_.reset();
+  loaded_.clear();  // modules stay loaded until exit; references handed out stay valid
+}
+
+std::string KernelCache::path() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return path_.empty() ? cache::Store::default_path() : path_;
+}
+
+cache::Store& KernelCache::store() {
+  if (!store_) store_ = std::make_unique<cache::Store>(path_.empty() ? cache::Store::default_path() : path_);
+  return *store_;
+}
+
+const LoadedKernel& KernelCache::get_slow(const std::string& fast_key, const codegen::OpSpec& spec) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = loaded_.find(fast_key); it != loaded_.end()) return *it->second;
+  const std::string key = fingerprint(spec).key();
+  std::optional<cache::KernelRecord> rec = store().lookup(key);
+  std::unique_ptr<LoadedKernel> k;
+  if (rec) {
+    try {
+      k = std::make_unique<LoadedKernel>(load_record(*rec, spec));
+    } catch (const Error& e) {
+      // A row that passes its checksum but does not load is a miss: rebuild it.
+      std::fprintf(stderr, "qjit: cached kernel %s does not load (%s); recompiling\n", key.substr(0, 12).c_str(),
+                   e.what());
+      store().remove(key);
+      rec.reset();
+    }
+  }
+  if (!rec) {
+    const auto& op = codegen::find_op(spec.op);
+    cache::KernelRecord fresh = build_record(spec, op.default_config(spec), /*tuned=*/false);
+    store().put(fresh);
+    k = std::make_unique<LoadedKernel>(load_record(fresh, spec));
+    rec = std::move(fresh);
+  }
+  dump_if_requested(*rec);
+  return *(loaded_[fast_key] = std::move(k));
+}
+
+}  // namespace qjit::runtime

@@ -1,0 +1,74 @@
+// From spec to a launchable function: in-memory map → SQLite store → JIT.
+//
+//   get(spec): 1. the in-memory map (hot path: no SQLite, no hashing of JSON)
+//              2. the store, by fingerprint key (checksum verified on load)
+//              3. miss: the op's heuristic default config, compiled with NVRTC
+//                 for this GPU and stored marked untuned.
+#pragma once
+#include <cuda.h>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <nlohmann/json.hpp>
+#include "cache/store.h"
+#include "codegen/op.h"
+#include "codegen/spec.h"
+
+namespace qjit::runtime {
+
+struct LoadedKernel {
+  std::string key;               // fingerprint key
+  nlohmann::json config;
+  bool tuned = false;
+  CUmodule module = nullptr;
+  CUfunction function = nullptr;
+  codegen::LaunchGeometry geometry;
+};
+
+// Everything of the cache key except the spec, for this process's GPU and toolchain.
+cache::Fingerprint fingerprint(const codegen::OpSpec& spec);
+std::string templates_hash();
+
+// Writes <dir>/<op>_<key12>.{cu,ptx,log} when QJIT_DUMP_DIR is set.
+void dump_if_requested(const cache::KernelRecord& rec);
+
+// Compiles `config` for this GPU and fills a record (no timings). Throws
+// qjit::Error("nvrtc", log) when it does not compile.
+cache::KernelRecord build_record(const codegen::OpSpec& spec, const nlohmann::json& config, bool tuned);
+
+// Loads a record's cubin. Throws qjit::Error("driver", ...) on failure.
+LoadedKernel load_record(const cache::KernelRecord& rec, const codegen::OpSpec& spec);
+
+void launch(const LoadedKernel& k, void** args, CUstream stream);
+
+class KernelCache {
+ public:
+  // The process-wide cache on Store::default_path() (or set_path()).
+  static KernelCache& instance();
+  void set_path(const std::string& path);  // drops what is loaded
+  std::string path();
+
+  // fast_key: a cheap string unique per spec, built by the typed entry point
+  // without JSON; make_spec runs only on the first call per fast_key.
+  template <typename MakeSpec>
+  const LoadedKernel& get(const std::string& fast_key, MakeSpec&& make_spec) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = loaded_.find(fast_key);
+      if (it != loaded_.end()) return *it->second;
+    }
+    return get_slow(fast_key, make_spec());
+  }
+
+ private:
+  const LoadedKernel& get_slow(const std::string& fast_key, const codegen::OpSpec& spec);
+  cache::Store& store();
+
+  std::mutex mu_;
+  std::string path_;
+  std::unique_ptr<cache::Store> store_;
+  std::unordered_map<std::string, std::unique_ptr<LoadedKernel>> loaded_;
+};
+
+}  // namespace qjit::runtime

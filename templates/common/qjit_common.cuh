@@ -1,0 +1,80 @@
+// qjit device helpers shared by every template. Self-contained: no CUDA
+// toolkit header is needed at run time (NVRTC has none built in), so 16-bit
+// floats are plain storage types converted with single PTX instructions.
+#pragma once
+
+namespace qjit {
+
+// Storage-only 16-bit float types: the kernels do their arithmetic in fp32.
+struct half_t { unsigned short bits; };
+struct bf16_t { unsigned short bits; };
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(half_t v) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
+  return f;
+}
+// bf16 is the top half of an fp32: widening is a shift.
+__device__ __forceinline__ float to_f32(bf16_t v) { return __uint_as_float(static_cast<unsigned>(v.bits) << 16); }
+
+// Narrowing rounds to nearest, ties to even (cvt.rn), like the CPU reference.
+template <typename T> __device__ __forceinline__ T from_f32(float f);
+template <> __device__ __forceinline__ float from_f32<float>(float f) { return f; }
+template <> __device__ __forceinline__ half_t from_f32<half_t>(float f) {
+  half_t h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
+  return h;
+}
+template <> __device__ __forceinline__ bf16_t from_f32<bf16_t>(float f) {
+  bf16_t h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
+  return h;
+}
+
+// The raw word type of an N-byte vector access (one load instruction).
+template <int kBytes> struct RawVec;
+template <> struct RawVec<2> { using type = unsigned short; };
+template <> struct RawVec<4> { using type = unsigned int; };
+template <> struct RawVec<8> { using type = uint2; };
+template <> struct RawVec<16> { using type = uint4; };
+
+// Reads N consecutive elements of T starting at p (aligned to the access size,
+// at most 16 bytes per instruction) and widens them to fp32.
+// kStream: weights are read exactly once, so keep them out of L1 (no_allocate)
+// and leave L1 to the small, reused activations.
+template <typename T, int N, bool kStream>
+__device__ __forceinline__ void load_f32(const T* p, float (&out)[N]) {
+  constexpr int kBytes = N * static_cast<int>(sizeof(T));
+  constexpr int kChunk = kBytes < 16 ? kBytes : 16;
+  constexpr int kPerChunk = kChunk / static_cast<int>(sizeof(T));
+  static_assert(kBytes % kChunk == 0, "vector size must be a multiple of the access size");
+#pragma unroll
+  for (int c = 0; c < kBytes / kChunk; ++c) {
+    typename RawVec<kChunk>::type raw;
+    const auto* src = reinterpret_cast<const typename RawVec<kChunk>::type*>(p) + c;
+    if constexpr (kStream && kChunk == 16) {
+      asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                   : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w)
+                   : "l"(src));
+    } else {
+      raw = __ldg(src);
+    }
+    const T* elems = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < kPerChunk; ++i) out[c * kPerChunk + i] = to_f32(elems[i]);
+  }
+}
+
+// Butterfly sum over the 32 lanes of a warp: every lane ends with the total.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// SiLU(z) = z / (1 + e^-z) in fp32 with the accurate expf (no fast-math), the
+// form of the seed's fused kernel.
+__device__ __forceinline__ float silu(float z) { return z / (1.0f + expf(-z)); }
+
+}  // namespace qjit

@@ -1,0 +1,54 @@
+#include "tests/helpers.h"
+#include <sys/wait.h>
+#include <unistd.h>
+#include <atomic>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+namespace qjit::test {
+
+TempDir::TempDir() {
+  static std::atomic<int> counter{0};
+  path = std::filesystem::temp_directory_path() /
+         ("qjit_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++) + "_" +
+          std::to_string(std::random_device{}()));
+  std::filesystem::create_directories(path);
+}
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+}
+
+std::string qjit_binary() {
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    auto sibling = self.parent_path() / "qjit";
+    if (std::filesystem::exists(sibling)) return sibling.string();
+  }
+  return QJIT_CLI_BUILD_PATH;
+}
+
+static std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+CommandResult run_qjit(const std::string& args, const std::string& cache_path, const std::string& stdin_text) {
+  TempDir io;
+  const std::string in = io.file("in"), out = io.file("out"), err = io.file("err");
+  std::ofstream(in) << stdin_text;
+  const std::string cmd = "QJIT_CACHE='" + cache_path + "' '" + qjit_binary() + "' " + args + " <'" + in + "' >'" +
+                          out + "' 2>'" + err + "'";
+  const int status = std::system(cmd.c_str());
+  CommandResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+}  // namespace qjit::test

@@ -1,0 +1,86 @@
+#include "tuner/bench.h"
+#include <cstdio>
+#include <random>
+#include "codegen/registry.h"
+#include "runtime/device.h"
+#include "runtime/driver.h"
+#include "runtime/kernel_cache.h"
+#include "tuner/timing.h"
+#include "tuner/workload.h"
+
+namespace qjit::tuner {
+
+BenchReport bench(const codegen::OpSpec& spec, cache::Store& store) {
+  const runtime::Device& dev = runtime::current_device();
+  const auto& op = codegen::find_op(spec.op);
+  BenchReport rep;
+  rep.spec_label = spec.label();
+  rep.device = dev.identity.name;
+  rep.bytes = op.traffic(spec).bytes;
+  rep.copy_gbps = measure_copy_bandwidth_gbps();  // in this run, as the floor's denominator
+  rep.floor_us = rep.bytes / (rep.copy_gbps * 1e3);
+
+  auto rec = store.lookup(runtime::fingerprint(spec).key());
+  if (!rec) rec = runtime::build_record(spec, op.default_config(spec), false);
+  rep.tuned = rec->tuned;
+  runtime::LoadedKernel k = runtime::load_record(*rec, spec);
+
+  auto work = make_workload(spec, std::random_device{}(), dev.l2_bytes);
+  CUstream stream = nullptr;
+  QJIT_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  auto add_row = [&](const std::string& name, const std::function<void(int)>& run, double tol_scale) {
+    work->poison_output(stream);
+    run(0);
+    QJIT_CU(cuStreamSynchronize(stream));
+    Verification v = work->verify(tol_scale);
+    Timing t = time_launches(run, stream, 10, 31, 10);
+    rep.rows.push_back({name, t.median_us, rep.bytes / (t.median_us * 1e3), 100 * rep.floor_us / t.median_us,
+                        v.rel_error, v.ok, ""});
+  };
+  add_row(rec->tuned ? "qjit (tuned)" : "qjit (untuned default)",
+          [&](int i) { runtime::launch(k, work->args(i % work->copies()), stream); }, 1.0);
+  rep.rows.back().config = rec->config.dump();
+  std::string why;
+  for (auto& b : work->baselines(&why))
+    add_row(b.name, [&](int i) { b.run(i % work->copies(), stream); }, 2.0);
+  QJIT_CU(cuStreamSynchronize(stream));
+  runtime::driver().cuStreamDestroy(stream);
+  runtime::driver().cuModuleUnload(k.module);
+  return rep;
+}
+
+nlohmann::json BenchReport::to_json() const {
+  nlohmann::json j = {{"spec", spec_label}, {"device", device},   {"copy_gbps", copy_gbps},
+                      {"bytes", bytes},     {"floor_us", floor_us}, {"tuned", tuned}};
+  j["rows"] = nlohmann::json::array();
+  for (auto& r : rows)
+    j["rows"].push_back({{"name", r.name},
+                         {"median_us", r.median_us},
+                         {"gbps", r.gbps},
+                         {"pct_of_floor", r.pct_of_floor},
+                         {"rel_error", r.rel_error},
+                         {"verified", r.verified},
+                         {"speedup_of_qjit", rows[0].median_us > 0 ? r.median_us / rows[0].median_us : 0},
+                         {"config", r.config}});
+  return j;
+}
+
+std::string BenchReport::table() const {
+  std::string s;
+  char line[512];
+  std::snprintf(line, sizeof line, "%s on %s: floor %.2f us (%.1f MB at %.0f GB/s copy bandwidth)\n",
+                spec_label.c_str(), device.c_str(), floor_us, bytes / 1e6, copy_gbps);
+  s += line;
+  std::snprintf(line, sizeof line, "  %-26s %10s %9s %9s %10s %9s\n", "kernel", "us", "GB/s", "% floor", "qjit x",
+                "rel err");
+  s += line;
+  for (auto& r : rows) {
+    std::snprintf(line, sizeof line, "  %-26s %10.2f %9.0f %8.1f%% %9.2fx %9.1e%s\n", r.name.c_str(), r.median_us,
+                  r.gbps, r.pct_of_floor, r.median_us / rows[0].median_us, r.rel_error,
+                  r.verified ? "" : "  (NOT VERIFIED)");
+    s += line;
+  }
+  return s;
+}
+
+}  // namespace qjit::tuner

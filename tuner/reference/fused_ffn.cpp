@@ -1,0 +1,68 @@
+#include "tuner/reference/fused_ffn.h"
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <thread>
+#include "tuner/numeric.h"
+
+namespace qjit::tuner {
+namespace {
+
+// Widens element i of a buffer of `dtype` ("fp16", "bf16", "fp32") to double.
+struct Reader {
+  const void* data;
+  int kind;  // 0 fp32, 1 fp16, 2 bf16
+  double operator()(size_t i) const {
+    switch (kind) {
+      case 1: return half_to_float(static_cast<const uint16_t*>(data)[i]);
+      case 2: return bf16_to_float(static_cast<const uint16_t*>(data)[i]);
+      default: return static_cast<const float*>(data)[i];
+    }
+  }
+};
+
+int kind_of(const std::string& t) { return t == "fp16" ? 1 : t == "bf16" ? 2 : 0; }
+
+}  // namespace
+
+std::vector<double> fused_ffn_reference(const codegen::OpSpec& spec, const void* x, const void* w1, const void* w3,
+                                        int threads) {
+  const int64_t d = spec.get_int("d"), h = spec.get_int("h"), m = spec.get_int("m");
+  const std::string dtype = spec.get_str("dtype");
+  const int xk = dtype == "mixed" ? 0 : kind_of(dtype), wk = dtype == "mixed" ? 1 : kind_of(dtype);
+  std::vector<double> xd(m * d);
+  for (int64_t i = 0; i < m * d; ++i) xd[i] = Reader{x, xk}(i);
+  std::vector<double> y(m * h);
+  auto rows = [&](int64_t begin, int64_t end) {
+    const Reader a{w1, wk}, b{w3, wk};
+    std::vector<double> ga(d), ub(d);
+    for (int64_t r = begin; r < end; ++r) {
+      for (int64_t k = 0; k < d; ++k) ga[k] = a(r * d + k), ub[k] = b(r * d + k);
+      for (int64_t i = 0; i < m; ++i) {
+        double g = 0, u = 0;
+        for (int64_t k = 0; k < d; ++k) {
+          g += ga[k] * xd[i * d + k];
+          u += ub[k] * xd[i * d + k];
+        }
+        y[i * h + r] = g / (1.0 + std::exp(-g)) * u;
+      }
+    }
+  };
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads = static_cast<int>(std::min<int64_t>(threads, h));
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(rows, h * t / threads, h * (t + 1) / threads);
+  for (auto& th : pool) th.join();
+  return y;
+}
+
+double fused_ffn_tolerance(const codegen::OpSpec& spec) {
+  // The output rounding dominates: half an ulp relative is 2^-11 (fp16) and
+  // 2^-8 (bf16); fp32 outputs see only fp32 accumulation-order error.
+  const std::string t = spec.get_str("dtype");
+  if (t == "fp16") return 1e-3;
+  if (t == "bf16") return 8e-3;
+  return 1e-5;  // fp32, mixed
+}
+
+}  // namespace qjit::tuner

@@ -1,0 +1,232 @@
+// fused_ffn's tuning workload: random x/W1/W3, weight copies rotated beyond
+// L2, verification against fused_ffn_reference, and the seed's standard path
+// (two cuBLAS GEMMs + a SwiGLU kernel) as the baseline.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include "codegen/error.h"
+#include "codegen/nvrtc.h"
+#include "codegen/ops/fused_ffn.h"
+#include "runtime/device.h"
+#include "runtime/driver.h"
+#include "tuner/cublas.h"
+#include "tuner/numeric.h"
+#include "tuner/reference/fused_ffn.h"
+#include "tuner/timing.h"
+#include "tuner/workload.h"
+
+namespace qjit::tuner {
+namespace {
+
+// splitmix64: fast, seedable, good enough to fill test tensors.
+struct Rng {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  float uniform() { return static_cast<float>(next() >> 40) / 16777216.0f * 2.0f - 1.0f; }  // [-1, 1)
+};
+
+// n random values of scale `scale` stored as `type` ("fp16", "bf16", "fp32").
+std::vector<uint8_t> random_tensor(const std::string& type, size_t n, float scale, Rng& rng) {
+  const size_t elem = type == "fp32" ? 4 : 2;
+  std::vector<uint8_t> out(n * elem);
+  for (size_t i = 0; i < n; ++i) {
+    const float v = rng.uniform() * scale;
+    if (type == "fp32") std::memcpy(&out[i * 4], &v, 4);
+    else {
+      const uint16_t b = type == "fp16" ? float_to_half(v) : float_to_bf16(v);
+      std::memcpy(&out[i * 2], &b, 2);
+    }
+  }
+  return out;
+}
+
+double to_double(const std::string& type, const uint8_t* p, size_t i) {
+  if (type == "fp32") {
+    float f;
+    std::memcpy(&f, p + 4 * i, 4);
+    return f;
+  }
+  uint16_t b;
+  std::memcpy(&b, p + 2 * i, 2);
+  return type == "fp16" ? half_to_float(b) : bf16_to_float(b);
+}
+
+class FusedFfnWorkload final : public Workload {
+ public:
+  FusedFfnWorkload(const codegen::OpSpec& spec, uint64_t seed, size_t l2_bytes) : spec_(spec) {
+    d_ = spec.get_int("d"), h_ = spec.get_int("h"), m_ = spec.get_int("m");
+    const std::string dtype = spec.get_str("dtype");
+    xt_ = dtype == "mixed" ? "fp32" : dtype;
+    wt_ = dtype == "mixed" ? "fp16" : dtype;
+    yt_ = xt_;
+    Rng rng{seed};
+    auto x = random_tensor(xt_, m_ * d_, 1.0f, rng);
+    // Weights ~ U(-1,1)·2/√d keep the dot products O(1), as in a trained model.
+    const float ws = 2.0f / std::sqrt(static_cast<float>(d_));
+    auto w1 = random_tensor(wt_, h_ * d_, ws, rng), w3 = random_tensor(wt_, h_ * d_, ws, rng);
+    ref_ = fused_ffn_reference(spec, x.data(), w1.data(), w3.data());
+
+    const size_t wbytes = w1.size();
+    // Enough copies that a pass over all of them reads > 3× L2 (at least 2, at most 16).
+    const int copies = static_cast<int>(std::clamp<size_t>(3 * l2_bytes / (2 * wbytes) + 1, 2, 16));
+    x_ = DeviceBuffer(x.size());
+    x_.upload(x.data(), x.size());
+    y_ = DeviceBuffer(m_ * h_ * (yt_ == "fp32" ? 4 : 2));
+    for (int c = 0; c < copies; ++c) {
+      w1_.emplace_back(wbytes);
+      w3_.emplace_back(wbytes);
+      if (c == 0) {
+        w1_[0].upload(w1.data(), wbytes);
+        w3_[0].upload(w3.data(), wbytes);
+      } else {  // same values, different memory: only the addresses must differ
+        QJIT_CU(cuMemcpyDtoD(w1_[c].ptr(), w1_[0].ptr(), wbytes));
+        QJIT_CU(cuMemcpyDtoD(w3_[c].ptr(), w3_[0].ptr(), wbytes));
+      }
+    }
+    params_.resize(copies);
+    for (int c = 0; c < copies; ++c) params_[c] = {x_.ptr(), w1_[c].ptr(), w3_[c].ptr(), y_.ptr()};
+    arg_ptrs_.resize(copies);
+    for (int c = 0; c < copies; ++c)
+      for (int i = 0; i < 4; ++i) arg_ptrs_[c][i] = &params_[c][i];
+  }
+
+  void** args(int copy) override { return arg_ptrs_[copy].data(); }
+  int copies() const override { return static_cast<int>(params_.size()); }
+
+  void poison_output(CUstream stream) override {
+    (void)stream;
+    QJIT_CU(cuMemsetD8(y_.ptr(), 0xff, y_.bytes()));  // 0xffff.. is NaN in fp16, bf16 and fp32
+  }
+
+  Verification verify(double tolerance_scale) override {
+    QJIT_CU(cuCtxSynchronize());
+    std::vector<uint8_t> y(y_.bytes());
+    y_.download(y.data(), y.size());
+    Verification v;
+    v.tolerance = fused_ffn_tolerance(spec_) * tolerance_scale;
+    double err2 = 0, ref2 = 0, ref_max = 0;
+    int64_t first_bad = -1;
+    for (size_t i = 0; i < ref_.size(); ++i) ref_max = std::max(ref_max, std::fabs(ref_[i]));
+    for (size_t i = 0; i < ref_.size(); ++i) {
+      const double out = to_double(yt_, y.data(), i), e = std::fabs(out - ref_[i]);
+      if (!std::isfinite(out) || e > 8 * v.tolerance * ref_max) {
+        if (first_bad < 0) first_bad = static_cast<int64_t>(i);
+      }
+      err2 += std::isfinite(e) ? e * e : 1e300;
+      ref2 += ref_[i] * ref_[i];
+      v.max_abs_error = std::max(v.max_abs_error, std::isfinite(e) ? e : INFINITY);
+    }
+    v.rel_error = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+    v.ok = first_bad < 0 && v.rel_error <= v.tolerance;
+    if (!v.ok) {
+      char buf[256];
+      if (first_bad >= 0)
+        std::snprintf(buf, sizeof buf, "y[m=%lld][r=%lld] = %g, reference %g; relative error %.3g (tolerance %.3g)",
+                      static_cast<long long>(first_bad / h_), static_cast<long long>(first_bad % h_),
+                      to_double(yt_, y.data(), first_bad), ref_[first_bad], v.rel_error, v.tolerance);
+      else
+        std::snprintf(buf, sizeof buf, "relative error %.3g exceeds tolerance %.3g", v.rel_error, v.tolerance);
+      v.message = buf;
+    }
+    return v;
+  }
+
+  std::vector<Baseline> baselines(std::string* why_none) override;
+
+ private:
+  void build_cublas_baseline();
+
+  codegen::OpSpec spec_;
+  int64_t d_, h_, m_;
+  std::string xt_, wt_, yt_;
+  std::vector<double> ref_;
+  DeviceBuffer x_, y_;
+  std::vector<DeviceBuffer> w1_, w3_;
+  std::vector<std::array<CUdeviceptr, 4>> params_;
+  std::vector<std::array<void*, 4>> arg_ptrs_;
+  // Baseline state: cuBLAS handle, intermediates g/u, the SwiGLU kernel.
+  cublasHandle_t blas_ = nullptr;
+  const Cublas* cublas_ = nullptr;
+  DeviceBuffer g_, u_;
+  CUmodule swiglu_module_ = nullptr;
+  CUfunction swiglu_ = nullptr;
+
+ public:
+  ~FusedFfnWorkload() override {
+    if (blas_) cublas_->destroy(blas_);
+    if (swiglu_module_) runtime::driver().cuModuleUnload(swiglu_module_);
+  }
+};
+
+// The SwiGLU step of the standard path: y = SiLU(g) * u, element-wise, with g
+// and u rounded to the activation type as cuBLAS writes them.
+constexpr const char* kSwigluSource = R"(extern "C" __global__ void qjit_baseline_swiglu(const T* g, const T* u, T* y, long long n) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+    y[i] = qjit::from_f32<T>(qjit::silu(qjit::to_f32(g[i])) * qjit::to_f32(u[i]));
+}
+)";
+
+std::vector<Baseline> FusedFfnWorkload::baselines(std::string* why_none) {
+  if (spec_.get_str("dtype") == "mixed") {
+    *why_none = "no cuBLAS path multiplies fp16 weights by fp32 activations";
+    return {};
+  }
+  cublas_ = try_cublas(why_none);
+  if (!cublas_) return {};
+  if (!blas_) build_cublas_baseline();
+  const cudaDataType t = xt_ == "fp16" ? CUDA_R_16F : xt_ == "bf16" ? CUDA_R_16BF : CUDA_R_32F;
+  Baseline b;
+  b.name = "cublas_2gemm_swiglu";
+  b.run = [this, t](int copy, CUstream stream) {
+    // Row-major x[m,d] · W[h,d]ᵀ = column-major (W as d×h)ᵀ · (x as d×m) = G (h×m).
+    const float one = 1.0f, zero = 0.0f;
+    cublas_->set_stream(blas_, reinterpret_cast<cudaStream_t>(stream));
+    for (int which = 0; which < 2; ++which) {
+      const CUdeviceptr w = which == 0 ? w1_[copy].ptr() : w3_[copy].ptr();
+      const CUdeviceptr out = which == 0 ? g_.ptr() : u_.ptr();
+      cublasStatus_t st = cublas_->gemm_ex(blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(h_), static_cast<int>(m_),
+                                           static_cast<int>(d_), &one, reinterpret_cast<void*>(w), t,
+                                           static_cast<int>(d_), reinterpret_cast<void*>(x_.ptr()), t,
+                                           static_cast<int>(d_), &zero, reinterpret_cast<void*>(out), t,
+                                           static_cast<int>(h_), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      if (st != CUBLAS_STATUS_SUCCESS) throw Error("tuner", "cublasGemmEx failed with status " + std::to_string(st));
+    }
+    CUdeviceptr g = g_.ptr(), u = u_.ptr(), y = y_.ptr();
+    long long n = m_ * h_;
+    void* args[] = {&g, &u, &y, &n};
+    const unsigned blocks = static_cast<unsigned>(std::min<long long>((n + 255) / 256, 4096));
+    QJIT_CU(cuLaunchKernel(swiglu_, blocks, 1, 1, 256, 1, 1, 0, stream, args, nullptr));
+  };
+  return {b};
+}
+
+void FusedFfnWorkload::build_cublas_baseline() {
+  if (cublas_->create(&blas_) != CUBLAS_STATUS_SUCCESS) throw Error("tuner", "cublasCreate failed");
+  const size_t elem = xt_ == "fp32" ? 4 : 2;
+  g_ = DeviceBuffer(m_ * h_ * elem);
+  u_ = DeviceBuffer(m_ * h_ * elem);
+  codegen::GeneratedSource src;
+  src.file_name = "baseline_swiglu.cu";
+  src.kernel_name = "qjit_baseline_swiglu";
+  src.template_path = "tuner/reference/fused_ffn_workload.cpp";
+  src.text = std::string("#include \"qjit/qjit_common.cuh\"\nusing T = ") +
+             codegen::fused_ffn_types(spec_.get_str("dtype")).y + ";\n" + kSwigluSource;
+  auto res = codegen::compile(src, runtime::current_device().arch);
+  if (!res.ok) throw Error("nvrtc", "baseline SwiGLU kernel failed to compile", res.log);
+  QJIT_CU(cuModuleLoadData(&swiglu_module_, res.cubin.data()));
+  QJIT_CU(cuModuleGetFunction(&swiglu_, swiglu_module_, "qjit_baseline_swiglu"));
+}
+
+}  // namespace
+
+std::unique_ptr<Workload> make_fused_ffn_workload(const codegen::OpSpec& spec, uint64_t seed, size_t l2_bytes) {
+  return std::make_unique<FusedFfnWorkload>(spec, seed, l2_bytes);
+}
+
+}  // namespace qjit::tuner

@@ -1,0 +1,52 @@
+// The autotuner (DESIGN.md "Tuning rules"): candidates from the op's tunable
+// space, statically pruned (compile report: spills) → compiled in parallel →
+// loaded → verified against the CPU reference on fresh random inputs → timed
+// with CUDA events on weights rotated beyond L2 → every trial stored; the
+// fastest verified candidate (ties within noise → the simpler config) becomes
+// the cached kernel. Library baselines are measured in the same run.
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+#include <nlohmann/json.hpp>
+#include "cache/store.h"
+#include "codegen/spec.h"
+
+namespace qjit::tuner {
+
+struct TuneOptions {
+  double budget_seconds = 0;   // stop starting new work after this long (0: no limit)
+  int budget_candidates = 0;   // measure at most this many new candidates (0: all)
+  bool retune = false;         // measure again candidates that already have trials
+  int compile_threads = 0;     // 0: one per core
+  uint64_t seed = 0;           // 0: fresh random inputs
+  std::ostream* progress = nullptr;  // human-readable progress (stderr in the CLI)
+  // When non-empty: measure only these configs (e.g. imported ones), not the space.
+  std::vector<nlohmann::json> only_configs;
+};
+
+struct BaselineResult {
+  std::string name;
+  double median_us = 0;
+  double rel_error = 0;
+  bool verified = false;
+};
+
+struct TuneReport {
+  std::string spec_label, key, device, arch;
+  cache::KernelRecord best;            // without blobs needed by callers
+  std::vector<cache::TrialRecord> trials;  // every trial for the key, leaderboard order
+  std::vector<BaselineResult> baselines;
+  int candidates_total = 0, measured_now = 0, skipped_known = 0, failed_now = 0;
+  double wall_s = 0, compile_wall_s = 0, compile_cpu_ms = 0;
+  double copy_gbps = 0, bytes = 0, floor_us = 0;
+  nlohmann::json to_json() const;
+};
+
+TuneReport tune(const codegen::OpSpec& spec, cache::Store& store, const TuneOptions& options);
+
+// How complex a config is, for tie-breaking: the product of its integer values.
+double config_complexity(const nlohmann::json& config);
+
+}  // namespace qjit::tuner

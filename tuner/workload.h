@@ -1,0 +1,47 @@
+// How the tuner feeds and checks one op: device inputs drawn fresh at random,
+// enough copies of the weights that rotating through them defeats L2, the CPU
+// reference for copy 0, verification of the output, and library baselines.
+// One implementation per op, beside its reference in tuner/reference/<op>.cpp.
+#pragma once
+#include <cuda.h>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+#include "codegen/spec.h"
+
+namespace qjit::tuner {
+
+struct Verification {
+  bool ok = false;
+  double rel_error = 0;      // ‖y − ref‖₂ / ‖ref‖₂
+  double max_abs_error = 0;  // max_i |y_i − ref_i|
+  double tolerance = 0;
+  std::string message;       // what failed, with the first bad index
+};
+
+// A library path a user already has (e.g. cuBLAS + an activation kernel).
+struct Baseline {
+  std::string name;                         // "cublas_2gemm_swiglu"
+  std::function<void(int copy, CUstream)> run;
+};
+
+class Workload {
+ public:
+  virtual ~Workload() = default;
+  // Kernel parameters reading weight copy `copy` (0 <= copy < copies()).
+  virtual void** args(int copy) = 0;
+  virtual int copies() const = 0;
+  // Fills the output with NaN bit patterns so that unwritten elements fail.
+  virtual void poison_output(CUstream stream) = 0;
+  // Compares the output (which must come from copy 0) with the reference.
+  virtual Verification verify(double tolerance_scale = 1.0) = 0;
+  virtual std::vector<Baseline> baselines(std::string* why_none) = 0;
+};
+
+// Allocates and fills the inputs of `spec` on the current device. Throws
+// qjit::Error("tuner", ...) for an op with no workload.
+std::unique_ptr<Workload> make_workload(const codegen::OpSpec& spec, uint64_t seed, size_t l2_bytes);
+
+}  // namespace qjit::tuner
