@@ -25,12 +25,16 @@ Loaded load() {
     l.why = "the CUDA driver is too old (no cuGetProcAddress_v2; qjit needs a CUDA 12+ driver)";
     return l;
   }
-  // CUDA_VERSION: the ABI of the cuda.h we compiled against.
+  // Ask for each entry point in its CUDA 12.0 ABI: that is the signature the
+  // plain names in cuda.h declare (with its _v2 macros). Asking for
+  // CUDA_VERSION (13.0) would hand out e.g. cuCtxSynchronize_v13000, which
+  // takes a CUcontext argument the declared function does not have.
+  constexpr int kAbiVersion = 12000;
 #define QJIT_LOAD_FN(name)                                                                          \
   {                                                                                                 \
     void* p = nullptr;                                                                              \
     CUdriverProcAddressQueryResult status;                                                          \
-    if (get_proc(#name, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS || \
+    if (get_proc(#name, &p, kAbiVersion, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS || \
         !p) {                                                                                       \
       l.why = std::string("the CUDA driver lacks ") + #name;                                        \
       return l;                                                                                     \

@@ -1,7 +1,7 @@
 // The CUDA driver API, loaded with dlopen so that every qjit binary starts
 // (and runs its CPU parts) on a machine without a driver. Only
 // cuGetProcAddress is looked up by name; it hands out each entry point in the
-// ABI version that cuda.h declares, so the `_v2` suffixes take care of themselves.
+// ABI version we ask for (12.0, matching cuda.h's declarations and _v2 macros).
 #pragma once
 #include <cuda.h>
 #include <string>

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# One GPU-machine session: builds nothing. Runs the [gpu] tests, tunes and
+# benchmarks the issue's shapes, the launch probe and the PyTorch peers, and
+# prints a short table last. Logs and JSON go to $OUT.
+#   usage (repo root on the GPU machine): bash tests/gpu_session.sh [quick]
+# Expects: the install tree in .dist (cmake --install build --prefix .dist) and
+# peers.py copied to .device/peers.py (../shared does not travel).
+set -u
+DIST=${DIST:-.dist}
+# Logs go to a work folder and come back as one tarball (the device tool
+# returns at most 8 files).
+FINAL=${OUT:-/tmp/qjit_out}
+OUT=/tmp/qjit_gpu/out
+rm -rf /tmp/qjit_gpu
+mkdir -p "$OUT" "$FINAL"
+trap 'tar czf "$FINAL/logs.tgz" -C /tmp/qjit_gpu out dump 2>/dev/null' EXIT
+export QJIT_CACHE=/tmp/qjit_gpu/kernels.db QJIT_DUMP_DIR=/tmp/qjit_gpu/dump
+Q="$DIST/bin/qjit"
+echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader)"
+"$Q" doctor | tee "$OUT/doctor.txt"
+
+echo "== GPU tests"
+( time "$DIST/bin/qjit_tests" "[gpu]" ) >"$OUT/gpu_tests.log" 2>&1
+echo "gpu tests exit $?"; grep -E "FAILED|failed|passed" "$OUT/gpu_tests.log" | head -20; tail -4 "$OUT/gpu_tests.log"
+
+[ "${1:-}" = quick ] && exit 0
+
+echo "== tune + bench"
+SHAPES=("d=4096,h=11008 --m 1-8" "d=4096,h=12288 --m 1,8" "d=2048,h=5632 --m 1,8"
+        "d=4096,h=11008 --dtype bf16 --m 1" "d=4096,h=11008 --dtype fp32 --m 1" "d=4096,h=11008 --dtype mixed --m 1")
+i=0
+for s in "${SHAPES[@]}"; do
+  i=$((i+1))
+  /usr/bin/time -f "tune wall %e s" "$Q" tune --op fused_ffn --shape $s --json >"$OUT/tune_$i.json" 2>>"$OUT/tune.log"
+  tail -1 "$OUT/tune.log"
+  "$Q" bench --op fused_ffn --shape $s --json >"$OUT/bench_$i.json" 2>>"$OUT/bench.log" || echo "bench $s failed"
+done
+"$Q" list > "$OUT/list.txt"
+
+echo "== launch probe (warm cache, new processes)"
+for k in 1 2 3; do "$DIST/bin/qjit_launch_probe" 4096 11008 1 fp16; done | tee "$OUT/probe.jsonl"
+
+echo "== PyTorch peers"
+PYTHONUNBUFFERED=1 python3 .device/peers.py fused_ffn --json "$OUT/peers.json" >"$OUT/peers.log" 2>&1 || echo "peers failed"
+tail -12 "$OUT/peers.log"
+
+python3 - "$OUT" <<'PY'
+import json, glob, sys, os
+out = sys.argv[1]
+peers = {}
+if os.path.exists(f"{out}/peers.json"):
+    for r in json.load(open(f"{out}/peers.json"))["rows"]:
+        peers[r["case"]] = r["us"]
+print(f"\n{'spec':<44} {'qjit us':>8} {'%floor':>7} {'cuBLAS':>8} {'x cuBLAS':>8} {'torch':>8} {'x torch':>8} {'tune s':>7}")
+benches = []
+for f in sorted(glob.glob(f"{out}/bench_*.json")):
+    try: rows = json.load(open(f))
+    except Exception: continue
+    benches.append(rows)
+    n = f.split("_")[-1].split(".")[0]
+    try: tunes = {t["spec"]: t["wall_s"] for t in json.load(open(f"{out}/tune_{n}.json"))}
+    except Exception: tunes = {}
+    for b in rows:
+        q = b["rows"][0]; base = b["rows"][1] if len(b["rows"]) > 1 else None
+        sp = dict(kv.split("=") for kv in b["spec"].split()[1:])
+        key = f"torch fp16 (2 cuBLAS GEMM + silu*mul) d={sp['d']} h={sp['h']} M={sp['m']}"
+        t = peers.get(key) if sp["dtype"] == "fp16" else None
+        print(f"{b['spec'][10:]:<44} {q['median_us']:>8.2f} {q['pct_of_floor']:>6.1f}% "
+              f"{(base['median_us'] if base else float('nan')):>8.2f} {(base['median_us']/q['median_us'] if base else float('nan')):>7.2f}x "
+              f"{(t if t else float('nan')):>8.2f} {((t/q['median_us']) if t else float('nan')):>7.2f}x {tunes.get(b['spec'], float('nan')):>7.1f}")
+print("copy GB/s (each bench run):", ", ".join(str(round(b["copy_gbps"])) for rows in benches for b in rows))
+PY

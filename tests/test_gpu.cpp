@@ -1,0 +1,167 @@
+// GPU tests: run only through `qjit_tests "[gpu]"`, which exits 77 (skipped)
+// without a device. Inputs are fresh random data from the tuner's workload;
+// results are checked against the float64 CPU reference with the stated
+// tolerance of each output type (tuner/reference/fused_ffn.cpp).
+#include <catch2/catch.hpp>
+#include <sqlite3.h>
+#include <random>
+#include "cache/store.h"
+#include "codegen/registry.h"
+#include "qjit/qjit.h"
+#include "qjit/qjit_c.h"
+#include "runtime/device.h"
+#include "runtime/driver.h"
+#include "runtime/kernel_cache.h"
+#include "tests/helpers.h"
+#include "tuner/tuner.h"
+#include "tuner/workload.h"
+
+using namespace qjit;
+
+namespace {
+
+uint64_t fresh_seed() { return (uint64_t{std::random_device{}()} << 32) | std::random_device{}(); }
+
+// The kernel parameters of a workload, as plain device pointers.
+struct Pointers {
+  void *x, *w1, *w3, *y;
+};
+Pointers pointers(tuner::Workload& w) {
+  void** a = w.args(0);
+  auto p = [&](int i) { return reinterpret_cast<void*>(*static_cast<CUdeviceptr*>(a[i])); };
+  return {p(0), p(1), p(2), p(3)};
+}
+
+DType dtype_of(const std::string& s) {
+  return s == "fp16" ? DType::fp16 : s == "bf16" ? DType::bf16 : s == "fp32" ? DType::fp32 : DType::mixed;
+}
+
+}  // namespace
+
+TEST_CASE("fused_ffn: every dtype and M = 1..8, odd d, through the typed runtime API", "[gpu]") {
+  test::TempDir dir;
+  set_cache_path(dir.file("kernels.db"));
+  for (std::string dtype : {"fp16", "bf16", "fp32", "mixed"})
+    for (int m = 1; m <= 8; ++m)
+      for (auto [d, h] : {std::pair{4095, 77}, std::pair{4096, 300}, std::pair{1000, 129}}) {
+        const uint64_t seed = fresh_seed();
+        auto spec = codegen::make_spec("fused_ffn", {{"d", d}, {"h", h}, {"m", m}, {"dtype", dtype}});
+        INFO(spec.label() << " seed " << seed);
+        auto work = tuner::make_workload(spec, seed, 0);
+        work->poison_output(nullptr);
+        Pointers p = pointers(*work);
+        fused_ffn({d, h, m, dtype_of(dtype)}, p.x, p.w1, p.w3, p.y, nullptr);
+        auto v = work->verify(1.0);
+        INFO(v.message);
+        CHECK(v.ok);
+      }
+}
+
+TEST_CASE("fused_ffn: every candidate of the tunable space verifies (tuner)", "[gpu]") {
+  test::TempDir dir;
+  cache::Store store(dir.file("kernels.db"));
+  for (auto [shape, dtype] : {std::pair{"d=4096,h=260,m=3", "fp16"}, std::pair{"d=4090,h=70,m=8", "bf16"},
+                              std::pair{"d=1001,h=33,m=1", "fp32"}}) {
+    auto params = codegen::parse_kv_list(shape);
+    params["dtype"] = dtype;
+    auto spec = codegen::make_spec("fused_ffn", params);
+    tuner::TuneOptions opt;
+    opt.seed = fresh_seed();
+    INFO(spec.label() << " seed " << opt.seed);
+    auto rep = tuner::tune(spec, store, opt);
+    int ok = 0;
+    for (auto& t : rep.trials) {
+      INFO(t.config.dump() << " " << cache::to_string(t.status) << " " << t.message);
+      CHECK(t.status != cache::TrialStatus::wrong_result);
+      CHECK(t.status != cache::TrialStatus::compile_error);
+      ok += t.status == cache::TrialStatus::ok;
+    }
+    CHECK(ok >= rep.candidates_total);  // every candidate, plus baselines
+    CHECK(rep.best.tuned);
+    CHECK(rep.best.median_us > 0);
+    // Incremental: a second run measures nothing new.
+    auto again = tuner::tune(spec, store, opt);
+    CHECK(again.measured_now == 0);
+    CHECK(again.skipped_known == rep.candidates_total);
+  }
+}
+
+TEST_CASE("C API: launch, and argument errors that launch nothing", "[gpu]") {
+  test::TempDir dir;
+  REQUIRE(qjit_set_cache_path(dir.file("kernels.db").c_str()) == QJIT_OK);
+  auto spec = codegen::make_spec("fused_ffn", {{"d", 2048}, {"h", 512}, {"m", 2}, {"dtype", "fp16"}});
+  auto work = tuner::make_workload(spec, fresh_seed(), 0);
+  Pointers p = pointers(*work);
+  work->poison_output(nullptr);
+  REQUIRE(qjit_fused_ffn(2048, 512, 2, "fp16", p.x, p.w1, p.w3, p.y, nullptr) == QJIT_OK);
+  CHECK(std::string(qjit_last_error()).empty());
+  auto v = work->verify(1.0);
+  INFO(v.message);
+  CHECK(v.ok);
+
+  // Each bad call must fail before launching: the poisoned output stays poisoned.
+  work->poison_output(nullptr);
+  const char* w1_misaligned = static_cast<const char*>(p.w1) + 2;
+  CHECK(qjit_fused_ffn(2048, 512, 2, "fp16", p.x, w1_misaligned, p.w3, p.y, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(qjit_last_error(), Catch::Contains("w1") && Catch::Contains("aligned"));
+  CHECK(qjit_fused_ffn(2048, 512, 2, "fp16", nullptr, p.w1, p.w3, p.y, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(qjit_last_error(), Catch::Contains("x is null"));
+  CHECK(qjit_fused_ffn(2048, 512, 2, "int4", p.x, p.w1, p.w3, p.y, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(qjit_last_error(), Catch::Contains("int4"));
+  CHECK(qjit_fused_ffn(2048, 512, 9, "fp16", p.x, p.w1, p.w3, p.y, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(qjit_last_error(), Catch::Contains("m=9"));
+  CHECK(qjit_fused_ffn(0, 512, 2, "fp16", p.x, p.w1, p.w3, p.y, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_FALSE(work->verify(1.0).ok);  // still poisoned: nothing ran
+}
+
+TEST_CASE("a kernel tuned by another process is reloaded, marked tuned, and correct", "[gpu]") {
+  test::TempDir dir;
+  const std::string db = dir.file("kernels.db");
+  auto r = test::run_qjit("tune --op fused_ffn --shape d=1024,h=384,m=4 --budget 12 -q --json", db);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  const nlohmann::json chosen = j[0]["best"]["config"];
+
+  set_cache_path(db);
+  auto spec = codegen::make_spec("fused_ffn", {{"d", 1024}, {"h", 384}, {"m", 4}});
+  const auto& k = runtime::KernelCache::instance().get("test|tuned-reload", [&] { return spec; });
+  CHECK(k.tuned);
+  CHECK(k.config == chosen);
+  auto work = tuner::make_workload(spec, fresh_seed(), 0);
+  Pointers p = pointers(*work);
+  work->poison_output(nullptr);
+  fused_ffn({1024, 384, 4, DType::fp16}, p.x, p.w1, p.w3, p.y, nullptr);
+  auto v = work->verify(1.0);
+  INFO(v.message);
+  CHECK(v.ok);
+}
+
+TEST_CASE("a corrupt cached cubin is never launched: removed, rebuilt, still correct", "[gpu]") {
+  test::TempDir dir;
+  const std::string db = dir.file("kernels.db");
+  auto spec = codegen::make_spec("fused_ffn", {{"d", 512}, {"h", 100}, {"m", 1}});
+  {
+    cache::Store store(db);
+    store.put(runtime::build_record(spec, codegen::find_op("fused_ffn").default_config(spec), /*tuned=*/true));
+  }
+  // Damage the stored blob behind the store's back (as a disk error would).
+  sqlite3* raw = nullptr;
+  REQUIRE(sqlite3_open(db.c_str(), &raw) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(raw, "UPDATE kernels SET cubin = zeroblob(length(cubin))", nullptr, nullptr, nullptr) ==
+          SQLITE_OK);
+  sqlite3_close(raw);
+
+  set_cache_path(db);
+  auto work = tuner::make_workload(spec, fresh_seed(), 0);
+  Pointers p = pointers(*work);
+  work->poison_output(nullptr);
+  fused_ffn({512, 100, 1, DType::fp16}, p.x, p.w1, p.w3, p.y, nullptr);
+  auto v = work->verify(1.0);
+  INFO(v.message);
+  CHECK(v.ok);
+  cache::Store store(db);
+  auto rec = store.lookup(runtime::fingerprint(spec).key());
+  REQUIRE(rec);
+  CHECK_FALSE(rec->tuned);  // the corrupt row was removed and rebuilt from the default config
+}
