@@ -51,7 +51,8 @@ class OpDef {
   // qjit::Error("spec", ...) naming the value.
   virtual void validate(const nlohmann::json& params) const { (void)params; }
 
-  virtual std::string template_path() const = 0;  // "templates/<op>/<op>.cu"
+  // "templates/<op>/<file>.cu": an op may have several kernel families.
+  virtual std::string template_path(const nlohmann::json& config) const = 0;
   virtual std::string kernel_name() const = 0;    // extern "C" entry point
 
   // Every candidate config that passes static pruning for this spec.

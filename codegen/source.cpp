@@ -50,15 +50,15 @@ GeneratedSource generate_source(const OpSpec& spec, const nlohmann::json& config
     pre << line << std::string(width + 2 - std::min(width + 1, line.size()), ' ') << "// " << c.comment << "\n";
   }
   pre << "}  // namespace qjit_spec\n\n"
-      << "// ---- " << op.template_path() << " ----\n";
+      << "// ---- " << op.template_path(config) << " ----\n";
 
   GeneratedSource out;
   out.file_name = spec.op + ".cu";
   out.kernel_name = op.kernel_name();
-  out.template_path = op.template_path();
+  out.template_path = op.template_path(config);
   out.text = pre.str();
   out.template_first_line = count_lines(out.text) + 1;
-  out.text += embedded_template(op.template_path());
+  out.text += embedded_template(op.template_path(config));
   return out;
 }
 

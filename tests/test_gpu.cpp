@@ -60,7 +60,8 @@ TEST_CASE("fused_ffn: every dtype and M = 1..8, odd d, through the typed runtime
 TEST_CASE("fused_ffn: every candidate of the tunable space verifies (tuner)", "[gpu]") {
   test::TempDir dir;
   cache::Store store(dir.file("kernels.db"));
-  for (auto [shape, dtype] : {std::pair{"d=4096,h=260,m=3", "fp16"}, std::pair{"d=4090,h=70,m=8", "bf16"},
+  for (auto [shape, dtype] : {std::pair{"d=4104,h=260,m=3", "fp16"}, std::pair{"d=4088,h=70,m=8", "bf16"},
+                              std::pair{"d=4090,h=70,m=8", "bf16"},
                               std::pair{"d=1001,h=33,m=1", "fp32"}}) {
     auto params = codegen::parse_kv_list(shape);
     params["dtype"] = dtype;
@@ -69,14 +70,18 @@ TEST_CASE("fused_ffn: every candidate of the tunable space verifies (tuner)", "[
     opt.seed = fresh_seed();
     INFO(spec.label() << " seed " << opt.seed);
     auto rep = tuner::tune(spec, store, opt);
-    int ok = 0;
+    // Every candidate has a trial; none computes a wrong result or fails to
+    // compile. A candidate may be pruned for resources (spills), nothing else.
+    int ok = 0, resource = 0, candidates = 0;
     for (auto& t : rep.trials) {
       INFO(t.config.dump() << " " << cache::to_string(t.status) << " " << t.message);
-      CHECK(t.status != cache::TrialStatus::wrong_result);
-      CHECK(t.status != cache::TrialStatus::compile_error);
+      CHECK((t.status == cache::TrialStatus::ok || t.status == cache::TrialStatus::resource_error));
       ok += t.status == cache::TrialStatus::ok;
+      resource += t.status == cache::TrialStatus::resource_error;
+      candidates += !t.config.contains("baseline");
     }
-    CHECK(ok >= rep.candidates_total);  // every candidate, plus baselines
+    CHECK(candidates == rep.candidates_total);
+    CHECK(resource * 10 < candidates);  // pruning is the exception
     CHECK(rep.best.tuned);
     CHECK(rep.best.median_us > 0);
     // Incremental: a second run measures nothing new.

@@ -4,13 +4,17 @@
 namespace qjit::codegen {
 namespace {
 
-// The tunables, in the order a reader meets them in the template.
+// The tunables. Two kernel families:
+//   simt (templates/fused_ffn/fused_ffn.cu): CUDA-core FMAs, any dtype, any d;
+//   mma  (templates/fused_ffn/fused_ffn_mma.cu): tensor cores, 16-bit x/W, d % 8 == 0.
 struct Config {
+  std::string family;  // "simt" | "mma"
   int warps;           // warps per block
-  int rows_per_warp;   // output rows (of h) a row group computes
-  int vec_bytes;       // bytes of W per vector load (16 = 8 fp16)
-  int unroll;          // vectors per row in flight before the first FMA
   int split_d;         // warps that share one row group's columns
+  int unroll;          // column steps in flight before the first multiply
+  int rows_per_warp;   // simt: output rows (of h) a row group computes
+  int vec_bytes;       // simt: bytes of W per vector load (16 = 8 fp16)
+  int tiles;           // mma: 16-row tiles a row group computes
 
   static Config from(const nlohmann::json& j) {
     auto get = [&](const char* k) {
@@ -18,12 +22,26 @@ struct Config {
         throw Error("config", std::string("fused_ffn config needs integer '") + k + "': " + j.dump());
       return j[k].get<int>();
     };
-    return {get("warps"), get("rows_per_warp"), get("vec_bytes"), get("unroll"), get("split_d")};
+    if (!j.is_object() || !j.contains("family") || !j["family"].is_string())
+      throw Error("config", "fused_ffn config needs \"family\": \"simt\" or \"mma\": " + j.dump());
+    Config c{j["family"].get<std::string>(), get("warps"), get("split_d"), get("unroll"), 0, 16, 0};
+    if (c.family == "simt") c.rows_per_warp = get("rows_per_warp"), c.vec_bytes = get("vec_bytes");
+    else if (c.family == "mma") c.tiles = get("tiles");
+    else throw Error("config", "fused_ffn family '" + c.family + "' (expected simt or mma)");
+    const size_t keys = c.family == "simt" ? 6 : 5;
+    if (j.size() != keys) throw Error("config", "fused_ffn " + c.family + " config has unknown keys: " + j.dump());
+    return c;
   }
   nlohmann::json to_json() const {
-    return {{"warps", warps}, {"rows_per_warp", rows_per_warp}, {"vec_bytes", vec_bytes}, {"unroll", unroll},
-            {"split_d", split_d}};
+    if (family == "mma")
+      return {{"family", family}, {"warps", warps}, {"split_d", split_d}, {"unroll", unroll}, {"tiles", tiles}};
+    return {{"family", family}, {"warps", warps},         {"split_d", split_d},
+            {"unroll", unroll}, {"rows_per_warp", rows_per_warp}, {"vec_bytes", vec_bytes}};
   }
+  static Config simt(int warps, int rows, int vec, int unroll, int split) {
+    return {"simt", warps, split, unroll, rows, vec, 0};
+  }
+  static Config mma(int warps, int tiles, int unroll, int split) { return {"mma", warps, split, unroll, 0, 16, tiles}; }
 };
 
 // Why a config is illegal for a spec, or "" when it is legal. The single rule
@@ -37,11 +55,18 @@ std::string config_problem(const OpSpec& spec, const Config& c) {
     return false;
   };
   if (!one_of(c.warps, {1, 2, 4, 8, 16})) return "warps must be 1, 2, 4, 8 or 16";
-  if (!one_of(c.rows_per_warp, {1, 2, 4})) return "rows_per_warp must be 1, 2 or 4";
-  if (!one_of(c.vec_bytes, {2, 4, 8, 16})) return "vec_bytes must be 2, 4, 8 or 16";
   if (!one_of(c.unroll, {1, 2, 4})) return "unroll must be 1, 2 or 4";
   if (!one_of(c.split_d, {1, 2, 4, 8})) return "split_d must be 1, 2, 4 or 8";
   if (c.warps % c.split_d) return "split_d must divide warps";
+  if (c.family == "mma") {
+    if (t.x_bytes != 2 || t.w_bytes != 2) return "the mma family needs 16-bit x and W (fp16 or bf16)";
+    if (d % 8) return "the mma family needs d % 8 == 0 (16-byte row loads)";
+    if (!one_of(c.tiles, {1, 2})) return "tiles must be 1 or 2";
+    if (c.tiles * c.unroll > 4) return "more than 4 tile-steps of W in flight";
+    return "";
+  }
+  if (!one_of(c.rows_per_warp, {1, 2, 4})) return "rows_per_warp must be 1, 2 or 4";
+  if (!one_of(c.vec_bytes, {2, 4, 8, 16})) return "vec_bytes must be 2, 4, 8 or 16";
   if (c.vec_bytes < t.w_bytes) return "vec_bytes is smaller than one weight element";
   const int vec_elems = c.vec_bytes / t.w_bytes;
   // Row starts are aligned to the vector only when the vector divides d.
@@ -75,31 +100,46 @@ std::vector<ParamDef> FusedFfnOp::params() const {
 }
 
 std::vector<nlohmann::json> FusedFfnOp::tunable_space(const OpSpec& spec) const {
-  // Only the two widest legal vector widths: narrower ones only add loads.
+  // simt: only the two widest legal vector widths (narrower ones only add loads).
   std::vector<int> vecs;
   for (int vec : {16, 8, 4, 2})
-    if (vecs.size() < 2 && config_problem(spec, {4, 1, vec, 1, 1}).empty()) vecs.push_back(vec);
+    if (vecs.size() < 2 && config_problem(spec, Config::simt(4, 1, vec, 1, 1)).empty()) vecs.push_back(vec);
   std::vector<nlohmann::json> out;
   for (int warps : {2, 4, 8})
-    for (int rows : {1, 2, 4})
-      for (int vec : vecs)
-        for (int unroll : {1, 2, 4})
-          for (int split : {1, 2, 4}) {
-            Config c{warps, rows, vec, unroll, split};
+    for (int split : {1, 2, 4})
+      for (int unroll : {1, 2, 4}) {
+        for (int rows : {1, 2, 4})
+          for (int vec : vecs) {
+            Config c = Config::simt(warps, rows, vec, unroll, split);
             if (config_problem(spec, c).empty()) out.push_back(c.to_json());
           }
+        for (int tiles : {1, 2}) {
+          Config c = Config::mma(warps, tiles, unroll, split);
+          if (config_problem(spec, c).empty()) out.push_back(c.to_json());
+        }
+      }
   return out;
 }
 
 nlohmann::json FusedFfnOp::default_config(const OpSpec& spec) const {
-  // Widest legal vector, 4 warps of one row each, two vectors in flight.
+  // Several rows of x: tensor cores where the types allow. Otherwise the
+  // widest legal vector, 4 warps of one row each, two vectors in flight.
+  if (spec.get_int("m") > 2) {
+    Config c = Config::mma(4, 1, 2, 1);
+    if (config_problem(spec, c).empty()) return c.to_json();
+  }
   for (int vec : {16, 8, 4, 2}) {
-    Config c{4, spec.get_int("m") > 4 ? 2 : 1, vec, 2, 1};
+    Config c = Config::simt(4, spec.get_int("m") > 4 ? 2 : 1, vec, 2, 1);
     if (config_problem(spec, c).empty()) return c.to_json();
     c.unroll = 1;
     if (config_problem(spec, c).empty()) return c.to_json();
   }
   throw Error("config", "no legal fused_ffn config for " + spec.label());
+}
+
+std::string FusedFfnOp::template_path(const nlohmann::json& config) const {
+  return Config::from(config).family == "mma" ? "templates/fused_ffn/fused_ffn_mma.cu"
+                                              : "templates/fused_ffn/fused_ffn.cu";
 }
 
 void FusedFfnOp::validate_config(const OpSpec& spec, const nlohmann::json& config) const {
@@ -112,7 +152,7 @@ std::vector<Constant> FusedFfnOp::constants(const OpSpec& spec, const nlohmann::
   const Config c = Config::from(config);
   const auto t = fused_ffn_types(spec.get_str("dtype"));
   auto num = [](int64_t v) { return std::to_string(v); };
-  return {
+  std::vector<Constant> out = {
       {"using", "TX", t.x, "activation element type"},
       {"using", "TW", t.w, "weight element type (W1, W3)"},
       {"using", "TY", t.y, "output element type"},
@@ -120,16 +160,21 @@ std::vector<Constant> FusedFfnOp::constants(const OpSpec& spec, const nlohmann::
       {"int", "kH", num(spec.get_int("h")), "hidden dimension: rows of W1/W3"},
       {"int", "kM", num(spec.get_int("m")), "rows of x processed per weight pass"},
       {"int", "kWarps", num(c.warps), "tunable: warps per block"},
-      {"int", "kRowsPerWarp", num(c.rows_per_warp), "tunable: output rows per row group"},
-      {"int", "kVecElems", num(c.vec_bytes / t.w_bytes), "tunable: weight elements per vector load"},
-      {"int", "kUnroll", num(c.unroll), "tunable: vectors in flight per row"},
       {"int", "kSplitD", num(c.split_d), "tunable: warps sharing one row group"},
+      {"int", "kUnroll", num(c.unroll), "tunable: column steps in flight"},
   };
+  if (c.family == "mma") {
+    out.push_back({"int", "kTiles", num(c.tiles), "tunable: 16-row tensor-core tiles per row group"});
+  } else {
+    out.push_back({"int", "kRowsPerWarp", num(c.rows_per_warp), "tunable: output rows per row group"});
+    out.push_back({"int", "kVecElems", num(c.vec_bytes / t.w_bytes), "tunable: weight elements per vector load"});
+  }
+  return out;
 }
 
 LaunchGeometry FusedFfnOp::launch_geometry(const OpSpec& spec, const nlohmann::json& config) const {
   const Config c = Config::from(config);
-  const int64_t rows_per_block = c.warps / c.split_d * c.rows_per_warp;
+  const int64_t rows_per_block = c.warps / c.split_d * (c.family == "mma" ? 16 * c.tiles : c.rows_per_warp);
   LaunchGeometry g;
   g.grid[0] = static_cast<unsigned>((spec.get_int("h") + rows_per_block - 1) / rows_per_block);
   g.block[0] = static_cast<unsigned>(32 * c.warps);

@@ -20,7 +20,7 @@ class FusedFfnOp final : public OpDef {
   std::string name() const override { return "fused_ffn"; }
   std::string summary() const override { return "y = SiLU(x·W1ᵀ) ⊙ (x·W3ᵀ), W1/W3 row-major [h, d], M = 1..8 rows of x"; }
   std::vector<ParamDef> params() const override;
-  std::string template_path() const override { return "templates/fused_ffn/fused_ffn.cu"; }
+  std::string template_path(const nlohmann::json& config) const override;
   std::string kernel_name() const override { return "qjit_fused_ffn"; }
   std::vector<nlohmann::json> tunable_space(const OpSpec& spec) const override;
   nlohmann::json default_config(const OpSpec& spec) const override;

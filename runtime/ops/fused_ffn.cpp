@@ -37,7 +37,7 @@ void fused_ffn(const FusedFfnShape& s, const void* x, const void* w1, const void
   });
   // Alignment the chosen config relies on: one vector of W, the matching span of x.
   const auto t = codegen::fused_ffn_types(to_string(s.dtype));
-  const int vec_bytes = k.config.at("vec_bytes").get<int>();
+  const int vec_bytes = k.config.value("vec_bytes", 16);  // the mma family reads 16-byte rows
   const int x_align = std::min(16, vec_bytes / t.w_bytes * t.x_bytes);
   check_pointer("x", x, x_align);
   check_pointer("w1", w1, vec_bytes);

@@ -66,6 +66,43 @@ __device__ __forceinline__ void load_f32(const T* p, float (&out)[N]) {
   }
 }
 
+// 16 raw bytes at p (16-byte aligned). kStream: read once, bypass L1.
+template <bool kStream>
+__device__ __forceinline__ uint4 load_raw16(const void* p) {
+  uint4 v;
+  if constexpr (kStream) {
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+  } else {
+    v = __ldg(reinterpret_cast<const uint4*>(p));
+  }
+  return v;
+}
+
+// D += A·B on the tensor cores, one m16n8k16 tile, fp32 accumulators.
+// a: 4 registers of two 16-bit values (rows g and g+8, see the PTX ISA's
+// "mma.m16n8k16" fragment layout), b: 2 registers, c: 4 fp32 accumulators.
+template <typename T> struct IsBf16 { static constexpr bool value = false; };
+template <> struct IsBf16<bf16_t> { static constexpr bool value = true; };
+
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                          unsigned b0, unsigned b1) {
+  static_assert(sizeof(T) == 2, "16-bit inputs only");
+  if constexpr (IsBf16<T>::value) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
 // Butterfly sum over the 32 lanes of a warp: every lane ends with the total.
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
