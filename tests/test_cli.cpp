@@ -1,0 +1,412 @@
+// Tests for the qjit command without a GPU: help, exit codes, error messages
+// naming the bad value, the GPU-free paths of tune/source/doctor/import, and
+// cache errors (corrupt file, unwritable path). The GPU is hidden from qjit
+// (CUDA_VISIBLE_DEVICES="") so that these hold on a GPU machine too.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cache/store.h"
+#include "codegen/nvrtc.h"
+#include "codegen/registry.h"
+#include "codegen/source.h"
+#include "codegen/spec.h"
+#include "tests/helpers.h"
+
+using qjit::test::TempDir;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Runs qjit with CUDA_VISIBLE_DEVICES="" so that it takes its no-GPU paths on
+// every machine, the GPU test machine included (the CPU suite runs there too).
+// The variable is restored at once: this process's own CUDA use is unaffected
+// unless it first initialises CUDA in between, which nothing here does.
+qjit::test::CommandResult run_qjit(const std::string& args, const std::string& cache,
+                                   const std::string& stdin_text = "") {
+  const char* old = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string saved = old ? old : "";
+  setenv("CUDA_VISIBLE_DEVICES", "", 1);
+  auto r = qjit::test::run_qjit(args, cache, stdin_text);
+  if (old) setenv("CUDA_VISIBLE_DEVICES", saved.c_str(), 1);
+  else unsetenv("CUDA_VISIBLE_DEVICES");
+  return r;
+}
+
+bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+std::string describe(const qjit::test::CommandResult& r) {
+  return "exit " + std::to_string(r.exit_code) + "\n--- stdout ---\n" + r.out.substr(0, 4000) +
+         "\n--- stderr ---\n" + r.err.substr(0, 4000);
+}
+
+std::vector<std::string> nonempty_lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream is(text);
+  for (std::string l; std::getline(is, l);)
+    if (!l.empty()) out.push_back(l);
+  return out;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Configs of fused_ffn d=256,h=64 (fp16, m=1) as the op spells them: the
+// heuristic default, another legal candidate, and the default with warps=3.
+const qjit::codegen::OpSpec& small_spec() {
+  static const auto s = qjit::codegen::parse_spec("fused_ffn", "d=256,h=64");
+  return s;
+}
+std::string legal_config() { return qjit::codegen::find_op("fused_ffn").default_config(small_spec()).dump(); }
+std::string other_legal_config() { return qjit::codegen::find_op("fused_ffn").tunable_space(small_spec()).back().dump(); }
+std::string warps3_config() {
+  json c = json::parse(legal_config());
+  c["warps"] = 3;
+  return c.dump();
+}
+
+std::string record_line(const std::string& config) {
+  return std::string(R"({"format":"qjit-record-v1","spec":{"op":"fused_ffn","d":256,"h":64,"m":1,"dtype":"fp16"},)") +
+         R"("config":)" + config +
+         R"(,"tuned":true,"median_us":3.5,"gbps":100.0,"pct_copy_bw":5.0,"verify_error":0.0,"created":"2025-01-01T00:00:00Z"})";
+}
+
+}  // namespace
+
+TEST_CASE("cli: --help everywhere, unknown subcommands", "[cli]") {
+  TempDir td;
+  const std::string cache = td.file("kernels.db");
+  auto top = run_qjit("--help", cache);
+  INFO(describe(top));
+  CHECK(top.exit_code == 0);
+  CHECK(contains(top.out, "Usage"));
+  CHECK(contains(top.out, "Exit codes"));
+  for (const char* sub : {"tune", "bench", "source", "list", "show", "doctor", "export", "import"}) {
+    auto r = run_qjit(std::string(sub) + " --help", cache);
+    INFO(sub << ": " << describe(r));
+    CHECK(r.exit_code == 0);
+    CHECK(contains(r.out, "Usage"));
+    CHECK(contains(r.out, sub));
+  }
+  auto v = run_qjit("--version", cache);
+  CHECK(v.exit_code == 0);
+  CHECK(contains(v.out, "qjit "));
+  auto bad = run_qjit("frobnicate", cache);
+  INFO(describe(bad));
+  CHECK(bad.exit_code == 2);
+  auto none = run_qjit("", cache);
+  CHECK(none.exit_code == 2);
+  auto badflag = run_qjit("list --no-such-flag", cache);
+  CHECK(badflag.exit_code == 2);
+  CHECK(contains(badflag.err, "--no-such-flag"));
+  // help and usage errors never create the cache
+  CHECK_FALSE(fs::exists(cache));
+}
+
+TEST_CASE("cli: bad arguments exit 2 and name the bad value", "[cli]") {
+  TempDir td;
+  const std::string cache = td.file("kernels.db");
+  struct Case {
+    std::string args, needle;
+  };
+  const std::vector<Case> cases = {
+      {"tune --op nope --shape d=1,h=1", "'nope'"},
+      {"tune --op fused_ffn --shape 'd=4096,h'", "'h'"},
+      {"tune --op fused_ffn --shape d=4096,h=64 --m 9", "m=9"},
+      {"tune --op fused_ffn --shape d=4096,h=64 --m 1-x", "1-x"},
+      {"tune --op fused_ffn --shape d=4096,h=64,m=2 --m 3", "m given both"},
+      {"tune --op fused_ffn --shape d=4096,h=64 --budget xyz", "xyz"},
+      {"tune --op fused_ffn --shape d=4096,h=64 --dtype fp8", "dtype=fp8"},
+      {"tune --op fused_ffn --shape d=0,h=64", "d=0"},
+      {"tune --op fused_ffn", "--shape"},
+      {"source --op fused_ffn --shape d=256,h=64,zz=1", "'zz'"},
+      {"source --op fused_ffn --shape d=256,h=64 --m 1,2", "one spec"},
+      {"source --op fused_ffn --shape d=256,h=64 --config '{bad'", "{bad"},
+      {"source --op fused_ffn --shape d=256,h=64 --config '" + warps3_config() + "'", "warps must be"},
+      {"source --op fused_ffn --shape d=256,h=64 --config '{\"warps\":4}'", "config needs"},
+      {"source --op fused_ffn --shape d=255,h=64 --config '" + legal_config() + "'", "d=255"},
+      {"show", "key prefix"},
+      {"bench --op fused_ffn --shape d=1,h", "'h'"},
+  };
+  for (const auto& c : cases) {
+    auto r = run_qjit(c.args, cache);
+    INFO("qjit " << c.args << "\n" << describe(r));
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.err, c.needle));
+    CHECK(r.out.empty());
+  }
+}
+
+TEST_CASE("cli: tune without a GPU does the GPU-free part and exits 3", "[cli]") {
+  TempDir td;
+  const std::string cache = td.file("kernels.db");
+  auto r = run_qjit("tune --op fused_ffn --shape d=256,h=64", cache);
+  INFO(describe(r));
+  CHECK(r.exit_code == 3);
+  CHECK(contains(r.out, "No usable GPU"));
+  // the path of the generated source is printed and the file holds the kernel
+  const auto pos = r.out.find("source: ");
+  REQUIRE(pos != std::string::npos);
+  const std::string path = r.out.substr(pos + 8, r.out.find('\n', pos) - pos - 8);
+  INFO("source file " << path);
+  REQUIRE(fs::exists(path));
+  CHECK(fs::path(path).parent_path().parent_path() == td.path);
+  const std::string text = slurp(path);
+  CHECK(contains(text, "constexpr int kD = 256;"));
+  CHECK(contains(text, "constexpr int kH = 64;"));
+  CHECK(contains(text, "extern \"C\" __global__"));
+
+  // one source per m of a range, for the requested arch
+  auto r2 = run_qjit("tune --op fused_ffn --shape d=256,h=64,dtype=bf16 --m 1-3 --arch sm_80", cache);
+  INFO(describe(r2));
+  CHECK(r2.exit_code == 3);
+  CHECK(contains(r2.out, "sm_80"));
+  int files = 0;
+  for (auto& e : fs::directory_iterator(td.path / "sources"))
+    files += contains(e.path().filename().string(), "bf16");
+  CHECK(files == 3);
+}
+
+TEST_CASE("cli: source prints code, PTX, logs and the tunable space without a GPU", "[cli]") {
+  TempDir td;
+  const std::string cache = td.file("kernels.db");
+  auto r = run_qjit("source --op fused_ffn --shape d=256,h=64", cache);
+  INFO(describe(r));
+  CHECK(r.exit_code == 0);
+  const auto spec = qjit::codegen::parse_spec("fused_ffn", "d=256,h=64");
+  const auto& op = qjit::codegen::find_op("fused_ffn");
+  // exactly the generated source of the default config
+  CHECK(r.out == qjit::codegen::generate_source(spec, op.default_config(spec)).text);
+  CHECK(contains(r.out, "constexpr int kD = 256;"));
+
+  for (const auto& c : {legal_config(), other_legal_config()}) {
+    auto rc = run_qjit("source --op fused_ffn --shape d=256,h=64 --config '" + c + "'", cache);
+    INFO(c << "\n" << describe(rc));
+    CHECK(rc.exit_code == 0);
+    CHECK(rc.out == qjit::codegen::generate_source(spec, json::parse(c)).text);
+  }
+
+  auto ptx = run_qjit("source --op fused_ffn --shape d=256,h=64 --ptx --arch sm_80", cache);
+  INFO(describe(ptx));
+  CHECK(ptx.exit_code == 0);
+  CHECK(contains(ptx.out, ".target sm_80"));
+  CHECK(contains(ptx.out, ".entry qjit_fused_ffn"));
+
+  auto log = run_qjit("source --op fused_ffn --shape d=256,h=64,dtype=fp32 --log --arch sm_90", cache);
+  INFO(describe(log));
+  CHECK(log.exit_code == 0);
+  CHECK(contains(log.out, "registers"));
+  CHECK(contains(log.out, "sm_90"));
+
+  auto configs = run_qjit("source --op fused_ffn --shape d=4096,h=64 --configs", cache);
+  INFO(describe(configs));
+  CHECK(configs.exit_code == 0);
+  const auto lines = nonempty_lines(configs.out);
+  const auto space = op.tunable_space(qjit::codegen::parse_spec("fused_ffn", "d=4096,h=64"));
+  REQUIRE(lines.size() == space.size());
+  for (size_t i = 0; i < lines.size(); ++i) {
+    INFO(lines[i]);
+    CHECK(json::parse(lines[i]) == space[i]);
+  }
+
+  auto best = run_qjit("source --op fused_ffn --shape d=256,h=64 --best", cache);
+  INFO(describe(best));
+  CHECK(best.exit_code == 4);
+  CHECK(best.out.empty());
+  CHECK(contains(best.err, cache));
+}
+
+TEST_CASE("cli: a bad --arch is a usage error naming it", "[cli]") {
+  TempDir td;
+  const std::string cache = td.file("kernels.db");
+  for (const char* args : {"source --op fused_ffn --shape d=256,h=64 --ptx --arch sm_1",
+                           "tune --op fused_ffn --shape d=256,h=64 --arch sm_1"}) {
+    auto r = run_qjit(args, cache);
+    INFO(args << "\n" << describe(r));
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.err, "'sm_1'"));
+  }
+}
+
+TEST_CASE("cli: list, show, export, doctor on an empty cache", "[cli]") {
+  TempDir td;
+  const std::string cache = td.file("sub/dir/kernels.db");  // folders are created
+  auto l = run_qjit("list", cache);
+  INFO(describe(l));
+  CHECK(l.exit_code == 0);
+  CHECK(contains(l.out, "0 kernel(s)"));
+  CHECK(contains(l.out, cache));
+  CHECK(fs::exists(cache));
+
+  auto lj = run_qjit("list --json", cache);
+  INFO(describe(lj));
+  CHECK(lj.exit_code == 0);
+  const json a = json::parse(lj.out);
+  CHECK(a.is_array());
+  CHECK(a.empty());
+
+  auto s = run_qjit("show abc", cache);
+  CHECK(s.exit_code == 4);
+  CHECK(contains(s.err, "nothing cached"));
+  auto s2 = run_qjit("show --op fused_ffn --shape d=256,h=64", cache);
+  CHECK(s2.exit_code == 4);
+
+  auto e = run_qjit("export", cache);
+  INFO(describe(e));
+  CHECK(e.exit_code == 0);
+  CHECK(e.out.empty());
+  CHECK(contains(e.err, "0 record"));
+  auto eo = run_qjit("export -o '" + td.file("out.jsonl") + "'", cache);
+  CHECK(eo.exit_code == 0);
+  CHECK(fs::exists(td.file("out.jsonl")));
+  CHECK(fs::file_size(td.file("out.jsonl")) == 0);
+
+  auto d = run_qjit("doctor", cache);
+  INFO(describe(d));
+  CHECK(d.exit_code == 0);
+  CHECK(contains(d.out, "NVRTC"));
+  CHECK(contains(d.out, "0 kernel(s)"));
+  auto dj = run_qjit("doctor --json", cache);
+  INFO(describe(dj));
+  CHECK(dj.exit_code == 0);
+  const json j = json::parse(dj.out);
+  CHECK(j.at("gpu") == false);
+  CHECK(j.at("nvrtc_version").get<std::string>() == qjit::codegen::nvrtc_version());
+  CHECK(j.at("nvrtc_sm_80") == true);
+  CHECK(j.at("nvrtc_sm_90") == true);
+  CHECK(j.at("cache").at("path") == cache);
+  CHECK(j.at("cache").at("kernels") == 0);
+  CHECK(!j.at("no_gpu_reason").get<std::string>().empty());
+
+  // --cache overrides QJIT_CACHE
+  const std::string other = td.file("other.db");
+  auto lo = run_qjit("list --cache '" + other + "'", cache);
+  CHECK(lo.exit_code == 0);
+  CHECK(contains(lo.out, other));
+  CHECK(fs::exists(other));
+}
+
+TEST_CASE("cli: a corrupt or unreachable cache is an error naming the path", "[cli]") {
+  TempDir td;
+  const std::string cache = td.file("kernels.db");
+  {
+    const unsigned seed = std::random_device{}();
+    INFO("seed " << seed);
+    std::mt19937 rng(seed);
+    std::ofstream f(cache, std::ios::binary);
+    for (int i = 0; i < 8192; ++i) f.put(static_cast<char>(rng()));
+  }
+  const std::string before = slurp(cache);
+  for (const char* cmd : {"list", "list --json", "export", "show abc", "source --op fused_ffn --shape d=256,h=64 --best"}) {
+    auto r = run_qjit(cmd, cache);
+    INFO(cmd << "\n" << describe(r));
+    CHECK(r.exit_code == 1);
+    CHECK(contains(r.err, cache));
+  }
+  CHECK(slurp(cache) == before);  // a foreign file is never overwritten
+  auto d = run_qjit("doctor", cache);
+  INFO(describe(d));
+  CHECK(d.exit_code == 1);
+  CHECK(contains(d.out, cache));
+
+  // a path under a regular file cannot be created
+  const std::string file = td.file("plain");
+  std::ofstream(file) << "x";
+  const std::string under = file + "/kernels.db";
+  for (const char* cmd : {"list", "export", "tune --op fused_ffn --shape d=256,h=64"}) {
+    auto r = run_qjit(cmd, under);
+    INFO(cmd << "\n" << describe(r));
+    CHECK(r.exit_code == 1);
+    CHECK(contains(r.err, under));
+    CHECK_FALSE(contains(r.err, "internal error"));
+  }
+  // import checks its lines first, then fails on the cache
+  const std::string rec = td.file("rec.jsonl");
+  std::ofstream(rec) << record_line(legal_config()) << "\n";
+  auto ri = run_qjit("import '" + rec + "'", under);
+  INFO(describe(ri));
+  CHECK(ri.exit_code == 1);
+  CHECK(contains(ri.err, under));
+}
+
+TEST_CASE("cli: import checks every line first and imports all or nothing", "[cli]") {
+  TempDir td;
+  const std::string cache = td.file("kernels.db");
+
+  const std::string mixed = td.file("mixed.jsonl");
+  std::ofstream(mixed) << record_line(legal_config()) << "\n\n" << "{\"format\":\"qjit-record-v1\", oops\n";
+  auto r = run_qjit("import '" + mixed + "'", cache);
+  INFO(describe(r));
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, mixed + ":3"));
+  CHECK(contains(r.err, "nothing imported"));
+  {
+    qjit::cache::Store store(cache);
+    CHECK(store.all_imports().empty());
+  }
+
+  // an illegal config or a bad spec is refused the same way, naming its line
+  const std::string badcfg = td.file("badcfg.jsonl");
+  std::ofstream(badcfg) << record_line(legal_config()) << "\n"
+                        << record_line(warps3_config())
+                        << "\n";
+  auto r2 = run_qjit("import '" + badcfg + "'", cache);
+  INFO(describe(r2));
+  CHECK(r2.exit_code == 2);
+  CHECK(contains(r2.err, ":2"));
+  CHECK(contains(r2.err, "warps"));
+  const std::string wrongfmt = td.file("wrongfmt.jsonl");
+  std::ofstream(wrongfmt) << R"({"format":"other","spec":{"op":"fused_ffn","d":256,"h":64},"config":{}})" << "\n";
+  auto r3 = run_qjit("import '" + wrongfmt + "'", cache);
+  CHECK(r3.exit_code == 2);
+  CHECK(contains(r3.err, ":1"));
+  auto r4 = run_qjit("import '" + td.file("missing.jsonl") + "'", cache);
+  CHECK(r4.exit_code == 2);
+  CHECK(contains(r4.err, "missing.jsonl"));
+  {
+    qjit::cache::Store store(cache);
+    CHECK(store.all_imports().empty());
+  }
+
+  // a valid record is stored, waiting for a GPU to verify it
+  const std::string good = td.file("good.jsonl");
+  std::ofstream(good) << record_line(legal_config()) << "\n";
+  auto ok = run_qjit("import '" + good + "'", cache);
+  INFO(describe(ok));
+  CHECK(ok.exit_code == 0);
+  CHECK(contains(ok.err, "imported 1 record"));
+  {
+    qjit::cache::Store store(cache);
+    const auto imports = store.all_imports();
+    REQUIRE(imports.size() == 1);
+    CHECK(imports[0].op == "fused_ffn");
+    CHECK(imports[0].spec_json == R"({"d":256,"dtype":"fp16","h":64,"m":1,"op":"fused_ffn"})");
+    CHECK(imports[0].config == json::parse(legal_config()));
+    CHECK(imports[0].source_record.at("median_us") == 3.5);
+  }
+  // from stdin too
+  auto viastdin = run_qjit("import -", cache, record_line(legal_config()) + "\n");
+  INFO(describe(viastdin));
+  CHECK(viastdin.exit_code == 0);
+  {
+    qjit::cache::Store store(cache);
+    CHECK(store.all_imports().size() == 2);
+  }
+  // imports are not kernels: list still shows none
+  auto l = run_qjit("list", cache);
+  CHECK(l.exit_code == 0);
+  CHECK(contains(l.out, "0 kernel(s)"));
+}
