@@ -90,6 +90,10 @@ void add_source(CLI::App& app, int& rc) {
     }
     auto src = codegen::generate_source(spec, config);
     if (o->ptx || o->log) {
+      // A bad --arch is a bad argument (exit 2), not a failed compile.
+      if (!codegen::nvrtc_supports_arch(o->arch))
+        throw Error("argument", "NVRTC " + codegen::nvrtc_version() + " cannot compile for --arch '" + o->arch +
+                                    "' (expected sm_XX, e.g. sm_80 or sm_90)");
       auto res = codegen::compile(src, o->arch);
       if (!res.ok) throw Error("nvrtc", "compile failed", res.log);
       std::cout << (o->ptx ? res.ptx : res.log) << "\n";

@@ -36,10 +36,17 @@ void parse_budget(const std::string& b, tuner::TuneOptions& o) {
 // source next to the cache and say how to read it.
 int gpu_free_part(const std::vector<codegen::OpSpec>& specs, const std::string& arch, const std::string& cache_path,
                   const std::string& why) {
+  // A bad --arch is a bad argument (exit 2), not a failed compile.
+  if (!codegen::nvrtc_supports_arch(arch))
+    throw Error("argument", "NVRTC " + codegen::nvrtc_version() + " cannot compile for --arch '" + arch +
+                                "' (expected sm_XX, e.g. sm_80 or sm_90)");
   std::cout << "No usable GPU: " << why << ".\nTuning needs one. Doing the GPU-free part: generate the default "
             << "kernel and compile it for " << arch << " with NVRTC " << codegen::nvrtc_version() << ".\n";
   const auto dir = std::filesystem::path(cache_path).parent_path() / "sources";
-  std::filesystem::create_directories(dir);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    throw Error("cache", "cannot create " + dir.string() + " next to the cache '" + cache_path + "': " + ec.message());
   for (const auto& spec : specs) {
     const auto& op = codegen::find_op(spec.op);
     const auto config = op.default_config(spec);
@@ -49,7 +56,11 @@ int gpu_free_part(const std::vector<codegen::OpSpec>& specs, const std::string& 
     std::string name = spec.op;
     for (auto& [k, v] : spec.params.items()) name += "_" + k + (v.is_string() ? v.get<std::string>() : v.dump());
     const auto file = dir / (name + ".cu");
-    std::ofstream(file) << src.text;
+    std::ofstream out(file);
+    out << src.text;
+    out.close();
+    if (!out)
+      throw Error("cache", "cannot write " + file.string() + " next to the cache '" + cache_path + "'");
     std::cout << fmt("  %s: compiled in %.0f ms, %d registers, %d bytes spilled, cubin %s\n", spec.label().c_str(),
                      res.compile_ms, res.registers, res.spill_bytes, human_bytes(res.cubin.size()).c_str())
               << "  source: " << file.string() << "\n"

@@ -77,7 +77,10 @@ CompileResult compile(const GeneratedSource& src, const std::string& arch) {
   const std::string arch_opt = "-arch=" + arch;
   // -Xptxas=-v puts registers/spills/smem in the log: static pruning needs no GPU.
   // No fast-math: the CPU reference defines the arithmetic (DESIGN.md numerics).
-  const char* opts[] = {arch_opt.c_str(), "-std=c++17", "-default-device", "-Xptxas=-v", "-lineinfo"};
+  // --no-cache: NVRTC 12.9+ keeps its own disk cache (~/.nv/ComputeCache) where a
+  // driver is installed; a hit skips ptxas and with it the -v resource report,
+  // so registers/spills would be unknown. qjit caches kernels itself.
+  const char* opts[] = {arch_opt.c_str(), "-std=c++17", "-default-device", "-Xptxas=-v", "-lineinfo", "--no-cache"};
 
   ProgramGuard prog;
   QJIT_NVRTC(nvrtcCreateProgram(&prog.p, src.text.c_str(), src.file_name.c_str(), static_cast<int>(names.size()),
@@ -106,10 +109,12 @@ CompileResult compile(const GeneratedSource& src, const std::string& arch) {
   QJIT_NVRTC(nvrtcGetPTX(prog.p, res.ptx.data()));
   while (!res.ptx.empty() && res.ptx.back() == '\0') res.ptx.pop_back();
   res.registers = match_int(log, R"(Used (\d+) registers)");
-  res.spill_bytes = std::max(match_int(log, R"((\d+) bytes spill stores)"), 0) +
-                    std::max(match_int(log, R"((\d+) bytes spill loads)"), 0);
-  res.shared_bytes = std::max(match_int(log, R"((\d+) bytes smem)"), 0);
-  res.stack_bytes = match_int(log, R"((\d+) bytes stack frame)");
+  if (res.registers >= 0) {  // no ptxas report: leave every figure at -1 ("not reported"), never claim 0 spills
+    res.spill_bytes = std::max(match_int(log, R"((\d+) bytes spill stores)"), 0) +
+                      std::max(match_int(log, R"((\d+) bytes spill loads)"), 0);
+    res.shared_bytes = std::max(match_int(log, R"((\d+) bytes smem)"), 0);
+    res.stack_bytes = match_int(log, R"((\d+) bytes stack frame)");
+  }
   res.ok = !res.cubin.empty();
   return res;
 }
