@@ -429,7 +429,16 @@ Store::Store(const std::string& path) : path_(path) {
     // database fails here with SQLITE_NOTADB ("file is not a database"). On
     // filesystems without shared memory SQLite keeps the rollback journal;
     // that is still correct, only less concurrent, so it is not an error.
-    if (sqlite3_exec(db_, "PRAGMA journal_mode = WAL", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    // Switching a fresh file to WAL needs an exclusive lock, and SQLite returns
+    // SQLITE_BUSY for it at once, without the busy handler, when another
+    // process is opening the same new file: retry for up to the busy timeout.
+    int rc = SQLITE_BUSY;
+    for (int attempt = 0; attempt < 2000; ++attempt) {
+      rc = sqlite3_exec(db_, "PRAGMA journal_mode = WAL", nullptr, nullptr, nullptr);
+      if ((rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED) break;
+      sqlite3_sleep(5);
+    }
+    if (rc != SQLITE_OK) {
       std::string msg = sqlite3_errmsg(db_);
       if (sqlite3_errcode(db_) == SQLITE_NOTADB)
         msg += " (is QJIT_CACHE pointing at the wrong file?)";

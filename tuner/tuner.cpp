@@ -298,6 +298,11 @@ TuneReport tune(const codegen::OpSpec& spec, cache::Store& store, const TuneOpti
   runtime::dump_if_requested(rec);
   rep.best = rec;
   rep.wall_s = seconds_since(start);
+  // The runtime launches qjit kernels only; say so loudly when a library path wins.
+  for (const auto& b : rep.baselines)
+    if (out && b.verified && b.median_us < rec.median_us)
+      *out << "WARNING: baseline " << b.name << " (" << b.median_us << " us) is faster than the best qjit kernel ("
+           << rec.median_us << " us) for " << spec.label() << "\n";
   return rep;
 }
 

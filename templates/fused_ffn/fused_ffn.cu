@@ -16,7 +16,6 @@ using namespace qjit_spec;
 
 constexpr int kThreads = kWarps * 32;
 constexpr int kGroups = kWarps / kSplitD;               // row groups per block
-constexpr int kRowsPerBlock = kGroups * kRowsPerWarp;
 constexpr int kLanes = 32 * kSplitD;                    // threads sharing a row group
 constexpr int kVecsPerRow = kD / kVecElems;             // kD % kVecElems == 0 (codegen checks)
 constexpr int kStride = kLanes * kUnroll;               // vectors per main-loop step
