@@ -34,6 +34,13 @@ struct LaunchGeometry {
   unsigned dynamic_smem = 0;
 };
 
+// A pointer parameter of the kernel, in launch order, and the alignment the
+// config's vector accesses need. The runtime checks these before launching.
+struct PointerArg {
+  std::string name;
+  int align = 1;
+};
+
 // Bytes a kernel must move at least (each input read once, output written
 // once) and the floating-point work: the floor the tuner reports against.
 struct Traffic {
@@ -64,6 +71,7 @@ class OpDef {
 
   virtual std::vector<Constant> constants(const OpSpec& spec, const nlohmann::json& config) const = 0;
   virtual LaunchGeometry launch_geometry(const OpSpec& spec, const nlohmann::json& config) const = 0;
+  virtual std::vector<PointerArg> pointer_args(const OpSpec& spec, const nlohmann::json& config) const = 0;
   virtual Traffic traffic(const OpSpec& spec) const = 0;
 };
 

@@ -1,4 +1,5 @@
 #include "runtime/kernel_cache.h"
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -71,7 +72,9 @@ LoadedKernel load_record(const cache::KernelRecord& rec, const codegen::OpSpec& 
   k.key = rec.key();
   k.config = rec.config;
   k.tuned = rec.tuned;
-  k.geometry = codegen::find_op(spec.op).launch_geometry(spec, rec.config);
+  const auto& op = codegen::find_op(spec.op);
+  k.geometry = op.launch_geometry(spec, rec.config);
+  k.pointers = op.pointer_args(spec, rec.config);
   QJIT_CU(cuModuleLoadData(&k.module, rec.cubin.data()));
   CUresult r = driver().cuModuleGetFunction(&k.function, k.module, rec.kernel_name.c_str());
   if (r != CUDA_SUCCESS) {
@@ -85,6 +88,27 @@ void launch(const LoadedKernel& k, void** args, CUstream stream) {
   const auto& g = k.geometry;
   QJIT_CU(cuLaunchKernel(k.function, g.grid[0], g.grid[1], g.grid[2], g.block[0], g.block[1], g.block[2],
                          g.dynamic_smem, stream, args, nullptr));
+}
+
+void launch_checked(const LoadedKernel& k, const char* op, std::initializer_list<const void*> pointers,
+                    CUstream stream) {
+  if (pointers.size() != k.pointers.size() || pointers.size() > 8)
+    throw Error("argument", std::string(op) + ": expected " + std::to_string(k.pointers.size()) + " pointers");
+  const void* values[8];
+  void* args[8];
+  size_t i = 0;
+  for (const void* p : pointers) {
+    const auto& want = k.pointers[i];
+    const auto addr = reinterpret_cast<uintptr_t>(p);
+    if (!p) throw Error("argument", std::string(op) + ": " + want.name + " is null");
+    if (addr % want.align)
+      throw Error("argument", std::string(op) + ": " + want.name + " = " + std::to_string(addr) +
+                                  " is not aligned to " + std::to_string(want.align) + " bytes (the kernel's vector access)");
+    values[i] = p;
+    args[i] = &values[i];
+    ++i;
+  }
+  launch(k, args, stream);
 }
 
 KernelCache& KernelCache::instance() {

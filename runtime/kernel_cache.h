@@ -24,6 +24,7 @@ struct LoadedKernel {
   CUmodule module = nullptr;
   CUfunction function = nullptr;
   codegen::LaunchGeometry geometry;
+  std::vector<codegen::PointerArg> pointers;  // checked by launch_checked
 };
 
 // Everything of the cache key except the spec, for this process's GPU and toolchain.
@@ -41,6 +42,11 @@ cache::KernelRecord build_record(const codegen::OpSpec& spec, const nlohmann::js
 LoadedKernel load_record(const cache::KernelRecord& rec, const codegen::OpSpec& spec);
 
 void launch(const LoadedKernel& k, void** args, CUstream stream);
+// The entry points' launch: every pointer non-null and aligned as the kernel's
+// config needs (qjit::Error("argument", ...) naming it otherwise, nothing
+// launched), then launch with the pointers as the kernel's parameters.
+void launch_checked(const LoadedKernel& k, const char* op, std::initializer_list<const void*> pointers,
+                    CUstream stream);
 
 class KernelCache {
  public:

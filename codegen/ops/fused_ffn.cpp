@@ -181,6 +181,15 @@ LaunchGeometry FusedFfnOp::launch_geometry(const OpSpec& spec, const nlohmann::j
   return g;
 }
 
+std::vector<PointerArg> FusedFfnOp::pointer_args(const OpSpec& spec, const nlohmann::json& config) const {
+  const Config c = Config::from(config);
+  const auto t = fused_ffn_types(spec.get_str("dtype"));
+  // W is read in vec_bytes vectors (16 in the mma family); x in the same number of elements.
+  const int w_align = c.family == "mma" ? 16 : c.vec_bytes;
+  const int x_align = std::min(16, w_align / t.w_bytes * t.x_bytes);
+  return {{"x", x_align}, {"w1", w_align}, {"w3", w_align}, {"y", t.y_bytes}};
+}
+
 Traffic FusedFfnOp::traffic(const OpSpec& spec) const {
   const auto t = fused_ffn_types(spec.get_str("dtype"));
   const double d = static_cast<double>(spec.get_int("d")), h = static_cast<double>(spec.get_int("h")),

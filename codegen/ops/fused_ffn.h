@@ -27,6 +27,7 @@ class FusedFfnOp final : public OpDef {
   void validate_config(const OpSpec& spec, const nlohmann::json& config) const override;
   std::vector<Constant> constants(const OpSpec& spec, const nlohmann::json& config) const override;
   LaunchGeometry launch_geometry(const OpSpec& spec, const nlohmann::json& config) const override;
+  std::vector<PointerArg> pointer_args(const OpSpec& spec, const nlohmann::json& config) const override;
   Traffic traffic(const OpSpec& spec) const override;
 };
 

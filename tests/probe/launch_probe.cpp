@@ -3,7 +3,9 @@
 //   first_launch_ms_since_exec: process start (kernel's exec time) → first
 //     fused_ffn launch returned and synchronized, cache warm or not;
 //   hit_overhead_us: host time of one cache-hit qjit::fused_ffn call (median
-//     of batches of 1000 calls, enqueue only).
+//     of batches of 1000 calls, enqueue only);
+//   bare_launch_us: the same kernel through cuLaunchKernel alone, so that
+//     hit_overhead_us - bare_launch_us is what qjit adds.
 // Usage: qjit_launch_probe [d h m dtype]   (cache: $QJIT_CACHE)
 #include <time.h>
 #include <unistd.h>
@@ -16,6 +18,7 @@
 #include "qjit/qjit.h"
 #include "runtime/device.h"
 #include "runtime/driver.h"
+#include "runtime/kernel_cache.h"
 
 // Seconds since boot at which this process was started (field 22 of /proc/self/stat).
 static double process_start_s() {
@@ -74,14 +77,28 @@ int main(int argc, char** argv) {
       QJIT_CU(cuCtxSynchronize());
     }
     std::sort(per_call.begin(), per_call.end());
+    // The same cached kernel, launched with no qjit code in between.
+    const auto& k = qjit::runtime::KernelCache::instance().get("probe", [&] {
+      return qjit::codegen::make_spec("fused_ffn", {{"d", d}, {"h", h}, {"m", m}, {"dtype", dt}});
+    });
+    void* args[] = {&x, &w1, &w3, &y};
+    std::vector<double> bare;
+    for (int rep = 0; rep < 7; ++rep) {
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < 1000; ++i) qjit::runtime::launch(k, args, nullptr);
+      auto t1 = std::chrono::steady_clock::now();
+      bare.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 1000);
+      QJIT_CU(cuCtxSynchronize());
+    }
+    std::sort(bare.begin(), bare.end());
     // Where the first launch's time goes: exec → main (loader), driver init +
     // primary context, buffer allocation, first qjit call (cache open, lookup,
     // module load, launch) + synchronize.
     std::printf("{\"d\":%d,\"h\":%d,\"m\":%d,\"dtype\":\"%s\",\"first_launch_ms_since_exec\":%.1f,"
                 "\"exec_to_main_ms\":%.1f,\"driver_and_context_ms\":%.1f,\"alloc_ms\":%.1f,"
-                "\"first_call_ms\":%.1f,\"hit_overhead_us\":%.2f}\n",
+                "\"first_call_ms\":%.1f,\"hit_overhead_us\":%.2f,\"bare_launch_us\":%.2f}\n",
                 d, h, m, dt.c_str(), first_ms, (t_main - process_start_s()) * 1e3, (t_device - t_main) * 1e3,
-                (t_alloc - t_device) * 1e3, (t_first - t_alloc) * 1e3, per_call[per_call.size() / 2]);
+                (t_alloc - t_device) * 1e3, (t_first - t_alloc) * 1e3, per_call[per_call.size() / 2], bare[bare.size() / 2]);
   } catch (const qjit::Error& e) {
     std::fprintf(stderr, "qjit_launch_probe: %s\n%s\n", e.what(), e.detail().c_str());
     return 1;
