@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   add_doctor(app, rc);
   add_export(app, rc);
   add_import(app, rc);
+  add_lut(app, rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

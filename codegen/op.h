@@ -18,13 +18,16 @@ struct ParamDef {
   nlohmann::json default_value;            // null: required
   std::vector<std::string> choices;        // non-empty: an enum of strings
   int64_t min = 1, max = INT64_MAX;        // for integers
+  bool free_string = false;                // any string (the op's validate() checks it)
 };
 
-// One `constexpr` line of the generated preamble. type "using" emits an alias.
+// One named value of the generated preamble: `constexpr type name = value;`.
+// type "using" emits an alias; type "struct" emits `struct name { value };`
+// where value holds the struct's own constexpr members (e.g. a LUT).
 struct Constant {
-  std::string type;     // "int", "long long", "using", ...
-  std::string name;     // kD, TX, ...
-  std::string value;    // "4096", "qjit::half_t"
+  std::string type;     // "int", "long long", "using", "struct", ...
+  std::string name;     // kD, TX, Lut, ...
+  std::string value;    // "4096", "qjit::half_t", member lines
   std::string comment;  // what it means
 };
 

@@ -1,12 +1,14 @@
 #include "codegen/registry.h"
 #include "codegen/error.h"
+#include "codegen/ops/fp_lut.h"
 #include "codegen/ops/fused_ffn.h"
 
 namespace qjit::codegen {
 
 std::vector<const OpDef*> all_ops() {
   static const FusedFfnOp fused_ffn;
-  return {&fused_ffn};
+  static const FpLutOp fp_lut;
+  return {&fused_ffn, &fp_lut};
 }
 
 const OpDef& find_op(const std::string& name) {

@@ -81,7 +81,10 @@ OpSpec make_spec(const std::string& op_name, const nlohmann::json& raw) {
       continue;
     }
     const auto& v = raw.at(d.name);
-    if (!d.choices.empty()) {
+    if (d.free_string) {
+      if (!v.is_string()) throw Error("spec", "bad " + d.name + "=" + v.dump() + " for " + op_name + "; expected a string");
+      spec.params[d.name] = v;
+    } else if (!d.choices.empty()) {
       bool ok = v.is_string();
       if (ok) {
         ok = false;
@@ -123,16 +126,20 @@ std::string OpSpec::canonical_json() const {
   return j.dump();  // nlohmann::json keeps object keys sorted
 }
 
+// Empty strings (an unset optional text parameter) are left out of both forms.
 std::string OpSpec::shape_string() const {
   std::string s;
   for (auto& [k, v] : params.items())
-    s += (s.empty() ? "" : ",") + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+    if (!(v.is_string() && v.get<std::string>().empty()))
+      s += (s.empty() ? "" : ",") + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
   return s;
 }
 
 std::string OpSpec::label() const {
   std::string s = op;
-  for (auto& [k, v] : params.items()) s += " " + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+  for (auto& [k, v] : params.items())
+    if (!(v.is_string() && v.get<std::string>().empty()))
+      s += " " + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
   return s;
 }
 

@@ -40,14 +40,34 @@ bool parse_dtype(const char* s, qjit::DType* out) {
 }
 }  // namespace
 
-extern "C" qjit_status qjit_fused_ffn(int d, int h, int m, const char* dtype, const void* x, const void* w1,
-                                      const void* w3, void* y, void* stream) {
+extern "C" qjit_status qjit_fused_ffn(int d, int h, int m, const char* dtype, const char* act, const void* x,
+                                      const void* w1, const void* w3, void* y, void* stream) {
   return guarded([&] {
     qjit::DType t;
     if (!parse_dtype(dtype, &t))
       throw qjit::Error("argument", std::string("fused_ffn: dtype '") + (dtype ? dtype : "(null)") +
                                         "' (expected fp16, bf16, fp32 or mixed)");
-    qjit::fused_ffn({d, h, m, t}, x, w1, w3, y, static_cast<CUstream_st*>(stream));
+    qjit::Activation a = qjit::Activation::silu;
+    if (act) {
+      bool known = false;
+      for (auto c : {qjit::Activation::silu, qjit::Activation::silu_lut, qjit::Activation::silu_lut_seed})
+        if (std::string(act) == qjit::to_string(c)) a = c, known = true;
+      if (!known)
+        throw qjit::Error("argument", std::string("fused_ffn: act '") + act + "' (expected silu, silu_lut or silu_lut_seed)");
+    }
+    qjit::fused_ffn({d, h, m, t, a}, x, w1, w3, y, static_cast<CUstream_st*>(stream));
+  });
+}
+
+extern "C" qjit_status qjit_fp_lut(const char* fn, long long n, const char* in, const char* out, const char* cuts,
+                                   const void* x, void* y, void* stream) {
+  return guarded([&] {
+    qjit::DType ti, to;
+    if (!parse_dtype(in, &ti) || !parse_dtype(out, &to) || ti == qjit::DType::mixed || to == qjit::DType::mixed)
+      throw qjit::Error("argument", std::string("fp_lut: in/out '") + (in ? in : "(null)") + "'/'" +
+                                        (out ? out : "(null)") + "' (expected fp16, bf16 or fp32)");
+    if (!fn) throw qjit::Error("argument", "fp_lut: fn is null");
+    qjit::fp_lut({fn, n, ti, to, cuts ? cuts : "default"}, x, y, static_cast<CUstream_st*>(stream));
   });
 }
 

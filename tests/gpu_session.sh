@@ -2,7 +2,9 @@
 # One GPU-machine session: builds nothing. Runs the [gpu] tests, tunes and
 # benchmarks the issue's shapes, the launch probe and the PyTorch peers, and
 # prints a short table last. Logs and JSON go to $OUT.
-#   usage (repo root on the GPU machine): bash tests/gpu_session.sh [quick]
+#   usage (repo root on the GPU machine): bash tests/gpu_session.sh [PART]
+#   PART: all (default), tests (only the [gpu] tests), ffn or lut (tests
+#   skipped; fused_ffn or fp_lut tuning, benches and peers only)
 # Expects: the install tree in .dist (cmake --install build --prefix .dist) and
 # peers.py copied to .device/peers.py (../shared does not travel).
 set -u
@@ -19,29 +21,43 @@ Q="$DIST/bin/qjit"
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader)"
 "$Q" doctor | tee "$OUT/doctor.txt"
 
-echo "== GPU tests"
-( time "$DIST/bin/qjit_tests" "[gpu]" ) >"$OUT/gpu_tests.log" 2>&1
-echo "gpu tests exit $?"; grep -E "FAILED|failed|passed" "$OUT/gpu_tests.log" | head -20; tail -4 "$OUT/gpu_tests.log"
-
-[ "${1:-}" = quick ] && exit 0
+PART=${1:-all}
+if [ "$PART" = all ] || [ "$PART" = tests ]; then
+  echo "== GPU tests"
+  ( time "$DIST/bin/qjit_tests" "[gpu]" ) >"$OUT/gpu_tests.log" 2>&1
+  echo "gpu tests exit $?"; grep -E "FAILED|failed|passed" "$OUT/gpu_tests.log" | head -20; tail -4 "$OUT/gpu_tests.log"
+fi
+[ "$PART" = tests ] && exit 0
 
 echo "== tune + bench"
-SHAPES=("d=4096,h=11008 --m 1-8" "d=4096,h=12288 --m 1,8" "d=2048,h=5632 --m 1,8"
-        "d=4096,h=11008 --dtype bf16 --m 1" "d=4096,h=11008 --dtype fp32 --m 1" "d=4096,h=11008 --dtype mixed --m 1")
+SHAPES=("fused_ffn d=4096,h=11008 --m 1-8" "fused_ffn d=4096,h=12288 --m 1,8" "fused_ffn d=2048,h=5632 --m 1,8"
+        "fused_ffn d=4096,h=11008 --dtype bf16 --m 1" "fused_ffn d=4096,h=11008 --dtype fp32 --m 1"
+        "fused_ffn d=4096,h=11008 --dtype mixed --m 1" "fused_ffn d=4096,h=11008,act=silu_lut --m 1,8")
+LUTS=()
+for fn in silu gelu sigmoid tanh exp; do LUTS+=("fp_lut n=134217728,fn=$fn"); done
+PEERS="fused_ffn fp_lut"
+case "$PART" in
+  ffn) PEERS=fused_ffn ;;
+  lut) SHAPES=(); PEERS=fp_lut ;;
+esac
+[ "$PART" = ffn ] || SHAPES+=("${LUTS[@]}")
 i=0
 for s in "${SHAPES[@]}"; do
   i=$((i+1))
-  /usr/bin/time -f "tune wall %e s" "$Q" tune --op fused_ffn --shape $s --json >"$OUT/tune_$i.json" 2>>"$OUT/tune.log"
+  op=${s%% *}; shape=${s#* }
+  /usr/bin/time -f "tune wall %e s" "$Q" tune --op $op --shape $shape --json >"$OUT/tune_$i.json" 2>>"$OUT/tune.log"
   tail -1 "$OUT/tune.log"
-  "$Q" bench --op fused_ffn --shape $s --json >"$OUT/bench_$i.json" 2>>"$OUT/bench.log" || echo "bench $s failed"
+  "$Q" bench --op $op --shape $shape --json >"$OUT/bench_$i.json" 2>>"$OUT/bench.log" || echo "bench $s failed"
 done
 "$Q" list > "$OUT/list.txt"
 
-echo "== launch probe (warm cache, new processes)"
-for k in 1 2 3; do "$DIST/bin/qjit_launch_probe" 4096 11008 1 fp16; done | tee "$OUT/probe.jsonl"
+if [ "$PART" != lut ]; then
+  echo "== launch probe (warm cache, new processes)"
+  for k in 1 2 3; do "$DIST/bin/qjit_launch_probe" 4096 11008 1 fp16; done | tee "$OUT/probe.jsonl"
+fi
 
 echo "== PyTorch peers"
-PYTHONUNBUFFERED=1 python3 .device/peers.py fused_ffn --json "$OUT/peers.json" >"$OUT/peers.log" 2>&1 || echo "peers failed"
+PYTHONUNBUFFERED=1 python3 .device/peers.py $PEERS --json "$OUT/peers.json" >"$OUT/peers.log" 2>&1 || echo "peers failed"
 tail -12 "$OUT/peers.log"
 
 python3 - "$OUT" <<'PY'
@@ -53,7 +69,7 @@ if os.path.exists(f"{out}/peers.json"):
         peers[r["case"]] = r["us"]
 print(f"\n{'spec':<44} {'qjit us':>8} {'%floor':>7} {'cuBLAS':>8} {'x cuBLAS':>8} {'torch':>8} {'x torch':>8} {'tune s':>7}")
 benches = []
-for f in sorted(glob.glob(f"{out}/bench_*.json")):
+for f in sorted(glob.glob(f"{out}/bench_*.json"), key=lambda p: int(p.split("_")[-1].split(".")[0])):
     try: rows = json.load(open(f))
     except Exception: continue
     benches.append(rows)
@@ -62,10 +78,14 @@ for f in sorted(glob.glob(f"{out}/bench_*.json")):
     except Exception: tunes = {}
     for b in rows:
         q = b["rows"][0]; base = b["rows"][1] if len(b["rows"]) > 1 else None
+        op = b["spec"].split()[0]
         sp = dict(kv.split("=") for kv in b["spec"].split()[1:])
-        key = f"torch fp16 (2 cuBLAS GEMM + silu*mul) d={sp['d']} h={sp['h']} M={sp['m']}"
-        t = peers.get(key) if sp["dtype"] == "fp16" else None
-        print(f"{b['spec'][10:]:<44} {q['median_us']:>8.2f} {q['pct_of_floor']:>6.1f}% "
+        if op == "fused_ffn":
+            key = f"torch fp16 (2 cuBLAS GEMM + silu*mul) d={sp['d']} h={sp['h']} M={sp['m']}"
+            t = peers.get(key) if sp["dtype"] == "fp16" and sp.get("act") == "silu" else None
+        else:
+            t = peers.get(f"torch {sp['fn']} fp16 n=2^27") if sp["n"] == str(1 << 27) else None
+        print(f"{b['spec'].replace('act=silu ', '').replace('cuts=default ', '')[:44]:<44} {q['median_us']:>8.2f} {q['pct_of_floor']:>6.1f}% "
               f"{(base['median_us'] if base else float('nan')):>8.2f} {(base['median_us']/q['median_us'] if base else float('nan')):>7.2f}x "
               f"{(t if t else float('nan')):>8.2f} {((t/q['median_us']) if t else float('nan')):>7.2f}x {tunes.get(b['spec'], float('nan')):>7.1f}")
 print("copy GB/s (each bench run):", ", ".join(str(round(b["copy_gbps"])) for rows in benches for b in rows))

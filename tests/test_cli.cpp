@@ -393,7 +393,7 @@ TEST_CASE("cli: import checks every line first and imports all or nothing", "[cl
     const auto imports = store.all_imports();
     REQUIRE(imports.size() == 1);
     CHECK(imports[0].op == "fused_ffn");
-    CHECK(imports[0].spec_json == R"({"d":256,"dtype":"fp16","h":64,"m":1,"op":"fused_ffn"})");
+    CHECK(imports[0].spec_json == R"({"act":"silu","d":256,"dtype":"fp16","h":64,"m":1,"op":"fused_ffn"})");
     CHECK(imports[0].config == json::parse(legal_config()));
     CHECK(imports[0].source_record.at("median_us") == 3.5);
   }

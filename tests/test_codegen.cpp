@@ -174,15 +174,16 @@ TEST_CASE("generate_source: every constant is a named constexpr with its value",
         expect("kWarps", "constexpr int kWarps = " + config["warps"].dump() + ";");
         expect("kUnroll", "constexpr int kUnroll = " + config["unroll"].dump() + ";");
         expect("kSplitD", "constexpr int kSplitD = " + config["split_d"].dump() + ";");
+        expect("Act", "using Act = qjit::SiluExpf;");  // act=silu (the default)
         if (is_mma(config)) {
           expect("kTiles", "constexpr int kTiles = " + config["tiles"].dump() + ";");
-          CHECK(st.size() == 10);
+          CHECK(st.size() == 11);
           CHECK(src.template_path == "templates/fused_ffn/fused_ffn_mma.cu");
         } else {
           expect("kRowsPerWarp", "constexpr int kRowsPerWarp = " + config["rows_per_warp"].dump() + ";");
           expect("kVecElems",
                  "constexpr int kVecElems = " + std::to_string(config["vec_bytes"].get<int>() / T.w_bytes) + ";");
-          CHECK(st.size() == 11);
+          CHECK(st.size() == 12);
           CHECK(src.template_path == "templates/fused_ffn/fused_ffn.cu");
         }
 

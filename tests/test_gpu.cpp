@@ -4,8 +4,12 @@
 // tolerance of each output type (tuner/reference/fused_ffn.cpp).
 #include <catch2/catch.hpp>
 #include <sqlite3.h>
+#include <cmath>
+#include <cstring>
 #include <random>
 #include "cache/store.h"
+#include "codegen/numeric.h"
+#include "codegen/ops/fp_lut.h"
 #include "codegen/registry.h"
 #include "qjit/qjit.h"
 #include "qjit/qjit_c.h"
@@ -13,6 +17,8 @@
 #include "runtime/driver.h"
 #include "runtime/kernel_cache.h"
 #include "tests/helpers.h"
+#include "tuner/reference/fp_lut.h"
+#include "tuner/timing.h"
 #include "tuner/tuner.h"
 #include "tuner/workload.h"
 
@@ -50,7 +56,7 @@ TEST_CASE("fused_ffn: every dtype and M = 1..8, odd d, through the typed runtime
         auto work = tuner::make_workload(spec, seed, 0);
         work->poison_output(nullptr);
         Pointers p = pointers(*work);
-        fused_ffn({d, h, m, dtype_of(dtype)}, p.x, p.w1, p.w3, p.y, nullptr);
+        fused_ffn({d, h, m, dtype_of(dtype), Activation::silu}, p.x, p.w1, p.w3, p.y, nullptr);
         auto v = work->verify(1.0);
         INFO(v.message);
         CHECK(v.ok);
@@ -98,7 +104,7 @@ TEST_CASE("C API: launch, and argument errors that launch nothing", "[gpu]") {
   auto work = tuner::make_workload(spec, fresh_seed(), 0);
   Pointers p = pointers(*work);
   work->poison_output(nullptr);
-  REQUIRE(qjit_fused_ffn(2048, 512, 2, "fp16", p.x, p.w1, p.w3, p.y, nullptr) == QJIT_OK);
+  REQUIRE(qjit_fused_ffn(2048, 512, 2, "fp16", nullptr, p.x, p.w1, p.w3, p.y, nullptr) == QJIT_OK);
   CHECK(std::string(qjit_last_error()).empty());
   auto v = work->verify(1.0);
   INFO(v.message);
@@ -107,15 +113,15 @@ TEST_CASE("C API: launch, and argument errors that launch nothing", "[gpu]") {
   // Each bad call must fail before launching: the poisoned output stays poisoned.
   work->poison_output(nullptr);
   const char* w1_misaligned = static_cast<const char*>(p.w1) + 2;
-  CHECK(qjit_fused_ffn(2048, 512, 2, "fp16", p.x, w1_misaligned, p.w3, p.y, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(qjit_fused_ffn(2048, 512, 2, "fp16", nullptr, p.x, w1_misaligned, p.w3, p.y, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(qjit_last_error(), Catch::Contains("w1") && Catch::Contains("aligned"));
-  CHECK(qjit_fused_ffn(2048, 512, 2, "fp16", nullptr, p.w1, p.w3, p.y, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(qjit_fused_ffn(2048, 512, 2, "fp16", nullptr, nullptr, p.w1, p.w3, p.y, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(qjit_last_error(), Catch::Contains("x is null"));
-  CHECK(qjit_fused_ffn(2048, 512, 2, "int4", p.x, p.w1, p.w3, p.y, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(qjit_fused_ffn(2048, 512, 2, "int4", nullptr, p.x, p.w1, p.w3, p.y, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(qjit_last_error(), Catch::Contains("int4"));
-  CHECK(qjit_fused_ffn(2048, 512, 9, "fp16", p.x, p.w1, p.w3, p.y, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(qjit_fused_ffn(2048, 512, 9, "fp16", nullptr, p.x, p.w1, p.w3, p.y, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(qjit_last_error(), Catch::Contains("m=9"));
-  CHECK(qjit_fused_ffn(0, 512, 2, "fp16", p.x, p.w1, p.w3, p.y, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK(qjit_fused_ffn(0, 512, 2, "fp16", nullptr, p.x, p.w1, p.w3, p.y, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
   CHECK_FALSE(work->verify(1.0).ok);  // still poisoned: nothing ran
 }
 
@@ -169,4 +175,88 @@ TEST_CASE("a corrupt cached cubin is never launched: removed, rebuilt, still cor
   auto rec = store.lookup(runtime::fingerprint(spec).key());
   REQUIRE(rec);
   CHECK_FALSE(rec->tuned);  // the corrupt row was removed and rebuilt from the default config
+}
+
+// ---- fp_lut ----------------------------------------------------------------
+
+TEST_CASE("fp_lut: all 65536 fp16 inputs, every function and output type, bit-equal to the CPU", "[gpu]") {
+  test::TempDir dir;
+  set_cache_path(dir.file("kernels.db"));
+  std::vector<uint16_t> all(65536);
+  for (uint32_t i = 0; i < 65536; ++i) all[i] = static_cast<uint16_t>(i);
+  tuner::DeviceBuffer x(all.size() * 2), y(all.size() * 4);
+  x.upload(all.data(), all.size() * 2);
+  std::vector<std::pair<std::string, std::string>> tables;  // fn, cuts
+  for (const auto& fn : codegen::lut::function_names()) tables.push_back({fn, "default"});
+  tables.push_back({"silu", "seed"});
+  for (const auto& [fn, cuts] : tables)
+    for (auto out : {DType::fp16, DType::bf16, DType::fp32}) {
+      INFO(fn << " cuts=" << cuts << " out=" << to_string(out));
+      QJIT_CU(cuMemsetD8(y.ptr(), 0xa5, y.bytes()));
+      fp_lut({fn, 65536, DType::fp16, out, cuts}, reinterpret_cast<void*>(x.ptr()), reinterpret_cast<void*>(y.ptr()));
+      QJIT_CU(cuCtxSynchronize());
+      const size_t ob = out == DType::fp32 ? 4 : 2;
+      std::vector<uint8_t> got(all.size() * ob);
+      y.download(got.data(), got.size());
+      auto spec = codegen::make_spec("fp_lut", {{"n", 65536}, {"fn", fn}, {"cuts", cuts}, {"out", to_string(out)}});
+      const auto table = codegen::lut_table_of(spec);
+      int mismatches = 0;
+      uint32_t first_x = 0, first_got = 0, first_want = 0;
+      for (uint32_t i = 0; i < 65536; ++i) {
+        uint32_t g = 0;
+        std::memcpy(&g, &got[i * ob], ob);
+        const uint32_t w = tuner::lut_reference_bits(table, "fp16", to_string(out), i);
+        const bool both_nan = out == DType::fp32 ? std::isnan(bits_to_float(g)) && std::isnan(bits_to_float(w))
+                              : out == DType::bf16 ? ((g & 0x7f80) == 0x7f80 && (g & 0x7f)) && ((w & 0x7f80) == 0x7f80 && (w & 0x7f))
+                                                   : ((g & 0x7c00) == 0x7c00 && (g & 0x3ff)) && ((w & 0x7c00) == 0x7c00 && (w & 0x3ff));
+        if (g != w && !both_nan && mismatches++ == 0) first_x = i, first_got = g, first_want = w;
+      }
+      INFO("first mismatch: x bits 0x" << std::hex << first_x << " got 0x" << first_got << " want 0x" << first_want);
+      CHECK(mismatches == 0);
+    }
+}
+
+TEST_CASE("fp_lut: every candidate verifies on random odd-length tensors (tuner)", "[gpu]") {
+  test::TempDir dir;
+  cache::Store store(dir.file("kernels.db"));
+  for (const char* shape : {"n=1000003,fn=gelu,in=bf16,out=fp32", "n=333331,fn=sin,in=fp32,out=fp16",
+                            "n=4097,fn=exp,in=fp16,out=bf16"}) {
+    auto spec = codegen::parse_spec("fp_lut", shape);
+    tuner::TuneOptions opt;
+    opt.seed = fresh_seed();
+    INFO(spec.label() << " seed " << opt.seed);
+    auto rep = tuner::tune(spec, store, opt);
+    int candidates = 0;
+    for (auto& t : rep.trials) {
+      INFO(t.config.dump() << " " << cache::to_string(t.status) << " " << t.message);
+      CHECK(t.status == cache::TrialStatus::ok);
+      ++candidates;
+    }
+    CHECK(candidates == rep.candidates_total);
+  }
+}
+
+TEST_CASE("fused_ffn with the FP16 SiLU table: every candidate and the typed API", "[gpu]") {
+  test::TempDir dir;
+  cache::Store store(dir.file("kernels.db"));
+  for (const char* shape : {"d=1024,h=300,m=5,act=silu_lut", "d=1000,h=64,m=1,act=silu_lut_seed,dtype=fp32"}) {
+    auto spec = codegen::parse_spec("fused_ffn", shape);
+    tuner::TuneOptions opt;
+    opt.seed = fresh_seed();
+    INFO(spec.label() << " seed " << opt.seed);
+    auto rep = tuner::tune(spec, store, opt);
+    for (auto& t : rep.trials) {
+      INFO(t.config.dump() << " " << cache::to_string(t.status) << " " << t.message);
+      CHECK((t.status == cache::TrialStatus::ok || t.status == cache::TrialStatus::resource_error));
+    }
+  }
+  set_cache_path(dir.file("kernels.db"));
+  auto spec = codegen::make_spec("fused_ffn", {{"d", 2048}, {"h", 500}, {"m", 3}, {"act", "silu_lut_seed"}});
+  auto work = tuner::make_workload(spec, fresh_seed(), 0);
+  Pointers p = pointers(*work);
+  work->poison_output(nullptr);
+  fused_ffn({2048, 500, 3, DType::fp16, Activation::silu_lut_seed}, p.x, p.w1, p.w3, p.y, nullptr);
+  auto v = work->verify(1.0);
+  INFO(v.message);
+  CHECK(v.ok);
 }

@@ -1,4 +1,4 @@
-// Tests for tuner/numeric.h (host fp16/bf16 conversions, which must match the
+// Tests for codegen/numeric.h (host fp16/bf16 conversions, which must match the
 // GPU's cvt.rn bit for bit) and tuner/reference/fused_ffn.* (the CPU reference
 // every kernel is verified against).
 #include <catch2/catch.hpp>
@@ -11,9 +11,10 @@
 #include <vector>
 
 #include "codegen/spec.h"
-#include "tuner/numeric.h"
+#include "codegen/numeric.h"
 #include "tuner/reference/fused_ffn.h"
 
+using namespace qjit;
 using namespace qjit::tuner;
 using qjit::codegen::OpSpec;
 using qjit::codegen::parse_spec;

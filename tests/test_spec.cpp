@@ -137,9 +137,9 @@ TEST_CASE("make_spec fused_ffn: defaults and canonical JSON", "[spec]") {
   CHECK(s.get_int("h") == 11008);
   CHECK(s.get_int("m") == 1);
   CHECK(s.get_str("dtype") == "fp16");
-  CHECK(s.canonical_json() == R"({"d":4096,"dtype":"fp16","h":11008,"m":1,"op":"fused_ffn"})");
-  CHECK(s.shape_string() == "d=4096,dtype=fp16,h=11008,m=1");
-  CHECK(s.label() == "fused_ffn d=4096 dtype=fp16 h=11008 m=1");
+  CHECK(s.canonical_json() == R"({"act":"silu","d":4096,"dtype":"fp16","h":11008,"m":1,"op":"fused_ffn"})");
+  CHECK(s.shape_string() == "act=silu,d=4096,dtype=fp16,h=11008,m=1");
+  CHECK(s.label() == "fused_ffn act=silu d=4096 dtype=fp16 h=11008 m=1");
 
   // every spelling of the same spec gives the same canonical JSON
   const std::vector<std::string> spellings = {
@@ -169,7 +169,7 @@ TEST_CASE("make_spec fused_ffn: random specs are canonical regardless of key ord
     for (auto& p : pieces) line += (line.empty() ? "" : ",") + p;
     INFO("input: " << line);
     const OpSpec s = parse_spec("fused_ffn", line);
-    const std::string expect = "{\"d\":" + std::to_string(d) + ",\"dtype\":\"" + dt + "\",\"h\":" + std::to_string(h) +
+    const std::string expect = "{\"act\":\"silu\",\"d\":" + std::to_string(d) + ",\"dtype\":\"" + dt + "\",\"h\":" + std::to_string(h) +
                                ",\"m\":" + std::to_string(m) + ",\"op\":\"fused_ffn\"}";
     CHECK(s.canonical_json() == expect);
     // the three spellings round trip
@@ -207,7 +207,7 @@ TEST_CASE("spec_from_json: round trip and malformed documents", "[spec]") {
   CHECK(t.canonical_json() == s.canonical_json());
   // a document with missing defaults is canonicalised
   CHECK(spec_from_json({{"op", "fused_ffn"}, {"h", 64}, {"d", 1000}}).canonical_json() ==
-        R"({"d":1000,"dtype":"fp16","h":64,"m":1,"op":"fused_ffn"})");
+        R"({"act":"silu","d":1000,"dtype":"fp16","h":64,"m":1,"op":"fused_ffn"})");
   expect_error([] { spec_from_json({{"d", 1}, {"h", 1}}); }, "spec", {"\"op\""});
   expect_error([] { spec_from_json({{"op", 3}, {"d", 1}, {"h", 1}}); }, "spec", {"\"op\""});
   expect_error([] { spec_from_json(json::array()); }, "spec", {"\"op\""});

@@ -1,5 +1,6 @@
 #include "codegen/ops/fused_ffn.h"
 #include "codegen/error.h"
+#include "codegen/ops/fp_lut.h"
 
 namespace qjit::codegen {
 namespace {
@@ -96,6 +97,8 @@ std::vector<ParamDef> FusedFfnOp::params() const {
       {"m", "rows of x (decode batch), baked into the kernel", 1, {}, 1, 8},
       {"dtype", "fp16|bf16|fp32 for x, W and y; mixed = fp32 x/y with fp16 W", "fp16",
        {"fp16", "bf16", "fp32", "mixed"}},
+      {"act", "gate activation: silu (expf), silu_lut (qjit's fitted FP16 table), silu_lut_seed (seed 003's table)",
+       "silu", {"silu", "silu_lut", "silu_lut_seed"}},
   };
 }
 
@@ -163,6 +166,13 @@ std::vector<Constant> FusedFfnOp::constants(const OpSpec& spec, const nlohmann::
       {"int", "kSplitD", num(c.split_d), "tunable: warps sharing one row group"},
       {"int", "kUnroll", num(c.unroll), "tunable: column steps in flight"},
   };
+  const std::string act = spec.get_str("act");
+  if (act == "silu") {
+    out.push_back({"using", "Act", "qjit::SiluExpf", "gate activation: z / (1 + expf(-z))"});
+  } else {
+    out.push_back(lut_struct(lut::build("silu", act == "silu_lut_seed" ? lut::seed_silu_cuts() : lut::default_cuts("silu"))));
+    out.push_back({"using", "Act", "qjit::LutActivation<Lut>", "gate activation: the FP16 SiLU table"});
+  }
   if (c.family == "mma") {
     out.push_back({"int", "kTiles", num(c.tiles), "tunable: 16-row tensor-core tiles per row group"});
   } else {

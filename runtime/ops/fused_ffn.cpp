@@ -17,14 +17,28 @@ const char* to_string(DType t) {
   return "?";
 }
 
+const char* to_string(Activation a) {
+  switch (a) {
+    case Activation::silu: return "silu";
+    case Activation::silu_lut: return "silu_lut";
+    case Activation::silu_lut_seed: return "silu_lut_seed";
+  }
+  return "?";
+}
+
 void fused_ffn(const FusedFfnShape& s, const void* x, const void* w1, const void* w3, void* y, CUstream_st* stream) {
   if (s.d <= 0 || s.h <= 0) throw Error("argument", "fused_ffn: d=" + std::to_string(s.d) + ", h=" +
                                                         std::to_string(s.h) + " (both must be positive)");
   if (s.m < 1 || s.m > 8) throw Error("argument", "fused_ffn: m=" + std::to_string(s.m) + " (expected 1..8)");
   char fast_key[96];
-  std::snprintf(fast_key, sizeof(fast_key), "fused_ffn|%d|%d|%d|%d", s.d, s.h, s.m, static_cast<int>(s.dtype));
+  std::snprintf(fast_key, sizeof(fast_key), "fused_ffn|%d|%d|%d|%d|%d", s.d, s.h, s.m, static_cast<int>(s.dtype),
+                static_cast<int>(s.act));
   const auto& k = runtime::KernelCache::instance().get(fast_key, [&] {
-    return codegen::make_spec("fused_ffn", {{"d", s.d}, {"h", s.h}, {"m", s.m}, {"dtype", to_string(s.dtype)}});
+    return codegen::make_spec("fused_ffn", {{"d", s.d},
+                                            {"h", s.h},
+                                            {"m", s.m},
+                                            {"dtype", to_string(s.dtype)},
+                                            {"act", to_string(s.act)}});
   });
   runtime::launch_checked(k, "fused_ffn", {x, w1, w3, y}, reinterpret_cast<CUstream>(stream));
 }

@@ -1,6 +1,7 @@
 // fused_ffn: y[m, r] = SiLU(<W1[r,:], x[m,:]>) * <W3[r,:], x[m,:]>
 // for m < kM, r < kH; W1, W3 row-major [kH, kD] (PyTorch Linear layout),
-// x row-major [kM, kD], y row-major [kM, kH]. fp32 accumulation, SiLU in fp32.
+// x row-major [kM, kD], y row-major [kM, kH]. fp32 accumulation, SiLU in fp32
+// (Act: expf, or an FP16 lookup table when the spec asks for one).
 //
 // Decode is bound by reading W1 and W3 once. Work split:
 //   block  = kWarps warps, which form kWarps / kSplitD row groups;
@@ -55,7 +56,7 @@ __device__ __forceinline__ void accumulate(const TX* __restrict__ x, const TW* c
     }
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads)
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
 qjit_fused_ffn(const TX* __restrict__ x, const TW* __restrict__ w1, const TW* __restrict__ w3, TY* __restrict__ y) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = warp / kSplitD;
@@ -125,6 +126,6 @@ qjit_fused_ffn(const TX* __restrict__ x, const TW* __restrict__ w1, const TW* __
     for (int r = 0; r < kRowsPerWarp; ++r) {
       const int idx = m * kRowsPerWarp + r;
       if (lane == idx % 32 && row0 + r < kH)
-        y[static_cast<long long>(m) * kH + row0 + r] = qjit::from_f32<TY>(qjit::silu(g[m][r]) * u[m][r]);
+        y[static_cast<long long>(m) * kH + row0 + r] = qjit::from_f32<TY>(Act::apply(g[m][r]) * u[m][r]);
     }
 }

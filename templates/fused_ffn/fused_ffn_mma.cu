@@ -63,7 +63,7 @@ __device__ __forceinline__ void mma_step(const StepData& s, float (&acc1)[kTiles
   }
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads)
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
 qjit_fused_ffn(const TX* __restrict__ x, const TW* __restrict__ w1, const TW* __restrict__ w3, TY* __restrict__ y) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, c = lane % 4;
@@ -134,6 +134,6 @@ qjit_fused_ffn(const TX* __restrict__ x, const TW* __restrict__ w1, const TW* __
     for (int i = 0; i < 4; ++i) {
       const int row = row0 + t * 16 + g + 8 * (i / 2), m = 2 * c + i % 2;
       if (m < kM && row < kH)
-        y[static_cast<long long>(m) * kH + row] = qjit::from_f32<TY>(qjit::silu(acc1[t][i]) * acc3[t][i]);
+        y[static_cast<long long>(m) * kH + row] = qjit::from_f32<TY>(Act::apply(acc1[t][i]) * acc3[t][i]);
     }
 }

@@ -3,7 +3,8 @@
 #include <cmath>
 #include <string>
 #include <thread>
-#include "tuner/numeric.h"
+#include "codegen/numeric.h"
+#include "tuner/reference/fp_lut.h"
 
 namespace qjit::tuner {
 namespace {
@@ -33,6 +34,15 @@ std::vector<double> fused_ffn_reference(const codegen::OpSpec& spec, const void*
   std::vector<double> xd(m * d);
   for (int64_t i = 0; i < m * d; ++i) xd[i] = Reader{x, xk}(i);
   std::vector<double> y(m * h);
+  // The gate activation: SiLU in float64, or the FP16 table the kernel bakes
+  // in, applied to the gate rounded to fp32 (the kernel's accumulator type).
+  const std::string act = spec.params.value("act", "silu");
+  const bool use_lut = act != "silu";
+  const codegen::lut::Table table = codegen::lut::build(
+      "silu", act == "silu_lut_seed" ? codegen::lut::seed_silu_cuts() : codegen::lut::default_cuts("silu"));
+  auto activation = [&](double g) {
+    return use_lut ? static_cast<double>(lut_apply(table, static_cast<float>(g))) : g / (1.0 + std::exp(-g));
+  };
   auto rows = [&](int64_t begin, int64_t end) {
     const Reader a{w1, wk}, b{w3, wk};
     std::vector<double> ga(d), ub(d);
@@ -44,7 +54,7 @@ std::vector<double> fused_ffn_reference(const codegen::OpSpec& spec, const void*
           g += ga[k] * xd[i * d + k];
           u += ub[k] * xd[i * d + k];
         }
-        y[i * h + r] = g / (1.0 + std::exp(-g)) * u;
+        y[i * h + r] = activation(g) * u;
       }
     }
   };

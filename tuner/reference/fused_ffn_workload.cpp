@@ -11,7 +11,7 @@
 #include "runtime/device.h"
 #include "runtime/driver.h"
 #include "tuner/cublas.h"
-#include "tuner/numeric.h"
+#include "codegen/numeric.h"
 #include "tuner/reference/fused_ffn.h"
 #include "tuner/timing.h"
 #include "tuner/workload.h"

@@ -20,15 +20,35 @@ namespace qjit {
 enum class DType { fp16, bf16, fp32, mixed };  // mixed: fp32 activations/output, fp16 weights
 const char* to_string(DType t);
 
+// The gate activation of fused_ffn: SiLU with expf, or an FP16 SiLU table
+// (qjit's fitted cut points, or the seed's) for models calibrated against one.
+enum class Activation { silu, silu_lut, silu_lut_seed };
+const char* to_string(Activation a);
+
 // y[m, h] = SiLU(x[m, d] · W1[h, d]ᵀ) ⊙ (x[m, d] · W3[h, d]ᵀ), fp32 accumulation.
 struct FusedFfnShape {
   int d = 0;
   int h = 0;
   int m = 1;  // 1..8
   DType dtype = DType::fp16;
+  Activation act = Activation::silu;
 };
 void fused_ffn(const FusedFfnShape& shape, const void* x, const void* w1, const void* w3, void* y,
                CUstream_st* stream = nullptr);
+
+// y[i] = f(x[i]) for i < n by an FP16 lookup table with linear interpolation
+// (seed 003 semantics, bit-exact with qjit's CPU reference). fn: silu, gelu,
+// gelu_tanh, sigmoid, tanh, exp, softplus, sin, cos; cuts: "default" (qjit's
+// fitted cut points), "seed" (the seed's SiLU table) or 11 fp16 hex values
+// "a:b:...". in/out: fp16, bf16, fp32 (DType::mixed is not a element type here).
+struct FpLutShape {
+  std::string fn = "silu";
+  long long n = 0;
+  DType in = DType::fp16;
+  DType out = DType::fp16;
+  std::string cuts = "default";
+};
+void fp_lut(const FpLutShape& shape, const void* x, void* y, CUstream_st* stream = nullptr);
 
 // Use another cache file for this process (default: $QJIT_CACHE or ~/.cache/qjit/kernels.db).
 void set_cache_path(const std::string& path);

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace qjit::tuner {
+namespace qjit {
 
 inline float bits_to_float(uint32_t u) {
   float f;
@@ -56,4 +56,4 @@ inline uint16_t float_to_bf16(float f) {
   return static_cast<uint16_t>((u + rounding) >> 16);
 }
 
-}  // namespace qjit::tuner
+}  // namespace qjit

@@ -1,0 +1,176 @@
+#include "codegen/ops/fp_lut.h"
+#include <cstdio>
+#include <sstream>
+#include "codegen/error.h"
+#include "codegen/numeric.h"
+
+namespace qjit::codegen {
+namespace {
+
+int bytes_of(const std::string& t) { return t == "fp32" ? 4 : 2; }
+const char* type_of(const std::string& t) {
+  return t == "fp32" ? "float" : t == "bf16" ? "qjit::bf16_t" : "qjit::half_t";
+}
+
+struct Config {
+  int threads;    // threads per block
+  int vec_bytes;  // bytes of input per vector load
+  int items;      // vectors per thread
+  std::string table;  // "shared" | "global" (through L1)
+
+  static Config from(const nlohmann::json& j) {
+    auto get = [&](const char* k) {
+      if (!j.contains(k) || !j[k].is_number_integer())
+        throw Error("config", std::string("fp_lut config needs integer '") + k + "': " + j.dump());
+      return j[k].get<int>();
+    };
+    if (!j.is_object() || !j.contains("table") || !j["table"].is_string() || j.size() != 4)
+      throw Error("config", "fp_lut config needs threads, vec_bytes, items and table: " + j.dump());
+    return {get("threads"), get("vec_bytes"), get("items"), j["table"].get<std::string>()};
+  }
+  nlohmann::json to_json() const {
+    return {{"threads", threads}, {"vec_bytes", vec_bytes}, {"items", items}, {"table", table}};
+  }
+};
+
+std::string config_problem(const OpSpec& spec, const Config& c) {
+  const int in = bytes_of(spec.get_str("in"));
+  if (c.threads != 128 && c.threads != 256 && c.threads != 512) return "threads must be 128, 256 or 512";
+  if (c.vec_bytes != 4 && c.vec_bytes != 8 && c.vec_bytes != 16) return "vec_bytes must be 4, 8 or 16";
+  if (c.vec_bytes < in) return "vec_bytes is smaller than one input element";
+  if (c.items != 1 && c.items != 2 && c.items != 4 && c.items != 8) return "items must be 1, 2, 4 or 8";
+  // Constant memory is not offered: a warp's lookups hit many different
+  // entries, and the constant cache serialises distinct addresses.
+  if (c.table != "shared" && c.table != "global") return "table must be shared or global";
+  return "";
+}
+
+std::string float_literal(float f) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.9gf", f);
+  std::string s = buf;
+  if (s.find_first_of(".en") == std::string::npos) s.insert(s.size() - 1, ".0");
+  return s;
+}
+
+}  // namespace
+
+lut::Table lut_table_of(const OpSpec& spec) {
+  const std::string fn = spec.get_str("fn"), cuts_s = spec.get_str("cuts"), values_s = spec.get_str("values");
+  std::array<float, lut::kCutCount> cuts{};
+  if (cuts_s == "default") {
+    if (fn == "custom") throw Error("spec", "fn=custom needs explicit cuts and values");
+    cuts = lut::default_cuts(fn);
+  } else if (cuts_s == "seed") {
+    if (fn != "silu") throw Error("spec", "cuts=seed is the seed's SiLU table; fn is '" + fn + "'");
+    cuts = lut::seed_silu_cuts();
+  } else {
+    auto bits = lut::decode_halves(cuts_s, lut::kCutCount);
+    for (int i = 0; i < lut::kCutCount; ++i) cuts[i] = half_to_float(bits[i]);
+  }
+  if (values_s.empty()) {
+    if (fn == "custom") throw Error("spec", "fn=custom needs values=<259 fp16 hex values>");
+    return lut::build(fn, cuts);
+  }
+  auto bits = lut::decode_halves(values_s, lut::kEntries);
+  std::array<uint16_t, lut::kEntries> v{};
+  std::copy(bits.begin(), bits.end(), v.begin());
+  lut::Table t = lut::from_values(cuts, v);
+  t.fn = fn;
+  return t;
+}
+
+Constant lut_struct(const lut::Table& t) {
+  std::ostringstream s;
+  s << "  static constexpr bool kReduceAngle = " << (lut::reduces_angle(t.fn) ? "true" : "false")
+    << ";  // sin/cos: x mod 2π first\n  static constexpr float kCuts[11] = {";
+  for (int i = 0; i < lut::kCutCount; ++i) s << (i ? ", " : "") << float_literal(t.cuts[i]);
+  s << "};\n  static constexpr float kScales[10] = {";
+  for (int i = 0; i < 10; ++i) s << (i ? ", " : "") << float_literal(t.scales[i]);
+  s << "};\n  static constexpr unsigned short kTable[259] = {  // fp16 bits";
+  for (int i = 0; i < lut::kEntries; ++i) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "0x%04x", t.values[i]);
+    s << (i % 12 == 0 ? "\n      " : " ") << buf << (i + 1 < lut::kEntries ? "," : "");
+  }
+  s << "};\n";
+  return {"struct", "Lut", s.str(), "lookup table for " + t.fn + ": 11 cut points, 259 fp16 values"};
+}
+
+std::vector<ParamDef> FpLutOp::params() const {
+  std::vector<std::string> fns = lut::function_names();
+  fns.push_back("custom");
+  ParamDef cuts{"cuts", "cut points: default, seed (SiLU) or 11 fp16 hex values a:b:...", "default"};
+  cuts.free_string = true;
+  ParamDef values{"values", "259 fp16 hex values (fn=custom), empty: sampled from fn", ""};
+  values.free_string = true;
+  return {
+      {"n", "number of elements", nullptr, {}, 1, int64_t{1} << 40},
+      {"fn", "function the table samples", nullptr, fns},
+      cuts,
+      values,
+      {"in", "input type", "fp16", {"fp16", "bf16", "fp32"}},
+      {"out", "output type", "fp16", {"fp16", "bf16", "fp32"}},
+  };
+}
+
+void FpLutOp::validate(const nlohmann::json& params) const {
+  OpSpec spec{"fp_lut", params};
+  lut_table_of(spec);  // throws for bad cuts/values
+}
+
+std::vector<nlohmann::json> FpLutOp::tunable_space(const OpSpec& spec) const {
+  std::vector<nlohmann::json> out;
+  for (int threads : {128, 256, 512})
+    for (int vec : {16, 8, 4})
+      for (int items : {1, 2, 4, 8})
+        for (const char* table : {"shared", "global"}) {
+          Config c{threads, vec, items, table};
+          if (config_problem(spec, c).empty()) out.push_back(c.to_json());
+        }
+  return out;
+}
+
+nlohmann::json FpLutOp::default_config(const OpSpec&) const { return Config{256, 16, 2, "shared"}.to_json(); }
+
+void FpLutOp::validate_config(const OpSpec& spec, const nlohmann::json& config) const {
+  const std::string p = config_problem(spec, Config::from(config));
+  if (!p.empty()) throw Error("config", "fp_lut config " + config.dump() + " is illegal for " + spec.label() + ": " + p);
+}
+
+std::vector<Constant> FpLutOp::constants(const OpSpec& spec, const nlohmann::json& config) const {
+  const Config c = Config::from(config);
+  const std::string in = spec.get_str("in"), out = spec.get_str("out");
+  return {
+      {"using", "TIn", type_of(in), "input element type"},
+      {"using", "TOut", type_of(out), "output element type"},
+      {"long long", "kN", std::to_string(spec.get_int("n")), "elements"},
+      {"int", "kThreads", std::to_string(c.threads), "tunable: threads per block"},
+      {"int", "kVecElems", std::to_string(c.vec_bytes / bytes_of(in)), "tunable: inputs per vector load"},
+      {"int", "kItems", std::to_string(c.items), "tunable: vectors per thread"},
+      {"bool", "kTableInShared", c.table == "shared" ? "true" : "false", "tunable: table copied to shared memory"},
+      lut_struct(lut_table_of(spec)),
+  };
+}
+
+LaunchGeometry FpLutOp::launch_geometry(const OpSpec& spec, const nlohmann::json& config) const {
+  const Config c = Config::from(config);
+  const int64_t chunk = int64_t{c.threads} * c.items * (c.vec_bytes / bytes_of(spec.get_str("in")));
+  LaunchGeometry g;
+  g.grid[0] = static_cast<unsigned>((spec.get_int("n") + chunk - 1) / chunk);
+  g.block[0] = static_cast<unsigned>(c.threads);
+  return g;
+}
+
+std::vector<PointerArg> FpLutOp::pointer_args(const OpSpec& spec, const nlohmann::json& config) const {
+  const Config c = Config::from(config);
+  const int elems = c.vec_bytes / bytes_of(spec.get_str("in"));
+  return {{"x", c.vec_bytes}, {"y", std::min(16, elems * bytes_of(spec.get_str("out")))}};
+}
+
+Traffic FpLutOp::traffic(const OpSpec& spec) const {
+  const double n = static_cast<double>(spec.get_int("n"));
+  return {n * (bytes_of(spec.get_str("in")) + bytes_of(spec.get_str("out"))), 0};
+}
+
+}  // namespace qjit::codegen
