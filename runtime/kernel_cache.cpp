@@ -76,10 +76,24 @@ LoadedKernel load_record(const cache::KernelRecord& rec, const codegen::OpSpec& 
   k.geometry = op.launch_geometry(spec, rec.config);
   k.pointers = op.pointer_args(spec, rec.config);
   QJIT_CU(cuModuleLoadData(&k.module, rec.cubin.data()));
-  CUresult r = driver().cuModuleGetFunction(&k.function, k.module, rec.kernel_name.c_str());
-  if (r != CUDA_SUCCESS) {
+  try {
+    CUresult r = driver().cuModuleGetFunction(&k.function, k.module, rec.kernel_name.c_str());
+    if (r != CUDA_SUCCESS)
+      throw Error("driver", "kernel '" + rec.kernel_name + "' not found in cached module: " + describe(r));
+    if (k.geometry.dynamic_smem > 48 * 1024)  // above 48 KB a kernel must opt in
+      QJIT_CU(cuFuncSetAttribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                 static_cast<int>(k.geometry.dynamic_smem)));
+    // A module may carry `<kernel>_init`: one-time precomputation into its
+    // __device__ globals (e.g. fp_lut's table of every fp16 input), run here
+    // once per load with 256 x 256 threads (it grid-strides) and synchronized.
+    CUfunction init = nullptr;
+    if (driver().cuModuleGetFunction(&init, k.module, (rec.kernel_name + "_init").c_str()) == CUDA_SUCCESS) {
+      QJIT_CU(cuLaunchKernel(init, 256, 1, 1, 256, 1, 1, 0, nullptr, nullptr, nullptr));
+      QJIT_CU(cuCtxSynchronize());
+    }
+  } catch (...) {
     driver().cuModuleUnload(k.module);
-    throw Error("driver", "kernel '" + rec.kernel_name + "' not found in cached module: " + describe(r));
+    throw;
   }
   return k;
 }

@@ -137,14 +137,26 @@ TEST_CASE("fp_lut generated source bakes the table; every candidate compiles", "
   char entry[16];
   std::snprintf(entry, sizeof entry, "0x%04x", t.values[100]);
   CHECK_THAT(src.text, Catch::Contains(entry));
-  const auto space = op.tunable_space(spec);
-  REQUIRE(space.size() >= 40);
-  for (size_t i = 0; i < space.size(); ++i) {
-    auto r = codegen::compile(codegen::generate_source(spec, space[i]), i % 2 ? "sm_80" : "sm_90");
-    INFO(space[i].dump() << "\n" << r.log);
-    CHECK(r.ok);
-    CHECK(r.spill_bytes == 0);
+  // Every candidate of an interpolate-only spec (fp32 output) and of one with
+  // the direct strategy (16-bit output, sin's angle reduction), both archs.
+  const auto direct_spec = codegen::parse_spec("fp_lut", "n=1000003,fn=sin,in=fp32,out=bf16");
+  int direct = 0;
+  for (const auto& s : {spec, direct_spec}) {
+    const auto space = op.tunable_space(s);
+    REQUIRE(space.size() >= 20);
+    for (size_t i = 0; i < space.size(); ++i) {
+      direct += space[i]["table"] == "direct";
+      auto r = codegen::compile(codegen::generate_source(s, space[i]), i % 2 ? "sm_80" : "sm_90");
+      INFO(space[i].dump() << "\n" << r.log);
+      CHECK(r.ok);
+      CHECK(r.spill_bytes == 0);
+    }
   }
+  CHECK(direct > 0);
+  CHECK_THROWS_WITH(op.validate_config(spec, {{"threads", 256}, {"vec_bytes", 16}, {"items", 2}, {"table", "direct"},
+                                              {"blocks", 132}}),
+                    Catch::Contains("16-bit outputs"));
+  CHECK(op.launch_geometry(direct_spec, op.default_config(direct_spec)).dynamic_smem == 131072);
   // Each function and the LUT SiLU variant of fused_ffn compile too.
   for (const auto& fn : lut::function_names()) {
     auto s = codegen::parse_spec("fp_lut", "n=77,fn=" + fn);

@@ -16,7 +16,8 @@ struct Config {
   int threads;    // threads per block
   int vec_bytes;  // bytes of input per vector load
   int items;      // vectors per thread
-  std::string table;  // "shared" | "global" (through L1)
+  std::string table;  // "shared" | "global" (259 entries, interpolate) | "direct" (every fp16 input precomputed)
+  int blocks;     // direct: persistent grid size (each block copies the 128 KB map once); else 0
 
   static Config from(const nlohmann::json& j) {
     auto get = [&](const char* k) {
@@ -24,12 +25,12 @@ struct Config {
         throw Error("config", std::string("fp_lut config needs integer '") + k + "': " + j.dump());
       return j[k].get<int>();
     };
-    if (!j.is_object() || !j.contains("table") || !j["table"].is_string() || j.size() != 4)
-      throw Error("config", "fp_lut config needs threads, vec_bytes, items and table: " + j.dump());
-    return {get("threads"), get("vec_bytes"), get("items"), j["table"].get<std::string>()};
+    if (!j.is_object() || !j.contains("table") || !j["table"].is_string() || j.size() != 5)
+      throw Error("config", "fp_lut config needs threads, vec_bytes, items, table and blocks: " + j.dump());
+    return {get("threads"), get("vec_bytes"), get("items"), j["table"].get<std::string>(), get("blocks")};
   }
   nlohmann::json to_json() const {
-    return {{"threads", threads}, {"vec_bytes", vec_bytes}, {"items", items}, {"table", table}};
+    return {{"threads", threads}, {"vec_bytes", vec_bytes}, {"items", items}, {"table", table}, {"blocks", blocks}};
   }
 };
 
@@ -41,7 +42,13 @@ std::string config_problem(const OpSpec& spec, const Config& c) {
   if (c.items != 1 && c.items != 2 && c.items != 4 && c.items != 8) return "items must be 1, 2, 4 or 8";
   // Constant memory is not offered: a warp's lookups hit many different
   // entries, and the constant cache serialises distinct addresses.
-  if (c.table != "shared" && c.table != "global") return "table must be shared or global";
+  if (c.table != "shared" && c.table != "global" && c.table != "direct") return "table must be shared, global or direct";
+  if (c.table == "direct") {
+    if (spec.get_str("out") == "fp32") return "the direct strategy stores 16-bit outputs (out=fp16 or bf16)";
+    if (c.blocks != 132 && c.blocks != 264 && c.blocks != 528) return "direct blocks must be 132, 264 or 528";
+  } else if (c.blocks != 0) {
+    return "blocks applies to the direct strategy only (use 0)";
+  }
   return "";
 }
 
@@ -121,17 +128,24 @@ void FpLutOp::validate(const nlohmann::json& params) const {
 
 std::vector<nlohmann::json> FpLutOp::tunable_space(const OpSpec& spec) const {
   std::vector<nlohmann::json> out;
-  for (int threads : {128, 256, 512})
+  // 16- and 8-byte vectors (narrower only adds instructions), 1-4 in flight.
+  for (int threads : {256, 512})
     for (int vec : {16, 8, 4})
-      for (int items : {1, 2, 4, 8})
-        for (const char* table : {"shared", "global"}) {
-          Config c{threads, vec, items, table};
-          if (config_problem(spec, c).empty()) out.push_back(c.to_json());
-        }
+      for (int items : {1, 2, 4})
+        for (const char* table : {"shared", "global", "direct"})
+          for (int blocks : {0, 132, 264, 528}) {
+            Config c{threads, vec, items, table, blocks};
+            const bool narrow = vec == 4 && bytes_of(spec.get_str("in")) < 4;  // 4 bytes only for fp32 inputs
+            if (!narrow && config_problem(spec, c).empty()) out.push_back(c.to_json());
+          }
   return out;
 }
 
-nlohmann::json FpLutOp::default_config(const OpSpec&) const { return Config{256, 16, 2, "shared"}.to_json(); }
+nlohmann::json FpLutOp::default_config(const OpSpec& spec) const {
+  Config c{512, 16, 2, "direct", 264};
+  if (config_problem(spec, c).empty()) return c.to_json();
+  return Config{256, 16, 2, "shared", 0}.to_json();
+}
 
 void FpLutOp::validate_config(const OpSpec& spec, const nlohmann::json& config) const {
   const std::string p = config_problem(spec, Config::from(config));
@@ -149,6 +163,7 @@ std::vector<Constant> FpLutOp::constants(const OpSpec& spec, const nlohmann::jso
       {"int", "kVecElems", std::to_string(c.vec_bytes / bytes_of(in)), "tunable: inputs per vector load"},
       {"int", "kItems", std::to_string(c.items), "tunable: vectors per thread"},
       {"bool", "kTableInShared", c.table == "shared" ? "true" : "false", "tunable: table copied to shared memory"},
+      {"bool", "kDirect", c.table == "direct" ? "true" : "false", "tunable: all 65536 fp16 inputs precomputed"},
       lut_struct(lut_table_of(spec)),
   };
 }
@@ -157,8 +172,10 @@ LaunchGeometry FpLutOp::launch_geometry(const OpSpec& spec, const nlohmann::json
   const Config c = Config::from(config);
   const int64_t chunk = int64_t{c.threads} * c.items * (c.vec_bytes / bytes_of(spec.get_str("in")));
   LaunchGeometry g;
-  g.grid[0] = static_cast<unsigned>((spec.get_int("n") + chunk - 1) / chunk);
+  const int64_t chunks = (spec.get_int("n") + chunk - 1) / chunk;
+  g.grid[0] = static_cast<unsigned>(c.table == "direct" ? std::min<int64_t>(c.blocks, chunks) : chunks);
   g.block[0] = static_cast<unsigned>(c.threads);
+  g.dynamic_smem = c.table == "direct" ? 65536 * 2 : 0;  // the map of every fp16 input
   return g;
 }
 
