@@ -4,7 +4,7 @@
 # prints a short table last. Logs and JSON go to $OUT.
 #   usage (repo root on the GPU machine): bash tests/gpu_session.sh [PART]
 #   PART: all (default), tests (only the [gpu] tests), ffn or lut (tests
-#   skipped; fused_ffn or fp_lut tuning, benches and peers only)
+#   skipped; fused_ffn or fp_lut tuning, benches and peers only), ffn+tests
 # Expects: the install tree in .dist (cmake --install build --prefix .dist) and
 # peers.py copied to .device/peers.py (../shared does not travel).
 set -u
@@ -22,7 +22,7 @@ echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,clocks.
 "$Q" doctor | tee "$OUT/doctor.txt"
 
 PART=${1:-all}
-if [ "$PART" = all ] || [ "$PART" = tests ]; then
+if [ "$PART" = all ] || [ "$PART" = tests ] || [ "$PART" = ffn+tests ]; then
   echo "== GPU tests"
   ( time "$DIST/bin/qjit_tests" "[gpu]" ) >"$OUT/gpu_tests.log" 2>&1
   echo "gpu tests exit $?"; grep -E "FAILED|failed|passed" "$OUT/gpu_tests.log" | head -20; tail -4 "$OUT/gpu_tests.log"
@@ -34,13 +34,14 @@ SHAPES=("fused_ffn d=4096,h=11008 --m 1-8" "fused_ffn d=4096,h=12288 --m 1,8" "f
         "fused_ffn d=4096,h=11008 --dtype bf16 --m 1" "fused_ffn d=4096,h=11008 --dtype fp32 --m 1"
         "fused_ffn d=4096,h=11008 --dtype mixed --m 1" "fused_ffn d=4096,h=11008,act=silu_lut --m 1,8")
 LUTS=()
-for fn in silu gelu sigmoid tanh exp; do LUTS+=("fp_lut n=134217728,fn=$fn"); done
+for fn in silu gelu exp; do LUTS+=("fp_lut n=134217728,fn=$fn"); done
 PEERS="fused_ffn fp_lut"
 case "$PART" in
   ffn) PEERS=fused_ffn ;;
+  ffn+tests) PEERS=fused_ffn ;;
   lut) SHAPES=(); PEERS=fp_lut ;;
 esac
-[ "$PART" = ffn ] || SHAPES+=("${LUTS[@]}")
+[ "$PART" = ffn ] || [ "$PART" = ffn+tests ] || SHAPES+=("${LUTS[@]}")
 i=0
 for s in "${SHAPES[@]}"; do
   i=$((i+1))

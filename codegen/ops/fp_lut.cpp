@@ -36,7 +36,8 @@ struct Config {
 
 std::string config_problem(const OpSpec& spec, const Config& c) {
   const int in = bytes_of(spec.get_str("in"));
-  if (c.threads != 128 && c.threads != 256 && c.threads != 512) return "threads must be 128, 256 or 512";
+  if (c.threads != 128 && c.threads != 256 && c.threads != 512 && c.threads != 1024)
+    return "threads must be 128, 256, 512 or 1024";
   if (c.vec_bytes != 4 && c.vec_bytes != 8 && c.vec_bytes != 16) return "vec_bytes must be 4, 8 or 16";
   if (c.vec_bytes < in) return "vec_bytes is smaller than one input element";
   if (c.items != 1 && c.items != 2 && c.items != 4 && c.items != 8) return "items must be 1, 2, 4 or 8";
@@ -128,15 +129,19 @@ void FpLutOp::validate(const nlohmann::json& params) const {
 
 std::vector<nlohmann::json> FpLutOp::tunable_space(const OpSpec& spec) const {
   std::vector<nlohmann::json> out;
-  // 16- and 8-byte vectors (narrower only adds instructions), 1-4 in flight.
-  for (int threads : {256, 512})
+  // 16- and 8-byte vectors (4 only for fp32 inputs: narrower only adds
+  // instructions). The direct strategy runs one 128 KB block per SM, so it
+  // also gets 1024 threads and 8 vectors in flight to keep enough bytes moving.
+  for (int threads : {256, 512, 1024})
     for (int vec : {16, 8, 4})
-      for (int items : {1, 2, 4})
+      for (int items : {1, 2, 4, 8})
         for (const char* table : {"shared", "global", "direct"})
           for (int blocks : {0, 132, 264, 528}) {
             Config c{threads, vec, items, table, blocks};
-            const bool narrow = vec == 4 && bytes_of(spec.get_str("in")) < 4;  // 4 bytes only for fp32 inputs
-            if (!narrow && config_problem(spec, c).empty()) out.push_back(c.to_json());
+            const bool narrow = vec == 4 && bytes_of(spec.get_str("in")) < 4;
+            const bool wide = ((threads == 1024 || items == 8) && c.table != "direct") ||
+                              (threads == 1024 && items == 8);  // 64 registers at 1024 threads: spills
+            if (!narrow && !wide && config_problem(spec, c).empty()) out.push_back(c.to_json());
           }
   return out;
 }

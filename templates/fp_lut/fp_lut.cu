@@ -75,23 +75,28 @@ __device__ __forceinline__ unsigned short direct_index(T raw) {
 template <typename TO>
 __device__ __forceinline__ void run_direct(const TIn* __restrict__ x, TO* __restrict__ y) {
   static_assert(sizeof(TO) == 2, "the direct strategy stores 16-bit outputs");
-  extern __shared__ uint4 shared_raw[];
-  auto* map = reinterpret_cast<unsigned short*>(shared_raw);
-  const uint4* src = reinterpret_cast<const uint4*>(g_direct);
-  for (int i = threadIdx.x; i < 65536 * 2 / 16; i += kThreads) shared_raw[i] = src[i];
-  __syncthreads();
   constexpr int kInBytes = kVecElems * static_cast<int>(sizeof(TIn));
   using InVec = typename qjit::RawVec<kInBytes>::type;
   using OutVec = typename qjit::RawVec<kVecElems * 2>::type;
-  for (long long block0 = blockIdx.x * kChunk; block0 < kN; block0 += static_cast<long long>(gridDim.x) * kChunk) {
-    InVec in[kItems];
-    bool full[kItems];
+  InVec in[kItems];
+  bool full[kItems];
+  auto load = [&](long long block0) {
 #pragma unroll
     for (int it = 0; it < kItems; ++it) {
       const long long i0 = block0 + (static_cast<long long>(it) * kThreads + threadIdx.x) * kVecElems;
       full[it] = i0 + kVecElems <= kN;
       if (full[it]) in[it] = __ldcs(reinterpret_cast<const InVec*>(x + i0));  // streamed: read once
     }
+  };
+  // The first tile's loads are in flight while the block copies the map.
+  long long block0 = blockIdx.x * kChunk;
+  load(block0);
+  extern __shared__ uint4 shared_raw[];
+  auto* map = reinterpret_cast<unsigned short*>(shared_raw);
+  const uint4* src = reinterpret_cast<const uint4*>(g_direct);
+  for (int i = threadIdx.x; i < 65536 * 2 / 16; i += kThreads) shared_raw[i] = src[i];
+  __syncthreads();
+  for (; block0 < kN; block0 += static_cast<long long>(gridDim.x) * kChunk) {
 #pragma unroll
     for (int it = 0; it < kItems; ++it) {
       const long long i0 = block0 + (static_cast<long long>(it) * kThreads + threadIdx.x) * kVecElems;
@@ -106,6 +111,7 @@ __device__ __forceinline__ void run_direct(const TIn* __restrict__ x, TO* __rest
         for (long long i = i0; i < kN; ++i) reinterpret_cast<unsigned short*>(y)[i] = map[direct_index(x[i])];
       }
     }
+    load(block0 + static_cast<long long>(gridDim.x) * kChunk);
   }
 }
 
