@@ -58,7 +58,8 @@ void add_lut(CLI::App& app, int& rc) {
   report->add_option("--png", r->png, "also plot abs error vs x (first function, and the seed's SiLU table for silu)");
   report->add_flag("--json", r->json, "JSON output");
   report->footer("abs = |y - f(x)|, rel = abs / max(|f(x)|, 2^-14); f in float64, clamped to ±65504.\n"
-                 "'abs |f|<=1' is the max abs error over inputs with |f(x)| <= 1 (what `lut fit --metric abs` minimises).");
+                 "'abs |f|<=1' is the max abs error over inputs with |f(x)| <= 1; `lut fit` minimises the chosen metric\n"
+                 "over all inputs first, then this one.");
   report->callback([r, &rc] {
     std::vector<std::pair<std::string, lut::Table>> rows;
     if (!r->table.empty()) {
@@ -118,7 +119,9 @@ void add_lut(CLI::App& app, int& rc) {
     tuner::FitOptions opt;
     opt.metric = f->metric;
     opt.seconds = f->seconds;
-    opt.progress = [](int sweep, double best) { std::cerr << fmt("  sweep %d: max error %.4e\n", sweep, best); };
+    opt.progress = [](int sweep, double best, double small) {
+      std::cerr << fmt("  sweep %d: max error %.4e, max abs where |f|<=1 %.4e\n", sweep, best, small);
+    };
     std::cerr << fmt("fitting %s (%s error) from %s cut points: max error %.4e\n", f->fn.c_str(), f->metric.c_str(),
                      f->from.c_str(), tuner::lut_objective(e0, f->metric));
     lut::Table best = tuner::fit_cuts(f->fn, start.cuts, opt);

@@ -175,7 +175,8 @@ TEST_CASE("lut tools: fitted SiLU beats the seed's cut points; fit never worsens
   const auto fitted = tuner::lut_error(lut::build("silu", lut::default_cuts("silu")));
   CHECK(seed.inputs == 63488);  // every finite fp16 value
   CHECK(fitted.max_abs_small < seed.max_abs_small);
-  CHECK(fitted.max_abs <= seed.max_abs);
+  CHECK(fitted.max_abs < seed.max_abs);  // issue 4: lower max abs error over all fp16 inputs
+  CHECK(fitted.max_rel <= 1.25 * seed.max_rel);
   tuner::FitOptions opt;
   opt.seconds = 2;
   const auto start = lut::default_cuts("tanh");

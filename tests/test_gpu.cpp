@@ -42,6 +42,22 @@ DType dtype_of(const std::string& s) {
   return s == "fp16" ? DType::fp16 : s == "bf16" ? DType::bf16 : s == "fp32" ? DType::fp32 : DType::mixed;
 }
 
+// Runs fused_ffn through the typed API on fresh random inputs (output
+// poisoned first) and checks it against the CPU reference.
+void check_fused_ffn(const FusedFfnShape& s) {
+  const uint64_t seed = fresh_seed();
+  auto spec = codegen::make_spec("fused_ffn", {{"d", s.d}, {"h", s.h}, {"m", s.m}, {"dtype", to_string(s.dtype)},
+                                               {"act", to_string(s.act)}});
+  INFO(spec.label() << " seed " << seed);
+  auto work = tuner::make_workload(spec, seed, 0);
+  work->poison_output(nullptr);
+  Pointers p = pointers(*work);
+  fused_ffn(s, p.x, p.w1, p.w3, p.y, nullptr);
+  auto v = work->verify(1.0);
+  INFO(v.message);
+  CHECK(v.ok);
+}
+
 }  // namespace
 
 TEST_CASE("fused_ffn: every dtype and M = 1..8, odd d, through the typed runtime API", "[gpu]") {
@@ -49,18 +65,8 @@ TEST_CASE("fused_ffn: every dtype and M = 1..8, odd d, through the typed runtime
   set_cache_path(dir.file("kernels.db"));
   for (std::string dtype : {"fp16", "bf16", "fp32", "mixed"})
     for (int m = 1; m <= 8; ++m)
-      for (auto [d, h] : {std::pair{4095, 77}, std::pair{4096, 300}, std::pair{1000, 129}}) {
-        const uint64_t seed = fresh_seed();
-        auto spec = codegen::make_spec("fused_ffn", {{"d", d}, {"h", h}, {"m", m}, {"dtype", dtype}});
-        INFO(spec.label() << " seed " << seed);
-        auto work = tuner::make_workload(spec, seed, 0);
-        work->poison_output(nullptr);
-        Pointers p = pointers(*work);
-        fused_ffn({d, h, m, dtype_of(dtype), Activation::silu}, p.x, p.w1, p.w3, p.y, nullptr);
-        auto v = work->verify(1.0);
-        INFO(v.message);
-        CHECK(v.ok);
-      }
+      for (auto [d, h] : {std::pair{4095, 77}, std::pair{4096, 300}, std::pair{1000, 129}})
+        check_fused_ffn({d, h, m, dtype_of(dtype), Activation::silu});
 }
 
 TEST_CASE("fused_ffn: every candidate of the tunable space verifies (tuner)", "[gpu]") {
@@ -139,13 +145,7 @@ TEST_CASE("a kernel tuned by another process is reloaded, marked tuned, and corr
   const auto& k = runtime::KernelCache::instance().get("test|tuned-reload", [&] { return spec; });
   CHECK(k.tuned);
   CHECK(k.config == chosen);
-  auto work = tuner::make_workload(spec, fresh_seed(), 0);
-  Pointers p = pointers(*work);
-  work->poison_output(nullptr);
-  fused_ffn({1024, 384, 4, DType::fp16}, p.x, p.w1, p.w3, p.y, nullptr);
-  auto v = work->verify(1.0);
-  INFO(v.message);
-  CHECK(v.ok);
+  check_fused_ffn({1024, 384, 4, DType::fp16});
 }
 
 TEST_CASE("a corrupt cached cubin is never launched: removed, rebuilt, still correct", "[gpu]") {
@@ -164,13 +164,7 @@ TEST_CASE("a corrupt cached cubin is never launched: removed, rebuilt, still cor
   sqlite3_close(raw);
 
   set_cache_path(db);
-  auto work = tuner::make_workload(spec, fresh_seed(), 0);
-  Pointers p = pointers(*work);
-  work->poison_output(nullptr);
-  fused_ffn({512, 100, 1, DType::fp16}, p.x, p.w1, p.w3, p.y, nullptr);
-  auto v = work->verify(1.0);
-  INFO(v.message);
-  CHECK(v.ok);
+  check_fused_ffn({512, 100, 1, DType::fp16});
   cache::Store store(db);
   auto rec = store.lookup(runtime::fingerprint(spec).key());
   REQUIRE(rec);
@@ -251,12 +245,5 @@ TEST_CASE("fused_ffn with the FP16 SiLU table: every candidate and the typed API
     }
   }
   set_cache_path(dir.file("kernels.db"));
-  auto spec = codegen::make_spec("fused_ffn", {{"d", 2048}, {"h", 500}, {"m", 3}, {"act", "silu_lut_seed"}});
-  auto work = tuner::make_workload(spec, fresh_seed(), 0);
-  Pointers p = pointers(*work);
-  work->poison_output(nullptr);
-  fused_ffn({2048, 500, 3, DType::fp16, Activation::silu_lut_seed}, p.x, p.w1, p.w3, p.y, nullptr);
-  auto v = work->verify(1.0);
-  INFO(v.message);
-  CHECK(v.ok);
+  check_fused_ffn({2048, 500, 3, DType::fp16, Activation::silu_lut_seed});
 }

@@ -58,8 +58,11 @@ LutError lut_error(const lut::Table& t) {
   return e;
 }
 
-double lut_objective(const LutError& e, const std::string& metric) {
-  return metric == "rel" ? e.max_rel : e.max_abs_small;
+double lut_objective(const LutError& e, const std::string& metric) { return metric == "rel" ? e.max_rel : e.max_abs; }
+
+bool lut_better(const LutError& a, const LutError& b, const std::string& metric) {
+  const double pa = lut_objective(a, metric), pb = lut_objective(b, metric);
+  return pa < pb || (pa == pb && a.max_abs_small < b.max_abs_small);
 }
 
 lut::Table fit_cuts(const std::string& fn, const std::array<float, 11>& start, const FitOptions& opt) {
@@ -77,21 +80,39 @@ lut::Table fit_cuts(const std::string& fn, const std::array<float, 11>& start, c
     return lut::build(fn, c);
   };
   lut::Table best = table_of(o);
-  double best_err = lut_objective(lut_error(best), opt.metric);
+  LutError best_err = lut_error(best);
+  // Guard rails: the abs error where |f| <= 1 never grows, and the other
+  // metric (rel for an abs fit, abs for a rel fit) may not grow past 1.25x
+  // its start; otherwise a fit trades the error where the table's shape
+  // matters for the fp32 rounding tail, or the relative error near f = 0.
+  const LutError start_err = best_err;
+  auto acceptable = [&](const LutError& e) {
+    if (e.max_abs_small > start_err.max_abs_small) return false;
+    return opt.metric == "abs" ? e.max_rel <= 1.25 * start_err.max_rel : e.max_abs <= 1.25 * start_err.max_abs;
+  };
+  auto try_cut = [&](int k, int value) {
+    std::array<int, 11> trial = o;
+    trial[k] = value;
+    if (trial[k] <= trial[k - 1] || trial[k] >= trial[k + 1] || !std::isfinite(from_ordered(trial[k]))) return false;
+    lut::Table t = table_of(trial);
+    const LutError err = lut_error(t);
+    if (!acceptable(err) || !lut_better(err, best_err, opt.metric)) return false;
+    best_err = err, best = t, o = trial;
+    return true;
+  };
   for (int sweep = 1; !out_of_time(); ++sweep) {
     bool improved = false;
+    // Coarse: up to 1024 evenly spaced fp16 values between each cut's
+    // neighbours (the error is jagged in the cuts: rounding of the scales).
+    for (int k = 1; k <= 9 && !out_of_time(); ++k) {
+      const int lo = o[k - 1] + 1, hi = o[k + 1] - 1, n = std::min(1024, hi - lo + 1);
+      for (int i = 0; i < n && !out_of_time(); ++i) improved |= try_cut(k, lo + static_cast<int>(int64_t{hi - lo} * i / std::max(1, n - 1)));
+    }
+    // Fine: moves of 1024, 512, ..., 1 fp16 steps.
     for (int step = 1024; step >= 1 && !out_of_time(); step /= 2)
       for (int k = 1; k <= 9 && !out_of_time(); ++k)
-        for (int dir : {-1, 1}) {
-          std::array<int, 11> trial = o;
-          trial[k] += dir * step;
-          if (trial[k] <= trial[k - 1] || trial[k] >= trial[k + 1]) continue;  // keep the cuts increasing
-          if (!std::isfinite(from_ordered(trial[k]))) continue;
-          lut::Table t = table_of(trial);
-          const double err = lut_objective(lut_error(t), opt.metric);
-          if (err < best_err) best_err = err, best = t, o = trial, improved = true;
-        }
-    if (opt.progress) opt.progress(sweep, best_err);
+        for (int dir : {-1, 1}) improved |= try_cut(k, o[k] + dir * step);
+    if (opt.progress) opt.progress(sweep, lut_objective(best_err, opt.metric), best_err.max_abs_small);
     if (!improved) break;
   }
   return best;

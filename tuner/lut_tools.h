@@ -6,9 +6,10 @@
 //   abs = |y - f(x)|,  rel = |y - f(x)| / max(|f(x)|, 2^-14)
 // (2^-14, the smallest normal fp16, keeps rel finite near the zeros of f).
 // max_abs over all inputs is, for functions with a linear tail (silu, gelu,
-// softplus), set by fp32 rounding near |x| = 32768 whatever the cut points;
-// so `fit --metric abs` minimises max_abs_small: the max abs error over the
-// inputs with |f(x)| <= 1, where the table's shape decides the error.
+// softplus), set by fp32 rounding near |x| = 32768 and moves only with c9;
+// so `fit` compares candidates lexicographically: first the metric over all
+// inputs (max_abs or max_rel), then max_abs_small, the max abs error over the
+// inputs with |f(x)| <= 1, where the shape of the table decides the error.
 #pragma once
 #include <array>
 #include <functional>
@@ -25,15 +26,21 @@ struct LutError {
 };
 
 LutError lut_error(const codegen::lut::Table& t);
-double lut_objective(const LutError& e, const std::string& metric);  // "abs" (max_abs_small) | "rel"
+double lut_objective(const LutError& e, const std::string& metric);  // "abs" (max_abs) | "rel" (max_rel)
+// True when a is a better fit than b under `metric` (the lexicographic order above).
+bool lut_better(const LutError& a, const LutError& b, const std::string& metric);
 
 struct FitOptions {
   std::string metric = "abs";
   double seconds = 20;  // time budget
-  std::function<void(int sweep, double best)> progress;
+  std::function<void(int sweep, double best, double best_small)> progress;
 };
-// Coordinate descent over c1..c9 on the fp16 grid (c0, c10 fixed), starting
-// from `start`; only improvements are accepted, so the result is never worse.
+// Coordinate search over c1..c9 on the fp16 grid (c0, c10 fixed), starting
+// from `start`: per sweep a coarse scan of each cut between its neighbours (1024 points),
+// then moves of 1024..1 fp16 steps; only improvements are accepted, so the
+// result is never worse than the start; the abs error where |f| <= 1 never
+// grows, and the other metric (rel for an abs fit, abs for a rel fit) may
+// not grow past 1.25x its starting value.
 codegen::lut::Table fit_cuts(const std::string& fn, const std::array<float, 11>& start, const FitOptions& opt);
 
 // Error curves as a PNG: x across [x_lo, x_hi], abs error of each table.
