@@ -1,5 +1,6 @@
 #include "codegen/registry.h"
 #include "codegen/error.h"
+#include "codegen/ops/awq_dequant.h"
 #include "codegen/ops/fp_lut.h"
 #include "codegen/ops/fused_ffn.h"
 
@@ -8,7 +9,8 @@ namespace qjit::codegen {
 std::vector<const OpDef*> all_ops() {
   static const FusedFfnOp fused_ffn;
   static const FpLutOp fp_lut;
-  return {&fused_ffn, &fp_lut};
+  static const AwqDequantOp awq_dequant;
+  return {&fused_ffn, &fp_lut, &awq_dequant};
 }
 
 const OpDef& find_op(const std::string& name) {

@@ -247,3 +247,37 @@ TEST_CASE("fused_ffn with the FP16 SiLU table: every candidate and the typed API
   set_cache_path(dir.file("kernels.db"));
   check_fused_ffn({2048, 500, 3, DType::fp16, Activation::silu_lut_seed});
 }
+
+// ---- awq_dequant --------------------------------------------------------------
+
+TEST_CASE("awq_dequant: every layout, zero mode, scale type and group, bit-exact (tuner verifies every candidate)",
+          "[gpu]") {
+  test::TempDir dir;
+  cache::Store store(dir.file("kernels.db"));
+  for (std::string layout : {"awq", "gptq"})
+    for (std::string zero : {"int", "sym"})
+      for (std::string scales : {"fp16", "bf16"})
+        for (int g : {32, 64, 128, 384}) {  // 384 = k: one group
+          if (layout == "awq" && zero == "sym") continue;  // not a layout that exists
+          // n = 40: the smallest legal multiples are 8; 40 is not a multiple of 16 or 32.
+          auto spec = codegen::make_spec("awq_dequant", {{"k", 384}, {"n", 40}, {"g", g}, {"layout", layout},
+                                                         {"zero", zero}, {"scales", scales}});
+          tuner::TuneOptions opt;
+          opt.seed = fresh_seed();
+          INFO(spec.label() << " seed " << opt.seed);
+          auto rep = tuner::tune(spec, store, opt);
+          for (auto& t : rep.trials) {
+            INFO(t.config.dump() << " " << cache::to_string(t.status) << " " << t.message);
+            CHECK(t.status == cache::TrialStatus::ok);
+          }
+        }
+  // Large shapes with every group size, through the tuner's verification.
+  for (int g : {32, 64, 128, 4096}) {
+    auto spec = codegen::make_spec("awq_dequant", {{"k", 4096}, {"n", 1024}, {"g", g}});
+    tuner::TuneOptions opt;
+    opt.seed = fresh_seed();
+    opt.budget_candidates = 3;
+    auto rep = tuner::tune(spec, store, opt);
+    for (auto& t : rep.trials) CHECK(t.status == cache::TrialStatus::ok);
+  }
+}
