@@ -74,7 +74,7 @@ TEST_CASE("awq_dequant specs and configs: errors name the value", "[awq][spec]")
   CHECK_THROWS_WITH(codegen::parse_spec("awq_dequant", "k=256,n=64,scales=fp32"), Catch::Contains("fp32"));
   CHECK_NOTHROW(codegen::parse_spec("awq_dequant", "k=200,n=64,g=200,layout=gptq"));  // g = k
   const auto spec = codegen::parse_spec("awq_dequant", "k=256,n=64");
-  CHECK_THROWS_WITH(codegen::find_op("awq_dequant").validate_config(spec, {{"threads", 100}, {"items", 1}}),
+  CHECK_THROWS_WITH(codegen::find_op("awq_dequant").validate_config(spec, {{"threads", 100}, {"items", 1}, {"stream_stores", true}}),
                     Catch::Contains("threads"));
 }
 
@@ -87,7 +87,7 @@ TEST_CASE("awq_dequant: constants in the source; every candidate compiles for sm
     CHECK_THAT(src.text, Catch::Contains("constexpr int kK = " + std::to_string(spec.get_int("k")) + ";"));
     CHECK_THAT(src.text, Catch::Contains("constexpr int kGroup = " + std::to_string(spec.get_int("g")) + ";"));
     const auto space = op.tunable_space(spec);
-    REQUIRE(space.size() == 12);
+    REQUIRE(space.size() == 24);
     for (size_t i = 0; i < space.size(); ++i) {
       auto r = codegen::compile(codegen::generate_source(spec, space[i]), i % 2 ? "sm_80" : "sm_90");
       INFO(shape << " " << space[i].dump() << "\n" << r.log);

@@ -7,6 +7,7 @@ namespace {
 struct Config {
   int threads;  // threads per block
   int items;    // packed units per thread (awq: one int32 word = 8 columns; gptq: 8x8 block)
+  bool stream_stores;  // st.global.cs (evict-first) or the default write-back stores
 
   static Config from(const nlohmann::json& j) {
     auto get = [&](const char* k) {
@@ -14,10 +15,11 @@ struct Config {
         throw Error("config", std::string("awq_dequant config needs integer '") + k + "': " + j.dump());
       return j[k].get<int>();
     };
-    if (!j.is_object() || j.size() != 2) throw Error("config", "awq_dequant config needs threads and items: " + j.dump());
-    return {get("threads"), get("items")};
+    if (!j.is_object() || j.size() != 3 || !j.contains("stream_stores") || !j["stream_stores"].is_boolean())
+      throw Error("config", "awq_dequant config needs threads, items and stream_stores: " + j.dump());
+    return {get("threads"), get("items"), j["stream_stores"].get<bool>()};
   }
-  nlohmann::json to_json() const { return {{"threads", threads}, {"items", items}}; }
+  nlohmann::json to_json() const { return {{"threads", threads}, {"items", items}, {"stream_stores", stream_stores}}; }
 };
 
 std::string config_problem(const Config& c) {
@@ -61,11 +63,12 @@ void AwqDequantOp::validate(const nlohmann::json& p) const {
 std::vector<nlohmann::json> AwqDequantOp::tunable_space(const OpSpec&) const {
   std::vector<nlohmann::json> out;
   for (int threads : {64, 128, 256, 512})
-    for (int items : {1, 2, 4}) out.push_back(Config{threads, items}.to_json());
+    for (int items : {1, 2, 4})
+      for (bool stream : {true, false}) out.push_back(Config{threads, items, stream}.to_json());
   return out;
 }
 
-nlohmann::json AwqDequantOp::default_config(const OpSpec&) const { return Config{256, 2}.to_json(); }
+nlohmann::json AwqDequantOp::default_config(const OpSpec&) const { return Config{128, 1, true}.to_json(); }
 
 void AwqDequantOp::validate_config(const OpSpec& spec, const nlohmann::json& config) const {
   const std::string p = config_problem(Config::from(config));
@@ -86,6 +89,7 @@ std::vector<Constant> AwqDequantOp::constants(const OpSpec& spec, const nlohmann
       {"long long", "kUnits", num(units(spec)), "packed units: awq words, or gptq 8x8 blocks"},
       {"int", "kThreads", num(c.threads), "tunable: threads per block"},
       {"int", "kItems", num(c.items), "tunable: packed units per thread"},
+      {"bool", "kStreamStores", c.stream_stores ? "true" : "false", "tunable: evict-first stores"},
   };
 }
 

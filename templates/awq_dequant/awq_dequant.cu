@@ -48,6 +48,11 @@ __device__ __forceinline__ void load_zeros(const unsigned* __restrict__ qzeros, 
   }
 }
 
+__device__ __forceinline__ void store16(TS* p, uint4 v) {
+  if constexpr (kStreamStores) __stcs(reinterpret_cast<uint4*>(p), v);
+  else *reinterpret_cast<uint4*>(p) = v;
+}
+
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
 qjit_awq_dequant(const unsigned* __restrict__ qweight, const unsigned* __restrict__ qzeros,
                  const TS* __restrict__ scales, TS* __restrict__ out) {
@@ -65,7 +70,7 @@ qjit_awq_dequant(const unsigned* __restrict__ qweight, const unsigned* __restric
       for (int i = 0; i < 8; ++i) q[kAwqOrder[i]] = nibble(word, i);
       load_zeros(qzeros, k / kGroup, c, true, z);
       load_scales(scales, k / kGroup, 8 * c, s);
-      __stcs(reinterpret_cast<uint4*>(out + static_cast<long long>(k) * kN + 8 * c), dequant8(q, z, s));
+      store16(out + static_cast<long long>(k) * kN + 8 * c, dequant8(q, z, s));
     } else {
       const int r = static_cast<int>(unit / (kN / 8)), c = static_cast<int>(unit % (kN / 8));
       const uint4* src = reinterpret_cast<const uint4*>(qweight + static_cast<long long>(r) * kN + 8 * c);
@@ -78,7 +83,7 @@ qjit_awq_dequant(const unsigned* __restrict__ qweight, const unsigned* __restric
       for (int i = 0; i < 8; ++i) {  // row 8r + i
 #pragma unroll
         for (int j = 0; j < 8; ++j) q[j] = nibble(words[j], i);
-        __stcs(reinterpret_cast<uint4*>(out + static_cast<long long>(8 * r + i) * kN + 8 * c), dequant8(q, z, s));
+        store16(out + static_cast<long long>(8 * r + i) * kN + 8 * c, dequant8(q, z, s));
       }
     }
   }
