@@ -33,7 +33,8 @@ class Workload {
   // Kernel parameters reading weight copy `copy` (0 <= copy < copies()).
   virtual void** args(int copy) = 0;
   virtual int copies() const = 0;
-  // Fills the output with NaN bit patterns so that unwritten elements fail.
+  // Fills the output with NaN bit patterns so that unwritten elements fail,
+  // on `stream`: the stream the checked kernel is then launched on.
   virtual void poison_output(CUstream stream) = 0;
   // Compares the output (which must come from copy 0) with the reference.
   virtual Verification verify(double tolerance_scale = 1.0) = 0;

@@ -60,7 +60,8 @@ class AwqDequantWorkload final : public Workload {
 
   void** args(int copy) override { return args_[copy].data(); }
   int copies() const override { return static_cast<int>(params_.size()); }
-  void poison_output(CUstream) override { QJIT_CU(cuMemsetD8(out_.ptr(), 0xff, out_.bytes())); }
+  // On the candidate's stream (a legacy-stream memset is not ordered with it).
+  void poison_output(CUstream stream) override { QJIT_CU(cuMemsetD8Async(out_.ptr(), 0xff, out_.bytes(), stream)); }
 
   Verification verify(double) override {
     QJIT_CU(cuCtxSynchronize());

@@ -89,6 +89,7 @@ class FusedFfnWorkload final : public Workload {
         QJIT_CU(cuMemcpyDtoD(w3_[c].ptr(), w3_[0].ptr(), wbytes));
       }
     }
+    QJIT_CU(cuCtxSynchronize());  // the copies run on the legacy stream; finish them before any launch
     params_.resize(copies);
     for (int c = 0; c < copies; ++c) params_[c] = {x_.ptr(), w1_[c].ptr(), w3_[c].ptr(), y_.ptr()};
     arg_ptrs_.resize(copies);
@@ -100,8 +101,9 @@ class FusedFfnWorkload final : public Workload {
   int copies() const override { return static_cast<int>(params_.size()); }
 
   void poison_output(CUstream stream) override {
-    (void)stream;
-    QJIT_CU(cuMemsetD8(y_.ptr(), 0xff, y_.bytes()));  // 0xffff.. is NaN in fp16, bf16 and fp32
+    // On the candidate's own stream: a legacy-stream memset is not ordered
+    // with a non-blocking stream and could land after the kernel's writes.
+    QJIT_CU(cuMemsetD8Async(y_.ptr(), 0xff, y_.bytes(), stream));  // 0xffff.. is NaN in fp16, bf16 and fp32
   }
 
   Verification verify(double tolerance_scale) override {
