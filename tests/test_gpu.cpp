@@ -58,6 +58,29 @@ void check_fused_ffn(const FusedFfnShape& s) {
   CHECK(v.ok);
 }
 
+// Tunes `spec` from scratch on fresh random inputs and checks that every
+// candidate has a trial and verified; with allow_pruned, a candidate pruned
+// for resources (spills) is accepted too, but only as the exception.
+tuner::TuneReport expect_every_candidate_verifies(cache::Store& store, const codegen::OpSpec& spec, bool allow_pruned,
+                                                  int budget_candidates = 0) {
+  tuner::TuneOptions opt;
+  opt.seed = fresh_seed();
+  opt.budget_candidates = budget_candidates;
+  INFO(spec.label() << " seed " << opt.seed);
+  auto rep = tuner::tune(spec, store, opt);
+  int candidates = 0, pruned = 0;
+  for (auto& t : rep.trials) {
+    INFO(t.config.dump() << " " << cache::to_string(t.status) << " " << t.message);
+    const bool is_pruned = allow_pruned && t.status == cache::TrialStatus::resource_error;
+    CHECK((t.status == cache::TrialStatus::ok || is_pruned));
+    pruned += is_pruned;
+    candidates += !t.config.contains("baseline");
+  }
+  if (budget_candidates == 0) CHECK(candidates == rep.candidates_total);
+  CHECK(pruned * 10 < std::max(candidates, 1));
+  return rep;
+}
+
 }  // namespace
 
 TEST_CASE("fused_ffn: every dtype and M = 1..8, odd d, through the typed runtime API", "[gpu]") {
@@ -78,25 +101,11 @@ TEST_CASE("fused_ffn: every candidate of the tunable space verifies (tuner)", "[
     auto params = codegen::parse_kv_list(shape);
     params["dtype"] = dtype;
     auto spec = codegen::make_spec("fused_ffn", params);
-    tuner::TuneOptions opt;
-    opt.seed = fresh_seed();
-    INFO(spec.label() << " seed " << opt.seed);
-    auto rep = tuner::tune(spec, store, opt);
-    // Every candidate has a trial; none computes a wrong result or fails to
-    // compile. A candidate may be pruned for resources (spills), nothing else.
-    int ok = 0, resource = 0, candidates = 0;
-    for (auto& t : rep.trials) {
-      INFO(t.config.dump() << " " << cache::to_string(t.status) << " " << t.message);
-      CHECK((t.status == cache::TrialStatus::ok || t.status == cache::TrialStatus::resource_error));
-      ok += t.status == cache::TrialStatus::ok;
-      resource += t.status == cache::TrialStatus::resource_error;
-      candidates += !t.config.contains("baseline");
-    }
-    CHECK(candidates == rep.candidates_total);
-    CHECK(resource * 10 < candidates);  // pruning is the exception
+    auto rep = expect_every_candidate_verifies(store, spec, /*allow_pruned=*/true);
     CHECK(rep.best.tuned);
     CHECK(rep.best.median_us > 0);
     // Incremental: a second run measures nothing new.
+    tuner::TuneOptions opt;
     auto again = tuner::tune(spec, store, opt);
     CHECK(again.measured_now == 0);
     CHECK(again.skipped_known == rep.candidates_total);
@@ -215,18 +224,7 @@ TEST_CASE("fp_lut: every candidate verifies on random odd-length tensors (tuner)
   cache::Store store(dir.file("kernels.db"));
   for (const char* shape : {"n=1000003,fn=gelu,in=bf16,out=fp32", "n=333331,fn=sin,in=fp32,out=fp16",
                             "n=4097,fn=exp,in=fp16,out=bf16"}) {
-    auto spec = codegen::parse_spec("fp_lut", shape);
-    tuner::TuneOptions opt;
-    opt.seed = fresh_seed();
-    INFO(spec.label() << " seed " << opt.seed);
-    auto rep = tuner::tune(spec, store, opt);
-    int candidates = 0;
-    for (auto& t : rep.trials) {
-      INFO(t.config.dump() << " " << cache::to_string(t.status) << " " << t.message);
-      CHECK(t.status == cache::TrialStatus::ok);
-      ++candidates;
-    }
-    CHECK(candidates == rep.candidates_total);
+    expect_every_candidate_verifies(store, codegen::parse_spec("fp_lut", shape), /*allow_pruned=*/false);
   }
 }
 
@@ -234,15 +232,7 @@ TEST_CASE("fused_ffn with the FP16 SiLU table: every candidate and the typed API
   test::TempDir dir;
   cache::Store store(dir.file("kernels.db"));
   for (const char* shape : {"d=1024,h=300,m=5,act=silu_lut", "d=1000,h=64,m=1,act=silu_lut_seed,dtype=fp32"}) {
-    auto spec = codegen::parse_spec("fused_ffn", shape);
-    tuner::TuneOptions opt;
-    opt.seed = fresh_seed();
-    INFO(spec.label() << " seed " << opt.seed);
-    auto rep = tuner::tune(spec, store, opt);
-    for (auto& t : rep.trials) {
-      INFO(t.config.dump() << " " << cache::to_string(t.status) << " " << t.message);
-      CHECK((t.status == cache::TrialStatus::ok || t.status == cache::TrialStatus::resource_error));
-    }
+    expect_every_candidate_verifies(store, codegen::parse_spec("fused_ffn", shape), /*allow_pruned=*/true);
   }
   set_cache_path(dir.file("kernels.db"));
   check_fused_ffn({2048, 500, 3, DType::fp16, Activation::silu_lut_seed});
@@ -262,22 +252,11 @@ TEST_CASE("awq_dequant: every layout, zero mode, scale type and group, bit-exact
           // n = 40: the smallest legal multiples are 8; 40 is not a multiple of 16 or 32.
           auto spec = codegen::make_spec("awq_dequant", {{"k", 384}, {"n", 40}, {"g", g}, {"layout", layout},
                                                          {"zero", zero}, {"scales", scales}});
-          tuner::TuneOptions opt;
-          opt.seed = fresh_seed();
-          INFO(spec.label() << " seed " << opt.seed);
-          auto rep = tuner::tune(spec, store, opt);
-          for (auto& t : rep.trials) {
-            INFO(t.config.dump() << " " << cache::to_string(t.status) << " " << t.message);
-            CHECK(t.status == cache::TrialStatus::ok);
-          }
+          expect_every_candidate_verifies(store, spec, /*allow_pruned=*/false);
         }
   // Large shapes with every group size, through the tuner's verification.
   for (int g : {32, 64, 128, 4096}) {
     auto spec = codegen::make_spec("awq_dequant", {{"k", 4096}, {"n", 1024}, {"g", g}});
-    tuner::TuneOptions opt;
-    opt.seed = fresh_seed();
-    opt.budget_candidates = 3;
-    auto rep = tuner::tune(spec, store, opt);
-    for (auto& t : rep.trials) CHECK(t.status == cache::TrialStatus::ok);
+    expect_every_candidate_verifies(store, spec, /*allow_pruned=*/false, /*budget_candidates=*/3);
   }
 }

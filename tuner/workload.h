@@ -13,6 +13,18 @@
 
 namespace qjit::tuner {
 
+// splitmix64: fast, seedable, good enough to fill test tensors.
+struct SplitMix64 {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  float uniform() { return static_cast<float>(next() >> 40) / 16777216.0f * 2.0f - 1.0f; }  // [-1, 1)
+};
+
 struct Verification {
   bool ok = false;
   double rel_error = 0;      // ‖y − ref‖₂ / ‖ref‖₂

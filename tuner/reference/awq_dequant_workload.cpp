@@ -20,13 +20,8 @@ class AwqDequantWorkload final : public Workload {
     awq_ = spec.get_str("layout") == "awq";
     sym_ = spec.get_str("zero") == "sym";
     stype_ = spec.get_str("scales");
-    uint64_t st = seed;
-    auto next = [&] {  // splitmix64
-      uint64_t z = (st += 0x9e3779b97f4a7c15ull);
-      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-      return z ^ (z >> 31);
-    };
+    SplitMix64 rng{seed};
+    auto next = [&] { return rng.next(); };
     const int64_t groups = p_.k / p_.g;
     p_.q.resize(p_.k * p_.n);
     for (auto& v : p_.q) v = next() & 0xf;

@@ -23,15 +23,9 @@ class FpLutWorkload final : public Workload {
     n_ = spec.get_int("n");
     const size_t ib = in_ == "fp32" ? 4 : 2, ob = out_ == "fp32" ? 4 : 2;
     x_host_.resize(n_ * ib);
-    uint64_t s = seed;
-    auto next = [&] {  // splitmix64
-      uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-      return z ^ (z >> 31);
-    };
+    SplitMix64 rng{seed};
     for (int64_t i = 0; i < n_; ++i) {
-      const uint64_t r = next();
+      const uint64_t r = rng.next();
       if (ib == 2) {
         const uint16_t b = static_cast<uint16_t>(r);  // every 16-bit pattern is a candidate
         std::memcpy(&x_host_[2 * i], &b, 2);

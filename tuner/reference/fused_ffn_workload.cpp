@@ -19,20 +19,9 @@
 namespace qjit::tuner {
 namespace {
 
-// splitmix64: fast, seedable, good enough to fill test tensors.
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  float uniform() { return static_cast<float>(next() >> 40) / 16777216.0f * 2.0f - 1.0f; }  // [-1, 1)
-};
 
 // n random values of scale `scale` stored as `type` ("fp16", "bf16", "fp32").
-std::vector<uint8_t> random_tensor(const std::string& type, size_t n, float scale, Rng& rng) {
+std::vector<uint8_t> random_tensor(const std::string& type, size_t n, float scale, SplitMix64& rng) {
   const size_t elem = type == "fp32" ? 4 : 2;
   std::vector<uint8_t> out(n * elem);
   for (size_t i = 0; i < n; ++i) {
@@ -65,7 +54,7 @@ class FusedFfnWorkload final : public Workload {
     xt_ = dtype == "mixed" ? "fp32" : dtype;
     wt_ = dtype == "mixed" ? "fp16" : dtype;
     yt_ = xt_;
-    Rng rng{seed};
+    SplitMix64 rng{seed};
     auto x = random_tensor(xt_, m_ * d_, 1.0f, rng);
     // Weights ~ U(-1,1)·2/√d keep the dot products O(1), as in a trained model.
     const float ws = 2.0f / std::sqrt(static_cast<float>(d_));
