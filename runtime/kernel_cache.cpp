@@ -47,10 +47,14 @@ void dump_if_requested(const cache::KernelRecord& rec) {
 }
 
 cache::KernelRecord build_record(const codegen::OpSpec& spec, const nlohmann::json& config, bool tuned) {
-  const Device& dev = current_device();
   auto src = codegen::generate_source(spec, config);
-  auto res = codegen::compile(src, dev.arch);
+  auto res = codegen::compile(src, current_device().arch);
   if (!res.ok) throw Error("nvrtc", "compiling " + spec.label() + " config " + config.dump() + " failed", res.log);
+  return make_record(spec, config, std::move(src), std::move(res), tuned);
+}
+
+cache::KernelRecord make_record(const codegen::OpSpec& spec, const nlohmann::json& config,
+                                codegen::GeneratedSource src, codegen::CompileResult res, bool tuned) {
   cache::KernelRecord rec;
   rec.fp = fingerprint(spec);
   rec.config = config;

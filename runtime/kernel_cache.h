@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <nlohmann/json.hpp>
 #include "cache/store.h"
+#include "codegen/nvrtc.h"
 #include "codegen/op.h"
 #include "codegen/spec.h"
 
@@ -34,6 +35,9 @@ std::string templates_hash();
 // Writes <dir>/<op>_<key12>.{cu,ptx,log} when QJIT_DUMP_DIR is set.
 void dump_if_requested(const cache::KernelRecord& rec);
 
+// A record (no timings) from a successful compile of `config`.
+cache::KernelRecord make_record(const codegen::OpSpec& spec, const nlohmann::json& config,
+                                codegen::GeneratedSource src, codegen::CompileResult res, bool tuned);
 // Compiles `config` for this GPU and fills a record (no timings). Throws
 // qjit::Error("nvrtc", log) when it does not compile.
 cache::KernelRecord build_record(const codegen::OpSpec& spec, const nlohmann::json& config, bool tuned);

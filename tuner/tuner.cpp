@@ -177,7 +177,7 @@ TuneReport tune(const codegen::OpSpec& spec, cache::Store& store, const TuneOpti
   } guard{stream};
 
   double best_us = INFINITY;
-  std::map<std::string, codegen::CompileResult> compiled_ok;  // config -> result, for the winner's record
+  std::map<std::string, size_t> verified_now;  // config -> index in cands: the winner need not compile again
   int measured = 0;
   for (auto& c : cands) {
     if (c.compiled.log.empty() && !c.compiled.ok) continue;  // never started (deadline)
@@ -236,7 +236,7 @@ TuneReport tune(const codegen::OpSpec& spec, cache::Store& store, const TuneOpti
     t->median_us = tm.median_us;
     t->gbps = rep.bytes / (tm.median_us * 1e3);
     t->verify_error = v.rel_error;
-    compiled_ok[c.config.dump()] = c.compiled;
+    verified_now[c.config.dump()] = static_cast<size_t>(&c - cands.data());
     ++measured;
     best_us = std::min(best_us, tm.median_us);
     if (out) {
@@ -289,7 +289,12 @@ TuneReport tune(const codegen::OpSpec& spec, cache::Store& store, const TuneOpti
   rep.trials = all;
   if (!best) throw Error("tuner", "no candidate of " + spec.label() + " compiled, ran and verified; see `qjit show`");
 
-  cache::KernelRecord rec = runtime::build_record(spec, best->config, /*tuned=*/true);
+  // The winner was usually compiled in this run; one measured in an earlier run is compiled again.
+  const auto it = verified_now.find(best->config.dump());
+  cache::KernelRecord rec =
+      it != verified_now.end()
+          ? runtime::make_record(spec, best->config, cands[it->second].source, cands[it->second].compiled, true)
+          : runtime::build_record(spec, best->config, /*tuned=*/true);
   rec.median_us = best->median_us;
   rec.gbps = best->gbps;
   rec.pct_copy_bw = 100.0 * best->gbps / rep.copy_gbps;

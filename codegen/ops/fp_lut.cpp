@@ -108,9 +108,9 @@ Constant lut_struct(const lut::Table& t) {
 std::vector<ParamDef> FpLutOp::params() const {
   std::vector<std::string> fns = lut::function_names();
   fns.push_back("custom");
-  ParamDef cuts{"cuts", "cut points: default, seed (SiLU) or 11 fp16 hex values a:b:...", "default"};
+  ParamDef cuts{"cuts", "cut points: default, seed (SiLU) or 11 fp16 hex values a:b:...", "default", {}};
   cuts.free_string = true;
-  ParamDef values{"values", "259 fp16 hex values (fn=custom), empty: sampled from fn", ""};
+  ParamDef values{"values", "259 fp16 hex values (fn=custom), empty: sampled from fn", "", {}};
   values.free_string = true;
   return {
       {"n", "number of elements", nullptr, {}, 1, int64_t{1} << 40},
