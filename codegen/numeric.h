@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 namespace qjit {
 
@@ -54,6 +55,18 @@ inline uint16_t float_to_bf16(float f) {
   if ((u & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
   const uint32_t rounding = 0x7fff + ((u >> 16) & 1);  // half to even
   return static_cast<uint16_t>((u + rounding) >> 16);
+}
+
+// Element i of a host buffer of `type` ("fp16", "bf16", "fp32"), widened.
+inline double element_to_double(const std::string& type, const void* base, size_t i) {
+  if (type == "fp32") {
+    float f;
+    std::memcpy(&f, static_cast<const uint8_t*>(base) + 4 * i, 4);
+    return f;
+  }
+  uint16_t b;
+  std::memcpy(&b, static_cast<const uint8_t*>(base) + 2 * i, 2);
+  return type == "fp16" ? half_to_float(b) : bf16_to_float(b);
 }
 
 }  // namespace qjit

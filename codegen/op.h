@@ -39,9 +39,11 @@ struct LaunchGeometry {
 
 // A pointer parameter of the kernel, in launch order, and the alignment the
 // config's vector accesses need. The runtime checks these before launching.
+// optional: the spec does not read it (e.g. no bias), so null is allowed.
 struct PointerArg {
   std::string name;
   int align = 1;
+  bool optional = false;
 };
 
 // Bytes a kernel must move at least (each input read once, output written

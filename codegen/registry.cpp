@@ -3,6 +3,7 @@
 #include "codegen/ops/awq_dequant.h"
 #include "codegen/ops/fp_lut.h"
 #include "codegen/ops/fused_ffn.h"
+#include "codegen/ops/wq_gemm.h"
 
 namespace qjit::codegen {
 
@@ -10,7 +11,8 @@ std::vector<const OpDef*> all_ops() {
   static const FusedFfnOp fused_ffn;
   static const FpLutOp fp_lut;
   static const AwqDequantOp awq_dequant;
-  return {&fused_ffn, &fp_lut, &awq_dequant};
+  static const WqGemmOp wq_gemm;
+  return {&fused_ffn, &fp_lut, &awq_dequant, &wq_gemm};
 }
 
 const OpDef& find_op(const std::string& name) {

@@ -109,22 +109,28 @@ void launch(const LoadedKernel& k, void** args, CUstream stream) {
 }
 
 void launch_checked(const LoadedKernel& k, const char* op, std::initializer_list<const void*> pointers,
-                    CUstream stream) {
-  if (pointers.size() != k.pointers.size() || pointers.size() > 8)
+                    CUstream stream, std::initializer_list<int> ints) {
+  if (pointers.size() != k.pointers.size() || pointers.size() + ints.size() > 12)
     throw Error("argument", std::string(op) + ": expected " + std::to_string(k.pointers.size()) + " pointers");
-  const void* values[8];
-  void* args[8];
+  const void* values[12];
+  int int_values[12];
+  void* args[12];
   size_t i = 0;
   for (const void* p : pointers) {
     const auto& want = k.pointers[i];
     const auto addr = reinterpret_cast<uintptr_t>(p);
-    if (!p) throw Error("argument", std::string(op) + ": " + want.name + " is null");
+    if (!p && !want.optional) throw Error("argument", std::string(op) + ": " + want.name + " is null");
     if (addr % want.align)
       throw Error("argument", std::string(op) + ": " + want.name + " = " + std::to_string(addr) +
                                   " is not aligned to " + std::to_string(want.align) + " bytes (the kernel's vector access)");
     values[i] = p;
     args[i] = &values[i];
     ++i;
+  }
+  size_t j = 0;
+  for (int v : ints) {
+    int_values[j] = v;
+    args[i++] = &int_values[j++];
   }
   launch(k, args, stream);
 }

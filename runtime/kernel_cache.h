@@ -48,9 +48,10 @@ LoadedKernel load_record(const cache::KernelRecord& rec, const codegen::OpSpec& 
 void launch(const LoadedKernel& k, void** args, CUstream stream);
 // The entry points' launch: every pointer non-null and aligned as the kernel's
 // config needs (qjit::Error("argument", ...) naming it otherwise, nothing
-// launched), then launch with the pointers as the kernel's parameters.
+// launched; null only where the spec does not read it), then launch with the
+// pointers, then `ints`, as the kernel's parameters.
 void launch_checked(const LoadedKernel& k, const char* op, std::initializer_list<const void*> pointers,
-                    CUstream stream);
+                    CUstream stream, std::initializer_list<int> ints = {});
 
 class KernelCache {
  public:

@@ -5,7 +5,8 @@
 #   usage (repo root on the GPU machine): bash tests/gpu_session.sh [PART]
 #   PART: all (default), tests (only the [gpu] tests), ffn or lut (tests
 #   skipped; fused_ffn or fp_lut tuning, benches and peers only), ffn+tests,
-#   awq+tests (the tests, then awq_dequant tuning, benches and peers)
+#   awq+tests (the tests, then awq_dequant tuning, benches and peers),
+#   wq, wq+tests (wq_gemm tuning, benches and peers; with or without the tests)
 # Expects: the install tree in .dist (cmake --install build --prefix .dist) and
 # peers.py copied to .device/peers.py (../shared does not travel).
 set -u
@@ -23,7 +24,7 @@ echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,clocks.
 "$Q" doctor | tee "$OUT/doctor.txt"
 
 PART=${1:-all}
-if [ "$PART" = all ] || [ "$PART" = tests ] || [ "$PART" = ffn+tests ] || [ "$PART" = awq+tests ]; then
+if [ "$PART" = all ] || [ "$PART" = tests ] || [ "$PART" = ffn+tests ] || [ "$PART" = awq+tests ] || [ "$PART" = wq+tests ]; then
   echo "== GPU tests"
   ( time "$DIST/bin/qjit_tests" "[gpu]" ) >"$OUT/gpu_tests.log" 2>&1
   echo "gpu tests exit $?"; grep -E "FAILED|failed|passed" "$OUT/gpu_tests.log" | head -20; tail -4 "$OUT/gpu_tests.log"
@@ -38,15 +39,18 @@ LUTS=()
 for fn in silu gelu exp; do LUTS+=("fp_lut n=134217728,fn=$fn"); done
 AWQS=("awq_dequant k=4096,n=11008,g=128" "awq_dequant k=11008,n=4096,g=128"
       "awq_dequant k=4096,n=11008,g=128,layout=gptq")
-PEERS="fused_ffn fp_lut awq_dequant"
+WQS=("wq_gemm k=4096,n=11008 --m 1,4,16,64,256" "wq_gemm k=11008,n=4096 --m 1,16,64,256"
+     "wq_gemm k=4096,n=4096 --m 1,16" "wq_gemm k=4096,n=11008,bits=8 --m 1" "wq_gemm k=11008,n=4096,bits=8 --m 1")
+PEERS="fused_ffn fp_lut awq_dequant wq_gemm"
 case "$PART" in
+  wq|wq+tests) SHAPES=("${WQS[@]}"); PEERS=wq_gemm ;;
   awq+tests) SHAPES=("${AWQS[@]}"); PEERS=awq_dequant ;;
   ffn) PEERS=fused_ffn ;;
   ffn+tests) PEERS=fused_ffn ;;
   lut) SHAPES=(); PEERS=fp_lut ;;
 esac
-case "$PART" in ffn|ffn+tests|awq+tests) ;; *) SHAPES+=("${LUTS[@]}") ;; esac
-[ "$PART" = all ] && SHAPES+=("${AWQS[@]}")
+case "$PART" in ffn|ffn+tests|awq+tests|wq|wq+tests) ;; *) SHAPES+=("${LUTS[@]}") ;; esac
+[ "$PART" = all ] && SHAPES+=("${AWQS[@]}" "${WQS[@]}")
 i=0
 for s in "${SHAPES[@]}"; do
   i=$((i+1))
@@ -57,7 +61,7 @@ for s in "${SHAPES[@]}"; do
 done
 "$Q" list > "$OUT/list.txt"
 
-if [ "$PART" != lut ] && [ "$PART" != awq+tests ]; then
+if [ "$PART" = all ] || [ "$PART" = ffn ] || [ "$PART" = ffn+tests ]; then
   echo "== launch probe (warm cache, new processes)"
   for k in 1 2 3; do "$DIST/bin/qjit_launch_probe" 4096 11008 1 fp16; done | tee "$OUT/probe.jsonl"
 fi
@@ -91,9 +95,14 @@ for f in sorted(glob.glob(f"{out}/bench_*.json"), key=lambda p: int(p.split("_")
             t = peers.get(key) if sp["dtype"] == "fp16" and sp.get("act") == "silu" else None
         elif op == "fp_lut":
             t = peers.get(f"torch {sp['fn']} fp16 n=2^27") if sp["n"] == str(1 << 27) else None
+        elif op == "wq_gemm":
+            t = peers.get(f"torch tinygemm int4 g{sp['g']} M={sp['m']} K={sp['k']} N={sp['n']}") if sp["bits"] == "4" else None
         else:
             t = peers.get(f"torch ops K={sp['k']} N={sp['n']} g={sp['g']}") if sp["layout"] == "awq" else None
-        print(f"{b['spec'].replace('act=silu ', '').replace('cuts=default ', '')[:44]:<44} {q['median_us']:>8.2f} {q['pct_of_floor']:>6.1f}% "
+        label = b['spec']
+        for d in ('act=silu ', 'cuts=default ', 'act=none ', 'bias=no ', 'layout=native ', 'scales=fp16 ', 'x=fp16 ', 'zero=int '):
+            label = label.replace(d, '')
+        print(f"{label[:44]:<44} {q['median_us']:>8.2f} {q['pct_of_floor']:>6.1f}% "
               f"{(base['median_us'] if base else float('nan')):>8.2f} {(base['median_us']/q['median_us'] if base else float('nan')):>7.2f}x "
               f"{(t if t else float('nan')):>8.2f} {((t/q['median_us']) if t else float('nan')):>7.2f}x {tunes.get(b['spec'], float('nan')):>7.1f}")
 print("copy GB/s (each bench run):", ", ".join(str(round(b["copy_gbps"])) for rows in benches for b in rows))

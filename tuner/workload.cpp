@@ -12,6 +12,7 @@ std::unique_ptr<Workload> make_workload(const codegen::OpSpec& spec, uint64_t se
   if (spec.op == "fused_ffn") return make_fused_ffn_workload(spec, seed, l2_bytes);
   if (spec.op == "fp_lut") return make_fp_lut_workload(spec, seed, l2_bytes);
   if (spec.op == "awq_dequant") return make_awq_dequant_workload(spec, seed, l2_bytes);
+  if (spec.op == "wq_gemm") return make_wq_gemm_workload(spec, seed, l2_bytes, 0);
   throw Error("tuner", "no tuning workload for op '" + spec.op + "'");
 }
 

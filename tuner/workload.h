@@ -56,5 +56,8 @@ class Workload {
 // Allocates and fills the inputs of `spec` on the current device. Throws
 // qjit::Error("tuner", ...) for an op with no workload.
 std::unique_ptr<Workload> make_workload(const codegen::OpSpec& spec, uint64_t seed, size_t l2_bytes);
+// wq_gemm with `rows` rows of x (0: the bucket m), for tests of M inside a bucket.
+std::unique_ptr<Workload> make_wq_gemm_workload(const codegen::OpSpec& spec, uint64_t seed, size_t l2_bytes,
+                                                int64_t rows);
 
 }  // namespace qjit::tuner

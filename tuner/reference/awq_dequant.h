@@ -19,11 +19,15 @@ namespace qjit::tuner {
 
 inline constexpr int kAwqOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
 
+// Group-quantized weights before packing. awq/gptq are 4-bit; wq_gemm's
+// native layout (tuner/reference/wq_gemm.h) takes bits 2, 3, 4 and 8.
 struct PlainQuant {
   int64_t k = 0, n = 0, g = 0;
-  std::vector<uint8_t> q;       // [k][n], 0..15
-  std::vector<uint8_t> z;       // [k/g][n], 0..15
+  int bits = 4;
+  std::vector<uint8_t> q;       // [k][n], 0 .. 2^bits - 1
+  std::vector<uint8_t> z;       // [k/g][n], 0 .. 2^bits - 1 (integer zero points)
   std::vector<uint16_t> s;      // [k/g][n], fp16 or bf16 bits
+  std::vector<uint16_t> o;      // [k/g][n], offsets of the float form w = (q - 2^(bits-1))·s + o
 };
 
 std::vector<uint32_t> pack_awq_qweight(const PlainQuant& p);

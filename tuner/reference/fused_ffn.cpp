@@ -72,6 +72,10 @@ double fused_ffn_tolerance(const codegen::OpSpec& spec) {
   const std::string t = spec.get_str("dtype");
   if (t == "fp16") return 1e-3;
   if (t == "bf16") return 8e-3;
+  // An FP16 table looks the gate up at fp16 resolution: a gate whose fp32 sum
+  // differs from the reference's by accumulation order can land on the
+  // neighbouring fp16 input, an error of up to the slope times 2^-11 relative.
+  if (spec.params.value("act", "silu") != "silu") return 1e-3;
   return 1e-5;  // fp32, mixed
 }
 

@@ -35,16 +35,7 @@ std::vector<uint8_t> random_tensor(const std::string& type, size_t n, float scal
   return out;
 }
 
-double to_double(const std::string& type, const uint8_t* p, size_t i) {
-  if (type == "fp32") {
-    float f;
-    std::memcpy(&f, p + 4 * i, 4);
-    return f;
-  }
-  uint16_t b;
-  std::memcpy(&b, p + 2 * i, 2);
-  return type == "fp16" ? half_to_float(b) : bf16_to_float(b);
-}
+double to_double(const std::string& type, const uint8_t* p, size_t i) { return element_to_double(type, p, i); }
 
 class FusedFfnWorkload final : public Workload {
  public:

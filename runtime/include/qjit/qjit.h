@@ -64,6 +64,27 @@ struct AwqDequantShape {
 void awq_dequant(const AwqDequantShape& shape, const void* qweight, const void* qzeros, const void* scales, void* out,
                  CUstream_st* stream = nullptr);
 
+// y[m][n] = clamp(Σ_k x[m][k]·w[k][n] + bias[n]) for m < M, W quantised
+// with `bits` bits in groups of g along k, in qjit's native layout (see
+// tuner/reference/wq_gemm.h; `qjit repack` converts awq/gptq checkpoints).
+// zero: "sym" w = (q - 2^(bits-1))·s; "int" w = (q - z)·s with zeros one byte
+// each [K/g][N]; "float" w = (q - 2^(bits-1))·s + o with offsets [K/g][N] in
+// the scales' type (passed as `zeros`). scales [K/g][N] fp16 or bf16; x, bias
+// and y of type `x` (fp16, bf16 or fp32); bias and, for sym, zeros may be null.
+// act: "none", "relu", "relu6". Each M uses the kernel tuned for its bucket
+// (next power of two, at most 1024; 1024 serves any M).
+struct WqGemmShape {
+  int k = 0, n = 0;
+  int bits = 4, g = 128;
+  std::string zero = "int";
+  DType scales = DType::fp16;
+  DType x = DType::fp16;
+  bool bias = false;
+  std::string act = "none";
+};
+void wq_gemm(const WqGemmShape& shape, int m, const void* x, const void* qweight, const void* scales,
+             const void* zeros, const void* bias, void* y, CUstream_st* stream = nullptr);
+
 // Use another cache file for this process (default: $QJIT_CACHE or ~/.cache/qjit/kernels.db).
 void set_cache_path(const std::string& path);
 

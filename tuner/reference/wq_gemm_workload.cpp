@@ -1,0 +1,230 @@
+// wq_gemm's tuning workload: random group-quantized W packed in the native
+// layout (weight-side tensors rotated beyond L2), random x and bias, M = the
+// bucket, verification against the float64 reference (all rows up to 16, a
+// sample of rows beyond), and the dense cuBLAS GEMM on W dequantised to the
+// scales' type as the baseline (the path a user has without qjit).
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include "codegen/error.h"
+#include "codegen/numeric.h"
+#include "runtime/driver.h"
+#include "tuner/cublas.h"
+#include "tuner/reference/wq_gemm.h"
+#include "tuner/timing.h"
+#include "tuner/workload.h"
+
+namespace qjit::tuner {
+namespace {
+
+constexpr int kArgs = 7;  // x, qweight, scales, zeros, bias, y, M
+
+class WqGemmWorkload final : public Workload {
+ public:
+  WqGemmWorkload(const codegen::OpSpec& spec, uint64_t seed, size_t l2_bytes, int64_t rows) : spec_(spec) {
+    m_ = rows > 0 ? rows : spec.get_int("m");
+    xt_ = spec.get_str("x");
+    st_ = spec.get_str("scales");
+    zero_ = spec.get_str("zero");
+    xb_ = xt_ == "fp32" ? 4 : 2;
+    SplitMix64 rng{seed};
+    p_.k = spec.get_int("k"), p_.n = spec.get_int("n"), p_.g = spec.get_int("g");
+    p_.bits = static_cast<int>(spec.get_int("bits"));
+    const int levels = 1 << p_.bits;
+    const int64_t groups = (p_.k / p_.g) * p_.n;
+    p_.q.resize(p_.k * p_.n);
+    for (auto& v : p_.q) v = static_cast<uint8_t>(rng.next() % levels);
+    p_.z.resize(groups);
+    for (auto& v : p_.z) v = static_cast<uint8_t>(rng.next() % levels);
+    // |w| ~ 2/√K keeps the dot products O(1), as in a trained model.
+    const float smax = 2.0f / std::sqrt(static_cast<float>(p_.k)) / static_cast<float>(levels / 2);
+    auto to16 = [&](float f) { return st_ == "bf16" ? float_to_bf16(f) : float_to_half(f); };
+    p_.s.resize(groups);
+    for (auto& v : p_.s) v = to16(smax * (0.5f + 0.5f * std::fabs(rng.uniform())));
+    p_.o.resize(groups);
+    for (auto& v : p_.o) v = to16(0.25f * smax * rng.uniform());
+
+    const auto qweight = pack_native(p_);
+    std::vector<uint8_t> zeros;  // bytes, or offsets as 16-bit patterns
+    if (zero_ == "int") zeros.assign(p_.z.begin(), p_.z.end());
+    if (zero_ == "float") {
+      zeros.resize(groups * 2);
+      std::memcpy(zeros.data(), p_.o.data(), zeros.size());
+    }
+    x_host_ = random_bytes(m_ * p_.k, 1.0f, rng);
+    const bool has_bias = spec.get_str("bias") == "yes";
+    if (has_bias) bias_host_ = random_bytes(p_.n, 0.5f, rng);
+
+    // Rows checked: all up to 16, else the first two, the last two and a spread.
+    if (m_ <= 16) {
+      for (int64_t r = 0; r < m_; ++r) rows_.push_back(r);
+    } else {
+      rows_ = {0, 1, m_ / 3, m_ / 2, (2 * m_) / 3 + 1, m_ - 2, m_ - 1};
+    }
+    ref_ = wq_gemm_reference(spec, rows_, x_host_.data(), p_, has_bias ? bias_host_.data() : nullptr);
+
+    const size_t wbytes = qweight.size() * 4 + p_.s.size() * 2 + zeros.size();
+    const int copies = static_cast<int>(std::clamp<size_t>(3 * l2_bytes / std::max<size_t>(wbytes, 1) + 1, 1, 16));
+    for (int c = 0; c < copies; ++c) {
+      q_.emplace_back(qweight.size() * 4);
+      q_[c].upload(qweight.data(), qweight.size() * 4);
+      s_.emplace_back(p_.s.size() * 2);
+      s_[c].upload(p_.s.data(), p_.s.size() * 2);
+      z_.emplace_back(std::max<size_t>(zeros.size(), 16));
+      if (!zeros.empty()) z_[c].upload(zeros.data(), zeros.size());
+    }
+    x_ = DeviceBuffer(x_host_.size());
+    x_.upload(x_host_.data(), x_host_.size());
+    if (has_bias) {
+      bias_ = DeviceBuffer(bias_host_.size());
+      bias_.upload(bias_host_.data(), bias_host_.size());
+    }
+    y_ = DeviceBuffer(m_ * p_.n * xb_);
+    m_arg_ = static_cast<int>(m_);
+    params_.resize(copies);
+    args_.resize(copies);
+    for (int c = 0; c < copies; ++c) {
+      params_[c] = {x_.ptr(), q_[c].ptr(), s_[c].ptr(), zero_ == "sym" ? 0 : z_[c].ptr(), has_bias ? bias_.ptr() : 0,
+                    y_.ptr()};
+      for (int i = 0; i < kArgs - 1; ++i) args_[c][i] = &params_[c][i];
+      args_[c][kArgs - 1] = &m_arg_;
+    }
+  }
+
+  void** args(int copy) override { return args_[copy].data(); }
+  int copies() const override { return static_cast<int>(params_.size()); }
+  void poison_output(CUstream stream) override { QJIT_CU(cuMemsetD8Async(y_.ptr(), 0xff, y_.bytes(), stream)); }
+
+  Verification verify(double tolerance_scale) override {
+    QJIT_CU(cuCtxSynchronize());
+    std::vector<uint8_t> y(y_.bytes());
+    y_.download(y.data(), y.size());
+    Verification v;
+    // w rounded once to the scales' type (2^-11 or 2^-8 relative), x rounded
+    // to it when fp32, fp32 accumulation, y rounded to its type.
+    v.tolerance = (st_ == "bf16" || xt_ == "bf16" ? 1.6e-2 : 2e-3) * tolerance_scale;
+    const int64_t n = p_.n;
+    double err2 = 0, ref2 = 0, ref_max = 0;
+    int64_t first_bad = -1;
+    for (double r : ref_) ref_max = std::max(ref_max, std::fabs(r));
+    for (size_t r = 0; r < rows_.size(); ++r)
+      for (int64_t c = 0; c < n; ++c) {
+        const size_t i = r * n + c;
+        const double out = read(y.data(), rows_[r] * n + c), e = std::fabs(out - ref_[i]);
+        if ((!std::isfinite(out) || e > 8 * v.tolerance * ref_max) && first_bad < 0) first_bad = static_cast<int64_t>(i);
+        err2 += std::isfinite(e) ? e * e : 1e300;
+        ref2 += ref_[i] * ref_[i];
+        v.max_abs_error = std::max(v.max_abs_error, std::isfinite(e) ? e : INFINITY);
+      }
+    v.rel_error = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+    v.ok = first_bad < 0 && v.rel_error <= v.tolerance;
+    if (!v.ok) {
+      char buf[256];
+      if (first_bad >= 0) {
+        const int64_t r = first_bad / n, c = first_bad % n;
+        std::snprintf(buf, sizeof buf, "y[m=%lld][n=%lld] = %g, reference %g; relative error %.3g (tolerance %.3g)",
+                      static_cast<long long>(rows_[r]), static_cast<long long>(c), read(y.data(), rows_[r] * n + c),
+                      ref_[first_bad], v.rel_error, v.tolerance);
+      } else {
+        std::snprintf(buf, sizeof buf, "relative error %.3g exceeds tolerance %.3g", v.rel_error, v.tolerance);
+      }
+      v.message = buf;
+    }
+    return v;
+  }
+
+  std::vector<Baseline> baselines(std::string* why_none) override {
+    cublas_ = try_cublas(why_none);
+    if (!cublas_) return {};
+    if (!blas_) build_dense();
+    const cudaDataType wt = st_ == "bf16" ? CUDA_R_16BF : CUDA_R_16F;
+    Baseline b;
+    b.name = std::string("cublas_") + st_ + "_dense";
+    b.run = [this, wt](int copy, CUstream stream) {
+      // Row-major x[m,k] · W[n,k]ᵀ = column-major (W as k×n)ᵀ · (x as k×m) = Y (n×m).
+      const float one = 1.0f, zero = 0.0f;
+      cublas_->set_stream(blas_, reinterpret_cast<cudaStream_t>(stream));
+      const auto& w = dense_[copy % dense_.size()];
+      // Into y itself where cuBLAS can write y's type and nothing follows the
+      // GEMM (then the tuner verifies the baseline too), else into a scratch y.
+      const bool into_y = spec_.get_str("bias") == "no" && spec_.get_str("act") == "none" &&
+                          (xt_ == "fp32" || xt_ == st_);
+      const cudaDataType yt = xt_ == "fp32" ? CUDA_R_32F : wt;
+      const cublasStatus_t st = cublas_->gemm_ex(
+          blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(p_.n), static_cast<int>(m_), static_cast<int>(p_.k), &one,
+          reinterpret_cast<void*>(w.ptr()), wt, static_cast<int>(p_.k), reinterpret_cast<void*>(dense_x_.ptr()), wt,
+          static_cast<int>(p_.k), &zero, reinterpret_cast<void*>(into_y ? y_.ptr() : dense_y_.ptr()),
+          into_y ? yt : wt, static_cast<int>(p_.n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      if (st != CUBLAS_STATUS_SUCCESS) throw Error("tuner", "cublasGemmEx failed with status " + std::to_string(st));
+    };
+    return {b};
+  }
+
+  ~WqGemmWorkload() override {
+    if (blas_) cublas_->destroy(blas_);
+  }
+
+ private:
+  std::vector<uint8_t> random_bytes(int64_t count, float scale, SplitMix64& rng) const {
+    std::vector<uint8_t> out(count * xb_);
+    for (int64_t i = 0; i < count; ++i) {
+      const float f = scale * rng.uniform();
+      if (xt_ == "fp32") {
+        std::memcpy(&out[i * 4], &f, 4);
+      } else {
+        const uint16_t b = xt_ == "fp16" ? float_to_half(f) : float_to_bf16(f);
+        std::memcpy(&out[i * 2], &b, 2);
+      }
+    }
+    return out;
+  }
+  double read(const uint8_t* base, int64_t i) const { return element_to_double(xt_, base, static_cast<size_t>(i)); }
+
+  // The baseline's tensors: dense W[n][k] in the scales' type (copies rotated
+  // beyond L2 like the packed weights), x converted to that type, y.
+  void build_dense() {
+    if (cublas_->create(&blas_) != CUBLAS_STATUS_SUCCESS) throw Error("tuner", "cublasCreate failed");
+    const auto w = dequant_dense_nk(p_, zero_, st_);
+    const size_t bytes = w.size() * 2;
+    const int copies = static_cast<int>(std::clamp<size_t>(3 * 64 * (size_t{1} << 20) / bytes + 1, 2, 8));
+    for (int c = 0; c < copies; ++c) {
+      dense_.emplace_back(bytes);
+      dense_[c].upload(w.data(), bytes);
+    }
+    std::vector<uint16_t> x16(m_ * p_.k);
+    for (int64_t i = 0; i < m_ * p_.k; ++i) {
+      const float f = static_cast<float>(read(x_host_.data(), i));
+      x16[i] = st_ == "bf16" ? float_to_bf16(f) : float_to_half(f);
+    }
+    dense_x_ = DeviceBuffer(x16.size() * 2);
+    dense_x_.upload(x16.data(), x16.size() * 2);
+    dense_y_ = DeviceBuffer(m_ * p_.n * 2);
+  }
+
+  codegen::OpSpec spec_;
+  int64_t m_ = 1;
+  int xb_ = 2, m_arg_ = 1;
+  std::string xt_, st_, zero_;
+  PlainQuant p_;
+  std::vector<uint8_t> x_host_, bias_host_;
+  std::vector<int64_t> rows_;
+  std::vector<double> ref_;
+  std::vector<DeviceBuffer> q_, s_, z_;
+  DeviceBuffer x_, bias_, y_;
+  std::vector<std::array<CUdeviceptr, kArgs - 1>> params_;
+  std::vector<std::array<void*, kArgs>> args_;
+  const Cublas* cublas_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  std::vector<DeviceBuffer> dense_;
+  DeviceBuffer dense_x_, dense_y_;
+};
+
+}  // namespace
+
+std::unique_ptr<Workload> make_wq_gemm_workload(const codegen::OpSpec& spec, uint64_t seed, size_t l2_bytes,
+                                                int64_t rows) {
+  return std::make_unique<WqGemmWorkload>(spec, seed, l2_bytes, rows);
+}
+
+}  // namespace qjit::tuner
