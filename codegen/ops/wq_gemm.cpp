@@ -11,6 +11,7 @@ namespace {
 // through shared memory. A block covers 8·mtiles rows of x per pass.
 struct Config {
   int warps, split_k, tiles, mtiles, unroll;
+  int stages = 0;  // 0: register pipeline (unroll groups ahead); >0: cp.async ring of that depth
 
   static Config from(const nlohmann::json& j) {
     auto get = [&](const char* k) {
@@ -18,12 +19,13 @@ struct Config {
         throw Error("config", std::string("wq_gemm config needs integer '") + k + "': " + j.dump());
       return j[k].get<int>();
     };
-    if (!j.is_object() || j.size() != 5)
-      throw Error("config", "wq_gemm config needs warps, split_k, tiles, mtiles and unroll: " + j.dump());
-    return {get("warps"), get("split_k"), get("tiles"), get("mtiles"), get("unroll")};
+    if (!j.is_object() || j.size() != 6)
+      throw Error("config", "wq_gemm config needs warps, split_k, tiles, mtiles, unroll and stages: " + j.dump());
+    return {get("warps"), get("split_k"), get("tiles"), get("mtiles"), get("unroll"), get("stages")};
   }
   nlohmann::json to_json() const {
-    return {{"warps", warps}, {"split_k", split_k}, {"tiles", tiles}, {"mtiles", mtiles}, {"unroll", unroll}};
+    return {{"warps", warps},   {"split_k", split_k}, {"tiles", tiles},
+            {"mtiles", mtiles}, {"unroll", unroll},   {"stages", stages}};
   }
 };
 
@@ -47,17 +49,21 @@ std::string config_problem(const OpSpec& spec, const Config& c) {
   if (!one_of(c.tiles, {1, 2, 4})) return "tiles must be 1, 2 or 4";
   if (!one_of(c.mtiles, {1, 2, 4, 8})) return "mtiles must be 1, 2, 4 or 8";
   if (!one_of(c.unroll, {1, 2, 4})) return "unroll must be 1, 2 or 4";
+  if (!one_of(c.stages, {0, 2, 4, 8})) return "stages must be 0, 2, 4 or 8";
+  if (c.stages > 0 && c.unroll != 1) return "the cp.async ring (stages > 0) takes unroll 1";
   const int64_t m = spec.get_int("m"), k = spec.get_int("k"), n = spec.get_int("n");
   const int bits = static_cast<int>(spec.get_int("bits"));
   if (c.mtiles > mtiles_needed(m)) return "mtiles covers more rows than the bucket m=" + std::to_string(m);
   if (k / 64 < c.split_k) return "split_k exceeds the number of 64-wide chunks of k";
   if (16 * c.tiles > n) return "tiles cover more than n";
-  if (reduction_bytes(c) > 48 * 1024) return "split-k reduction needs more than 48 KB of shared memory";
+  const int64_t ring = int64_t{c.warps} * c.stages * c.tiles * bits * 32 * 4;
+  if (reduction_bytes(c) + ring > 48 * 1024) return "split-k reduction and cp.async ring need more than 48 KB of shared memory";
   // Registers per lane, fitted to ptxas on sm_90 (within ~20%, on the high
   // side): addresses and indices, accumulators, x fragments, and two groups of
   // chunks (the one multiplied and the one in flight) of weights + raw scales.
   const int x_words = spec.get_str("x") == "fp32" ? 16 : 8;
-  const int regs = 40 + 4 * c.tiles * c.mtiles + x_words * c.mtiles + 3 * c.unroll * c.tiles * (bits + 4);
+  const int groups_live = c.stages > 0 ? 1 : 3 * c.unroll;  // the ring holds the in-flight chunks in shared memory
+  const int regs = 40 + 4 * c.tiles * c.mtiles + x_words * c.mtiles + groups_live * c.tiles * (bits + 4);
   const int limit = std::min(255, 65536 / (32 * c.warps));  // ptxas's ceiling at this block size
   if (regs > limit)
     return "about " + std::to_string(regs) + " registers per lane (limit " + std::to_string(limit) + " at " +
@@ -120,12 +126,13 @@ std::vector<nlohmann::json> WqGemmOp::tunable_space(const OpSpec& spec) const {
         for (int mt : {1, 2, 4, 8}) {
           // Fewer x tiles than the bucket needs means re-reading W per pass: only worth it at large m.
           if (mt != need && (mt < need / 2 || need < 4)) continue;
-          for (int unroll : {1, 2, 4}) {
-            // 16 warps only to split k further: a 16-warp block of row groups is an 8-warp one twice.
-            if (warps == 16 && split < 8) continue;
-            const Config c{warps, split, tiles, mt, unroll};
-            if (config_problem(spec, c).empty()) out.push_back(c.to_json());
-          }
+          for (int stages : {0, 4, 8})
+            for (int unroll : {1, 2, 4}) {
+              // 16 warps only to split k further: a 16-warp block of row groups is an 8-warp one twice.
+              if (warps == 16 && split < 8) continue;
+              const Config c{warps, split, tiles, mt, unroll, stages};
+              if (config_problem(spec, c).empty()) out.push_back(c.to_json());
+            }
         }
   return out;
 }
@@ -135,7 +142,7 @@ nlohmann::json WqGemmOp::default_config(const OpSpec& spec) const {
   // the shape of the usual winner, and never near the register ceiling.
   for (int split : {8, 4, 2, 1})
     for (int unroll : {2, 1}) {
-      const Config c{8, split, 1, mtiles_needed(spec.get_int("m")), unroll};
+      const Config c{8, split, 1, mtiles_needed(spec.get_int("m")), unroll, 0};
       if (config_problem(spec, c).empty()) return c.to_json();
     }
   return tunable_space(spec).at(0);
@@ -166,6 +173,7 @@ std::vector<Constant> WqGemmOp::constants(const OpSpec& spec, const nlohmann::js
       {"int", "kTiles", num(c.tiles), "tunable: 16-row tiles of W per row group"},
       {"int", "kMTiles", num(c.mtiles), "tunable: 8-row tiles of x per pass"},
       {"int", "kUnroll", num(c.unroll), "tunable: 64-wide k chunks loaded before the first mma"},
+      {"int", "kStages", num(c.stages), "tunable: 0 register pipeline, else cp.async ring depth"},
   };
 }
 

@@ -212,6 +212,86 @@ __device__ __forceinline__ void mma_chunk(const Chunk& c, const TX* __restrict__
   }
 }
 
+// Shared-memory pipeline (kStages > 0): each lane cp.async-copies its own
+// words of a chunk into its slot of a kStages-deep ring and later reads back
+// only what it copied, so no lane ever waits for another. Bytes in flight are
+// then kStages chunks per warp without holding registers for them (the
+// register pipeline's limit). Slots are laid out [vector][lane] like the
+// global tile, so the reads are conflict-free.
+constexpr int kRingStages = kStages > 0 ? kStages : 1;
+constexpr int kChunkWords = kTiles * kBits * 32;  // one chunk of a warp's tiles
+
+__device__ __forceinline__ void copy_chunk(const unsigned* __restrict__ qweight, const int (&tile)[kTiles], int kc,
+                                           int lane, unsigned* slot) {
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+    for (int v = 0; v < kBits / kVec; ++v) {
+      const unsigned* src = qweight + (static_cast<long long>(tile[i]) * kChunks + kc) * 32 * kBits + (v * 32 + lane) * kVec;
+      const unsigned dst =
+          static_cast<unsigned>(__cvta_generic_to_shared(slot + i * kBits * 32 + (v * 32 + lane) * kVec));
+      if constexpr (kVec == 4) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+      else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(dst), "l"(src), "n"(4 * kVec) : "memory");
+    }
+}
+
+__device__ __forceinline__ void read_slot(const unsigned* slot, int lane, unsigned (&w)[kTiles][kBits]) {
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+    for (int v = 0; v < kBits / kVec; ++v) {
+      const unsigned* p = slot + i * kBits * 32 + (v * 32 + lane) * kVec;
+      if constexpr (kVec == 4) {  // one 16-byte shared load
+        const uint4 r = *reinterpret_cast<const uint4*>(p);
+        w[i][4 * v] = r.x, w[i][4 * v + 1] = r.y, w[i][4 * v + 2] = r.z, w[i][4 * v + 3] = r.w;
+      } else {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) w[i][kVec * v + j] = p[j];
+      }
+    }
+}
+
+__device__ __forceinline__ void stream_chunks(const TX* __restrict__ x, const unsigned* __restrict__ qweight,
+                                              const TS* __restrict__ scales, const void* __restrict__ zeros,
+                                              const int (&tile)[kTiles], int part, int m0, int M, int lane, int warp,
+                                              float (&acc)[kTiles][kMTiles][4]) {
+  __shared__ __align__(16) unsigned ring[kWarps][kRingStages][kChunkWords];
+  // The warp's chunks are part, part + kSplitK, ...: number i is chunk part + i·kSplitK.
+  const int count = part < kChunks ? (kChunks - 1 - part) / kSplitK + 1 : 0;
+#pragma unroll
+  for (int s = 0; s < kRingStages - 1; ++s) {
+    if (s < count) copy_chunk(qweight, tile, part + s * kSplitK, lane, ring[warp][s]);
+    asm volatile("cp.async.commit_group;" ::: "memory");  // empty groups keep the count uniform
+  }
+  Chunk c;
+  if (count > 0) {
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) c.rows[t][h] = load_row(scales, zeros, (part * 64 + 16 * (lane % 4)) / kGroup, tile[t] * 16 + lane / 4 + 8 * h);
+  }
+  for (int i = 0; i < count; ++i) {
+    const int ahead = i + kRingStages - 1;
+    if (ahead < count) copy_chunk(qweight, tile, part + ahead * kSplitK, lane, ring[warp][ahead % kRingStages]);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    asm volatile("cp.async.wait_group %0;" ::"n"(kRingStages - 1) : "memory");  // chunk i has landed
+    read_slot(ring[warp][i % kRingStages], lane, c.w);
+    // The next chunk's scales and zeros load while this one is multiplied.
+    Chunk n;
+    if (i + 1 < count) {
+      const int kc = part + (i + 1) * kSplitK;
+#pragma unroll
+      for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) n.rows[t][h] = load_row(scales, zeros, (kc * 64 + 16 * (lane % 4)) / kGroup, tile[t] * 16 + lane / 4 + 8 * h);
+    }
+    mma_chunk(c, x, part + i * kSplitK, m0, M, lane, acc);
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) c.rows[t][0] = n.rows[t][0], c.rows[t][1] = n.rows[t][1];
+  }
+  asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
 __device__ __forceinline__ float epilogue(float v, const TX* __restrict__ bias, int n) {
   if constexpr (kHasBias) v += qjit::to_f32(bias[n]);
   if constexpr (kAct >= 1) v = fmaxf(v, 0.0f);
@@ -239,25 +319,29 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
-    // Software pipeline: the loads of the next kUnroll chunks are issued
-    // before the current ones are multiplied, so a warp always has weights in
-    // flight (without it each chunk waits a full DRAM latency).
-    constexpr int kStride = kSplitK * kUnroll;
-    Chunk cur[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (part + u * kSplitK < kChunks) load_chunk(qweight, scales, zeros, tile, part + u * kSplitK, lane, cur[u]);
-    for (int kc = part; kc < kChunks; kc += kStride) {
-      Chunk next[kUnroll];
+    if constexpr (kStages > 0) {
+      stream_chunks(x, qweight, scales, zeros, tile, part, m0, M, lane, warp, acc);
+    } else {
+      // Register pipeline: the loads of the next kUnroll chunks are issued
+      // before the current ones are multiplied, so a warp always has weights
+      // in flight (without it each chunk waits a full DRAM latency).
+      constexpr int kStride = kSplitK * kUnroll;
+      Chunk cur[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
-        if (kc + kStride + u * kSplitK < kChunks)
-          load_chunk(qweight, scales, zeros, tile, kc + kStride + u * kSplitK, lane, next[u]);
+        if (part + u * kSplitK < kChunks) load_chunk(qweight, scales, zeros, tile, part + u * kSplitK, lane, cur[u]);
+      for (int kc = part; kc < kChunks; kc += kStride) {
+        Chunk next[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (kc + u * kSplitK < kChunks) mma_chunk(cur[u], x, kc + u * kSplitK, m0, M, lane, acc);
+        for (int u = 0; u < kUnroll; ++u)
+          if (kc + kStride + u * kSplitK < kChunks)
+            load_chunk(qweight, scales, zeros, tile, kc + kStride + u * kSplitK, lane, next[u]);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) cur[u] = next[u];
+        for (int u = 0; u < kUnroll; ++u)
+          if (kc + u * kSplitK < kChunks) mma_chunk(cur[u], x, kc + u * kSplitK, m0, M, lane, acc);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) cur[u] = next[u];
+      }
     }
 
     if constexpr (kSplitK > 1) {
