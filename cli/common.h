@@ -49,6 +49,7 @@ void add_show(CLI::App& app, int& rc);
 void add_doctor(CLI::App& app, int& rc);
 void add_export(CLI::App& app, int& rc);
 void add_import(CLI::App& app, int& rc);
+void add_repack(CLI::App& app, int& rc);
 void add_lut(CLI::App& app, int& rc);
 
 }  // namespace qjit::cli

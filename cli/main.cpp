@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   add_export(app, rc);
   add_import(app, rc);
   add_lut(app, rc);
+  add_repack(app, rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

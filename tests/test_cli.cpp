@@ -20,6 +20,7 @@
 #include "codegen/source.h"
 #include "codegen/spec.h"
 #include "tests/helpers.h"
+#include "tuner/reference/wq_gemm.h"
 
 using qjit::test::TempDir;
 using json = nlohmann::json;
@@ -409,4 +410,163 @@ TEST_CASE("cli: import checks every line first and imports all or nothing", "[cl
   auto l = run_qjit("list", cache);
   CHECK(l.exit_code == 0);
   CHECK(contains(l.out, "0 kernel(s)"));
+}
+
+namespace {
+
+void write_le32(const std::string& path, const std::vector<uint32_t>& words) {
+  std::string bytes(words.size() * 4, '\0');
+  for (size_t i = 0; i < words.size(); ++i)
+    for (int b = 0; b < 4; ++b) bytes[4 * i + b] = static_cast<char>(words[i] >> (8 * b));
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+std::vector<uint32_t> read_le32(const std::string& path) {
+  const std::string bytes = slurp(path);
+  std::vector<uint32_t> words(bytes.size() / 4);
+  for (size_t i = 0; i < words.size(); ++i)
+    for (int b = 0; b < 4; ++b) words[i] |= uint32_t{static_cast<unsigned char>(bytes[4 * i + b])} << (8 * b);
+  return words;
+}
+
+bool no_tmp_files(const fs::path& dir) {
+  for (auto& e : fs::directory_iterator(dir))
+    if (contains(e.path().filename().string(), ".tmp.")) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("cli: repack converts awq and gptq tensors to the native layout bit-exactly", "[cli]") {
+  using namespace qjit::tuner;
+  TempDir td;
+  const std::string cache = td.file("kernels.db");
+  const int64_t k = 256, n = 48, g = 64;
+  const uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  PlainQuant p;
+  p.k = k, p.n = n, p.g = g, p.bits = 4;
+  p.q.resize(k * n);
+  p.z.resize((k / g) * n);
+  for (auto& v : p.q) v = static_cast<uint8_t>(rng() & 15);
+  for (auto& v : p.z) v = static_cast<uint8_t>(rng() & 15);
+  const std::string shape = " --shape k=256,n=48,g=64";
+
+  auto help = run_qjit("repack --help", cache);
+  INFO(describe(help));
+  CHECK(help.exit_code == 0);
+  CHECK(contains(help.out, "repack"));
+  CHECK(contains(help.out, "Scales are not touched"));
+
+  // awq
+  const std::string aq = td.file("awq_qweight.bin"), az = td.file("awq_qzeros.bin");
+  write_le32(aq, pack_awq_qweight(p));
+  write_le32(az, pack_along_n(p.z, k / g, n, true));
+  const std::string oq = td.file("native_qweight.bin"), oz = td.file("native_zeros.bin");
+  auto r = run_qjit("repack --from awq" + shape + " --qweight '" + aq + "' --qzeros '" + az + "' --out-qweight '" + oq +
+                        "' --out-zeros '" + oz + "'",
+                    cache);
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  CHECK(contains(r.out, "wq_gemm k=256,n=48,g=64,bits=4,zero=int"));
+  CHECK(fs::file_size(oq) == static_cast<uintmax_t>(k * n / 2));
+  CHECK(read_le32(oq) == pack_native(p));
+  CHECK(unpack_native(read_le32(oq), k, n, 4) == p.q);
+  const std::string zbytes = slurp(oz);
+  CHECK(std::vector<uint8_t>(zbytes.begin(), zbytes.end()) == p.z);
+  CHECK(no_tmp_files(td.path));
+  CHECK_FALSE(fs::exists(cache));
+
+  // gptq, integer zeros, --json; overwrites the previous outputs
+  const std::string gq = td.file("gptq_qweight.bin"), gz = td.file("gptq_qzeros.bin");
+  write_le32(gq, pack_gptq_qweight(p));
+  write_le32(gz, pack_along_n(p.z, k / g, n, false));
+  fs::remove(oq);
+  std::ofstream(oz) << "stale";
+  auto rg = run_qjit("repack --from gptq" + shape + " --qweight '" + gq + "' --qzeros '" + gz + "' --out-qweight '" +
+                         oq + "' --out-zeros '" + oz + "' --json",
+                     cache);
+  INFO(describe(rg));
+  REQUIRE(rg.exit_code == 0);
+  const json j = json::parse(rg.out);
+  CHECK(j.at("from") == "gptq");
+  CHECK(j.at("k") == k);
+  CHECK(j.at("n") == n);
+  CHECK(j.at("g") == g);
+  CHECK(j.at("bits") == 4);
+  CHECK(j.at("zero") == "int");
+  CHECK(j.at("wq_gemm") == "wq_gemm k=256,n=48,g=64,bits=4,zero=int");
+  CHECK(j.at("out_qweight") == oq);
+  CHECK(j.at("out_qweight_bytes") == k * n / 2);
+  CHECK(j.at("out_zeros") == oz);
+  CHECK(j.at("out_zeros_bytes") == (k / g) * n);
+  CHECK(unpack_native(read_le32(oq), k, n, 4) == p.q);
+  const std::string gzbytes = slurp(oz);
+  CHECK(std::vector<uint8_t>(gzbytes.begin(), gzbytes.end()) == p.z);
+  CHECK(no_tmp_files(td.path));
+
+  // gptq --sym: no qzeros read, no zeros written, zero=sym
+  const std::string sq = td.file("sym_native.bin");
+  auto rs = run_qjit("repack --from gptq --sym" + shape + " --qweight '" + gq + "' --out-qweight '" + sq + "'", cache);
+  INFO(describe(rs));
+  REQUIRE(rs.exit_code == 0);
+  CHECK(contains(rs.out, "zero=sym"));
+  CHECK(contains(rs.out, "wq_gemm k=256,n=48,g=64,bits=4,zero=sym"));
+  CHECK(unpack_native(read_le32(sq), k, n, 4) == p.q);
+
+  // errors: exit 2, naming the bad value; nothing written
+  const std::string short_q = td.file("short_qweight.bin");
+  auto words = pack_awq_qweight(p);
+  words.pop_back();
+  write_le32(short_q, words);
+  const std::string fresh = td.file("fresh.bin"), fresh_z = td.file("fresh_zeros.bin");
+  const std::string outs = " --out-qweight '" + fresh + "' --out-zeros '" + fresh_z + "'";
+  struct Case {
+    std::string args;
+    std::vector<std::string> needles;
+  };
+  const std::vector<Case> cases = {
+      {"repack --from awq" + shape + " --qweight '" + short_q + "' --qzeros '" + az + "'" + outs,
+       {short_q, std::to_string(k * n / 2 - 4) + " bytes", "expected " + std::to_string(k * n / 2)}},
+      {"repack --from awq --shape k=256,n=40,g=64 --qweight '" + aq + "' --qzeros '" + az + "'" + outs,
+       {"n=40", "multiple of 16"}},
+      {"repack --from awq --shape k=256,n=48,g=48 --qweight '" + aq + "' --qzeros '" + az + "'" + outs, {"g=48"}},
+      {"repack --from awq --shape k=200,n=48,g=64 --qweight '" + aq + "' --qzeros '" + az + "'" + outs, {"k=200"}},
+      {"repack --from awq --shape k=256,g=64 --qweight '" + aq + "' --qzeros '" + az + "'" + outs, {"n="}},
+      {"repack --from awq --shape k=256,n=48,g=64,zz=1 --qweight '" + aq + "' --qzeros '" + az + "'" + outs, {"'zz'"}},
+      {"repack --from exl2" + shape + " --qweight '" + aq + "' --qzeros '" + az + "'" + outs, {"exl2"}},
+      {"repack --from awq" + shape + " --qweight '" + aq + "'" + outs, {"--qzeros"}},
+      {"repack --from awq" + shape + " --qweight '" + td.file("missing.bin") + "' --qzeros '" + az + "'" + outs,
+       {"missing.bin"}},
+      {"repack --from awq" + shape + " --qweight '" + aq + "' --qzeros '" + az + "' --out-qweight '" + aq +
+           "' --out-zeros '" + fresh_z + "'",
+       {aq, "input"}},
+      {"repack --from awq" + shape + " --qweight '" + aq + "' --qzeros '" + az + "' --out-qweight '" + fresh +
+           "' --out-zeros '" + td.path.string() + "/./awq_qzeros.bin'",
+       {"awq_qzeros.bin", "input"}},
+  };
+  const std::string aq_before = slurp(aq), az_before = slurp(az);
+  for (const auto& c : cases) {
+    auto e = run_qjit(c.args, cache);
+    INFO("qjit " << c.args << "\n" << describe(e));
+    CHECK(e.exit_code == 2);
+    for (auto& needle : c.needles) CHECK(contains(e.err, needle));
+    CHECK(e.out.empty());
+    CHECK_FALSE(fs::exists(fresh));
+    CHECK_FALSE(fs::exists(fresh_z));
+  }
+  CHECK(slurp(aq) == aq_before);
+  CHECK(slurp(az) == az_before);
+  CHECK(no_tmp_files(td.path));
+
+  // an unwritable output folder is an I/O failure (exit 1), leaving nothing behind
+  auto io = run_qjit("repack --from awq" + shape + " --qweight '" + aq + "' --qzeros '" + az + "' --out-qweight '" +
+                         td.file("no/such/dir/q.bin") + "' --out-zeros '" + fresh_z + "'",
+                     cache);
+  INFO(describe(io));
+  CHECK(io.exit_code == 1);
+  CHECK(contains(io.err, "no/such/dir/q.bin"));
+  CHECK_FALSE(fs::exists(fresh_z));
+  CHECK(no_tmp_files(td.path));
 }

@@ -1,0 +1,254 @@
+// qjit repack: 4-bit AWQ or GPTQ checkpoint tensors → wq_gemm's native layout,
+// offline and bit-exact (tuner/reference/wq_gemm.h does the unpacking and
+// packing; this file reads, validates and writes files). Outputs are written
+// to "<out>.tmp.<pid>", fsynced and renamed, so a killed run never leaves half
+// a file behind, and an output path may never be an input path.
+#include <fcntl.h>
+#include <unistd.h>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include "cli/common.h"
+#include "codegen/error.h"
+#include "tuner/reference/wq_gemm.h"
+
+namespace qjit::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kMaxDim = int64_t{1} << 20;  // wq_gemm's limit on k and n
+
+struct Shape {
+  int64_t k = 0, n = 0, g = 0;
+};
+
+// k=..,n=..,g=.. (g=k allowed for one group over all of k).
+Shape parse_shape(const std::string& text) {
+  const nlohmann::json kv = codegen::parse_kv_list(text);  // names a malformed item (stage "spec": exit 2)
+  for (auto& [key, value] : kv.items())
+    if (key != "k" && key != "n" && key != "g")
+      throw Error("argument", "--shape: unknown key '" + key + "'; repack takes k, n, g");
+  auto get = [&](const char* key) -> int64_t {
+    if (!kv.contains(key)) throw Error("argument", std::string("--shape needs ") + key + "= (given: '" + text + "')");
+    const auto& v = kv.at(key);
+    if (!v.is_number_integer())
+      throw Error("argument", std::string("--shape ") + key + "=" + v.get<std::string>() + " is not an integer");
+    const int64_t x = v.get<int64_t>();
+    if (x <= 0 || x > kMaxDim)
+      throw Error("argument", std::string("--shape ") + key + "=" + std::to_string(x) + " must be in 1.." +
+                                  std::to_string(kMaxDim));
+    return x;
+  };
+  Shape s;
+  s.k = get("k");
+  s.n = get("n");
+  if (kv.contains("g") && kv.at("g").is_string() && kv.at("g").get<std::string>() == "k") s.g = s.k;
+  else s.g = get("g");
+  const std::string k = std::to_string(s.k), n = std::to_string(s.n), g = std::to_string(s.g);
+  if (s.n % 16) throw Error("argument", "--shape n=" + n + " is not a multiple of 16 (native tiles are 16 rows of n)");
+  if (s.k % 64) throw Error("argument", "--shape k=" + k + " is not a multiple of 64 (native tiles are 64 wide in k)");
+  if (s.g != 32 && s.g != 64 && s.g != 128 && s.g != s.k)
+    throw Error("argument", "--shape g=" + g + "; expected 32, 64, 128 or k=" + k);
+  if (s.k % s.g) throw Error("argument", "--shape k=" + k + " is not divisible by g=" + g);
+  return s;
+}
+
+std::string dims(int64_t a, int64_t b) { return "[" + std::to_string(a) + ", " + std::to_string(b) + "]"; }
+
+// A raw little-endian int32 file of exactly `words` words.
+std::vector<uint32_t> read_words(const std::string& option, const std::string& path, int64_t words,
+                                 const std::string& what) {
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) throw Error("argument", option + " " + path + ": no such file");
+  if (!fs::is_regular_file(st)) throw Error("argument", option + " " + path + ": not a regular file");
+  const uintmax_t size = fs::file_size(path, ec);
+  if (ec) throw Error("io", option + " " + path + ": cannot stat: " + ec.message());
+  const uintmax_t want = static_cast<uintmax_t>(words) * 4;
+  if (size != want)
+    throw Error("argument", option + " " + path + " is " + std::to_string(size) + " bytes; expected " +
+                                std::to_string(want) + " (" + what + " int32)");
+  std::vector<unsigned char> bytes(want);
+  std::ifstream f(path, std::ios::binary);
+  if (!f || !f.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(want)))
+    throw Error("io", option + " " + path + ": read failed: " + std::strerror(errno));
+  std::vector<uint32_t> out(words);
+  for (int64_t i = 0; i < words; ++i)
+    out[i] = uint32_t{bytes[4 * i]} | uint32_t{bytes[4 * i + 1]} << 8 | uint32_t{bytes[4 * i + 2]} << 16 |
+             uint32_t{bytes[4 * i + 3]} << 24;
+  return out;
+}
+
+// Same file? By canonical path, and by inode when both exist (hard links).
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code ec1, ec2;
+  const fs::path ca = fs::weakly_canonical(fs::absolute(a), ec1), cb = fs::weakly_canonical(fs::absolute(b), ec2);
+  if (!ec1 && !ec2 && ca == cb) return true;
+  std::error_code ec;
+  return fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec) && !ec;
+}
+
+// Writes `bytes` to "<path>.tmp.<pid>" and fsyncs it; returns the temporary name.
+std::string write_tmp(const std::string& option, const std::string& path, const unsigned char* bytes, size_t size) {
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("io", option + " " + path + ": cannot create " + tmp + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t w = ::write(fd, bytes + done, size - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw Error("io", option + " " + path + ": write failed: " + why);
+    }
+    done += static_cast<size_t>(w);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw Error("io", option + " " + path + ": fsync/close failed: " + why);
+  }
+  return tmp;
+}
+
+void fsync_dir_of(const std::string& path) {  // best effort: make the rename itself durable
+  fs::path dir = fs::absolute(path).parent_path();
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+void add_repack(CLI::App& app, int& rc) {
+  auto* cmd = app.add_subcommand("repack", "convert 4-bit AWQ or GPTQ checkpoint tensors to wq_gemm's native layout");
+  cmd->footer(std::string(
+                  "Inputs are raw little-endian int32 files:\n"
+                  "  awq:  qweight [K, N/8], qzeros [K/g, N/8]\n"
+                  "  gptq: qweight [K/8, N], qzeros [K/g, N/8] (not read with --sym: every zero is 8)\n"
+                  "Outputs: the native qweight as raw uint32 words (bits=4), and, unless --sym, the zero points\n"
+                  "as one byte per group and column [K/g][N] (wq_gemm zero=int). Scales are not touched: wq_gemm\n"
+                  "takes scales [K/g][N] exactly as awq/gptq store them, so pass the checkpoint's scales as they are.\n"
+                  "qzeros nibbles are read as the zero points themselves (as awq_dequant layout=gptq reads them);\n"
+                  "GPTQ checkpoints with act-order (a g_idx other than k/g) are not supported.\n"
+                  "Needs n % 16 == 0, k % 64 == 0, g in {32, 64, 128, k}. Outputs are written to <out>.tmp.<pid>,\n"
+                  "fsynced and renamed into place; an output path may not be an input path. No GPU needed.\n") +
+              kExitCodesHelp);
+  struct Opts {
+    std::string from, shape, qweight, qzeros, out_qweight, out_zeros;
+    bool sym = false, json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--from", o->from, "layout of the inputs: awq or gptq")->required();
+  cmd->add_option("--shape", o->shape, "k=IN_FEATURES,n=OUT_FEATURES,g=GROUP e.g. k=4096,n=11008,g=128")->required();
+  cmd->add_flag("--sym", o->sym, "gptq symmetric: every zero point is 8 (no --qzeros, no --out-zeros; zero=sym)");
+  cmd->add_option("--qweight", o->qweight, "input qweight (raw int32)")->required();
+  cmd->add_option("--qzeros", o->qzeros, "input qzeros (raw int32); required unless --sym");
+  cmd->add_option("--out-qweight", o->out_qweight, "output: native qweight (raw uint32)")->required();
+  cmd->add_option("--out-zeros", o->out_zeros, "output: zero points, one byte each [K/g][N]; required unless --sym");
+  cmd->add_flag("--json", o->json, "JSON output");
+  cmd->callback([o, &rc] {
+    if (o->from != "awq" && o->from != "gptq")
+      throw Error("argument", "--from '" + o->from + "' (expected awq or gptq)");
+    if (o->sym && o->from != "gptq")
+      throw Error("argument", "--sym is for gptq (symmetric, every zero is 8); awq checkpoints carry qzeros");
+    const Shape s = parse_shape(o->shape);
+    if (o->sym) {
+      if (!o->qzeros.empty()) throw Error("argument", "--qzeros " + o->qzeros + " is not read with --sym (every zero is 8)");
+      if (!o->out_zeros.empty())
+        throw Error("argument", "--out-zeros " + o->out_zeros + ": no zeros file is written with --sym (use zero=sym)");
+    } else {
+      if (o->qzeros.empty()) throw Error("argument", "--from " + o->from + " needs --qzeros (or --sym for symmetric gptq)");
+      if (o->out_zeros.empty()) throw Error("argument", "--out-zeros is required unless --sym");
+    }
+
+    const std::string zero = o->sym ? "sym" : "int";
+    const std::string wq = fmt("k=%lld,n=%lld,g=%lld,bits=4,zero=%s", static_cast<long long>(s.k),
+                               static_cast<long long>(s.n), static_cast<long long>(s.g), zero.c_str());
+    codegen::parse_spec("wq_gemm", wq);  // the spec printed at the end is one wq_gemm accepts
+
+    // No output may be an input, nor the other output.
+    std::vector<std::pair<std::string, std::string>> inputs = {{"--qweight", o->qweight}};
+    if (!o->qzeros.empty()) inputs.push_back({"--qzeros", o->qzeros});
+    std::vector<std::pair<std::string, std::string>> outputs = {{"--out-qweight", o->out_qweight}};
+    if (!o->out_zeros.empty()) outputs.push_back({"--out-zeros", o->out_zeros});
+    for (auto& [oname, opath] : outputs)
+      for (auto& [iname, ipath] : inputs)
+        if (same_file(opath, ipath))
+          throw Error("argument", oname + " " + opath + " is the input " + iname + " " + ipath +
+                                      "; refusing to overwrite an input");
+    if (outputs.size() == 2 && same_file(outputs[0].second, outputs[1].second))
+      throw Error("argument", "--out-qweight and --out-zeros are the same file " + o->out_zeros);
+
+    // Read (sizes checked exactly), convert.
+    const bool awq = o->from == "awq";
+    const std::string qw_what = awq ? "awq qweight " + dims(s.k, s.n / 8) : "gptq qweight " + dims(s.k / 8, s.n);
+    const std::string qz_what = o->from + " qzeros " + dims(s.k / s.g, s.n / 8);
+    const auto qweight = read_words("--qweight", o->qweight, awq ? s.k * (s.n / 8) : (s.k / 8) * s.n, qw_what);
+    std::vector<uint32_t> qzeros;
+    if (!o->sym) qzeros = read_words("--qzeros", o->qzeros, (s.k / s.g) * (s.n / 8), qz_what);
+    tuner::PlainQuant p = awq ? tuner::unpack_awq(qweight, qzeros, s.k, s.n, s.g)
+                              : tuner::unpack_gptq(qweight, qzeros, s.k, s.n, s.g, o->sym);
+    p.bits = 4;
+    const std::vector<uint32_t> native = tuner::pack_native(p);
+
+    std::vector<unsigned char> qbytes(native.size() * 4);
+    for (size_t i = 0; i < native.size(); ++i)
+      for (int b = 0; b < 4; ++b) qbytes[4 * i + b] = static_cast<unsigned char>(native[i] >> (8 * b));
+
+    // Write both temporaries first, then rename: no output is ever half written.
+    std::vector<std::string> tmps;
+    try {
+      tmps.push_back(write_tmp("--out-qweight", o->out_qweight, qbytes.data(), qbytes.size()));
+      if (!o->sym) tmps.push_back(write_tmp("--out-zeros", o->out_zeros, p.z.data(), p.z.size()));
+      for (size_t i = 0; i < tmps.size(); ++i) {
+        const std::string& dest = outputs[i].second;
+        if (std::rename(tmps[i].c_str(), dest.c_str()) != 0)
+          throw Error("io", outputs[i].first + " " + dest + ": rename from " + tmps[i] + " failed: " +
+                                std::strerror(errno));
+        fsync_dir_of(dest);
+      }
+    } catch (...) {
+      for (auto& t : tmps) ::unlink(t.c_str());  // already renamed ones are gone: unlink fails harmlessly
+      throw;
+    }
+
+    if (o->json) {
+      nlohmann::json j = {{"from", o->from},
+                          {"sym", o->sym},
+                          {"k", s.k},
+                          {"n", s.n},
+                          {"g", s.g},
+                          {"bits", 4},
+                          {"zero", zero},
+                          {"layout", "native"},
+                          {"wq_gemm", "wq_gemm " + wq},
+                          {"scales", "unchanged [K/g][N]"},
+                          {"qweight", o->qweight},
+                          {"qzeros", o->sym ? nlohmann::json(nullptr) : nlohmann::json(o->qzeros)},
+                          {"out_qweight", o->out_qweight},
+                          {"out_qweight_bytes", qbytes.size()},
+                          {"out_zeros", o->sym ? nlohmann::json(nullptr) : nlohmann::json(o->out_zeros)},
+                          {"out_zeros_bytes", o->sym ? nlohmann::json(nullptr) : nlohmann::json(p.z.size())}};
+      std::cout << j.dump(2) << "\n";
+    } else {
+      std::cout << "repacked " << qw_what << (o->sym ? " (symmetric)" : " + qzeros " + dims(s.k / s.g, s.n / 8))
+                << " -> native qweight " << o->out_qweight
+                << " (" << human_bytes(static_cast<double>(qbytes.size())) << ")";
+      if (!o->sym) std::cout << ", zeros " << o->out_zeros << " (" << human_bytes(static_cast<double>(p.z.size())) << ")";
+      std::cout << "\n";
+      if (o->sym) std::cout << "no zeros file written: wq_gemm should use zero=sym (every zero is 8)\n";
+      std::cout << "use: wq_gemm " << wq << " (scales [K/g][N] unchanged)\n";
+    }
+    rc = kOk;
+  });
+}
+
+}  // namespace qjit::cli
