@@ -33,6 +33,12 @@ struct Verification {
   std::string message;       // what failed, with the first bad index
 };
 
+// The float ops' check: ‖out − ref‖₂ / ‖ref‖₂ ≤ tolerance, and no element
+// non-finite or off by more than 8·tolerance·max|ref|. out(i) is the output
+// element that ref[i] describes; where(i) names it for the message ("y[m=0][n=5]").
+Verification compare_float(const std::vector<double>& ref, const std::function<double(size_t)>& out, double tolerance,
+                           const std::function<std::string(size_t)>& where);
+
 // A library path a user already has (e.g. cuBLAS + an activation kernel).
 struct Baseline {
   std::string name;                         // "cublas_2gemm_swiglu"

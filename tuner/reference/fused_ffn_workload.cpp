@@ -90,33 +90,9 @@ class FusedFfnWorkload final : public Workload {
     QJIT_CU(cuCtxSynchronize());
     std::vector<uint8_t> y(y_.bytes());
     y_.download(y.data(), y.size());
-    Verification v;
-    v.tolerance = fused_ffn_tolerance(spec_) * tolerance_scale;
-    double err2 = 0, ref2 = 0, ref_max = 0;
-    int64_t first_bad = -1;
-    for (size_t i = 0; i < ref_.size(); ++i) ref_max = std::max(ref_max, std::fabs(ref_[i]));
-    for (size_t i = 0; i < ref_.size(); ++i) {
-      const double out = to_double(yt_, y.data(), i), e = std::fabs(out - ref_[i]);
-      if (!std::isfinite(out) || e > 8 * v.tolerance * ref_max) {
-        if (first_bad < 0) first_bad = static_cast<int64_t>(i);
-      }
-      err2 += std::isfinite(e) ? e * e : 1e300;
-      ref2 += ref_[i] * ref_[i];
-      v.max_abs_error = std::max(v.max_abs_error, std::isfinite(e) ? e : INFINITY);
-    }
-    v.rel_error = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
-    v.ok = first_bad < 0 && v.rel_error <= v.tolerance;
-    if (!v.ok) {
-      char buf[256];
-      if (first_bad >= 0)
-        std::snprintf(buf, sizeof buf, "y[m=%lld][r=%lld] = %g, reference %g; relative error %.3g (tolerance %.3g)",
-                      static_cast<long long>(first_bad / h_), static_cast<long long>(first_bad % h_),
-                      to_double(yt_, y.data(), first_bad), ref_[first_bad], v.rel_error, v.tolerance);
-      else
-        std::snprintf(buf, sizeof buf, "relative error %.3g exceeds tolerance %.3g", v.rel_error, v.tolerance);
-      v.message = buf;
-    }
-    return v;
+    return compare_float(
+        ref_, [&](size_t i) { return to_double(yt_, y.data(), i); }, fused_ffn_tolerance(spec_) * tolerance_scale,
+        [&](size_t i) { return "y[m=" + std::to_string(i / h_) + "][r=" + std::to_string(i % h_) + "]"; });
   }
 
   std::vector<Baseline> baselines(std::string* why_none) override;
