@@ -29,6 +29,11 @@ struct Config {
   }
 };
 
+const char* type_of(const std::string& t) {
+  return t == "fp32" ? "float" : t == "bf16" ? "qjit::bf16_t" : "qjit::half_t";
+}
+int bytes_of(const std::string& t) { return t == "fp32" ? 4 : 2; }
+
 bool one_of(int v, std::initializer_list<int> set) {
   for (int s : set)
     if (v == s) return true;
@@ -41,6 +46,17 @@ int mtiles_needed(int64_t m) { return static_cast<int>(std::min<int64_t>((m + 7)
 // Shared memory of the split-k reduction: one fp32 per accumulator per warp.
 int64_t reduction_bytes(const Config& c) {
   return c.split_k > 1 ? int64_t{c.warps} * c.tiles * c.mtiles * 4 * 32 * 4 : 0;
+}
+
+// One slot of the cp.async ring (the template's kSlotWords): a warp's chunk
+// of weights, its scales and zeros, and the pass's rows of x for 64 k.
+int64_t slot_bytes(const OpSpec& spec, const Config& c) {
+  const int64_t bits = spec.get_int("bits"), g = spec.get_int("g"), m = spec.get_int("m");
+  const std::string zero = spec.get_str("zero");
+  const int64_t groups = g < 64 ? 64 / g : 1, zero_bytes = zero == "int" ? 1 : zero == "float" ? 2 : 0;
+  const int64_t x_rows = std::min<int64_t>(m, 8 * c.mtiles);
+  return c.tiles * bits * 32 * 4 + c.tiles * groups * 16 * (2 + zero_bytes) +
+         x_rows * 64 * bytes_of(spec.get_str("x"));
 }
 
 std::string config_problem(const OpSpec& spec, const Config& c) {
@@ -56,7 +72,7 @@ std::string config_problem(const OpSpec& spec, const Config& c) {
   if (c.mtiles > mtiles_needed(m)) return "mtiles covers more rows than the bucket m=" + std::to_string(m);
   if (k / 64 < c.split_k) return "split_k exceeds the number of 64-wide chunks of k";
   if (16 * c.tiles > n) return "tiles cover more than n";
-  const int64_t ring = int64_t{c.warps} * c.stages * c.tiles * bits * 32 * 4;
+  const int64_t ring = int64_t{c.warps} * c.stages * slot_bytes(spec, c);
   if (reduction_bytes(c) + ring > 48 * 1024) return "split-k reduction and cp.async ring need more than 48 KB of shared memory";
   // Registers per lane, fitted to ptxas on sm_90 (within ~20%, on the high
   // side): addresses and indices, accumulators, x fragments, and two groups of
@@ -70,11 +86,6 @@ std::string config_problem(const OpSpec& spec, const Config& c) {
            std::to_string(c.warps) + " warps)";
   return "";
 }
-
-const char* type_of(const std::string& t) {
-  return t == "fp32" ? "float" : t == "bf16" ? "qjit::bf16_t" : "qjit::half_t";
-}
-int bytes_of(const std::string& t) { return t == "fp32" ? 4 : 2; }
 
 }  // namespace
 
@@ -138,11 +149,12 @@ std::vector<nlohmann::json> WqGemmOp::tunable_space(const OpSpec& spec) const {
 }
 
 nlohmann::json WqGemmOp::default_config(const OpSpec& spec) const {
-  // 8 warps splitting k as far as it goes, one tile, the bucket's rows of x:
-  // the shape of the usual winner, and never near the register ceiling.
-  for (int split : {8, 4, 2, 1})
-    for (int unroll : {2, 1}) {
-      const Config c{8, split, 1, mtiles_needed(spec.get_int("m")), unroll, 0};
+  // 4 warps splitting k four ways, one tile, the bucket's rows of x, the
+  // register pipeline: the usual winner at small m on H100 and H200
+  // (BENCHMARKS.md), and far from the register ceiling.
+  for (int split : {4, 2, 1})
+    for (int unroll : {1}) {
+      const Config c{4, split, 1, mtiles_needed(spec.get_int("m")), unroll, 0};
       if (config_problem(spec, c).empty()) return c.to_json();
     }
   return tunable_space(spec).at(0);
@@ -187,15 +199,17 @@ LaunchGeometry WqGemmOp::launch_geometry(const OpSpec& spec, const nlohmann::jso
   return g;
 }
 
-std::vector<PointerArg> WqGemmOp::pointer_args(const OpSpec& spec, const nlohmann::json&) const {
+std::vector<PointerArg> WqGemmOp::pointer_args(const OpSpec& spec, const nlohmann::json& config) const {
   const int bits = static_cast<int>(spec.get_int("bits"));
   const int q_align = 4 * (bits % 4 == 0 ? 4 : bits == 2 ? 2 : 1);
   const std::string zero = spec.get_str("zero");
   const int xb = bytes_of(spec.get_str("x"));
+  // The cp.async ring copies scales and zeros in 16-byte pieces.
+  const bool ring = Config::from(config).stages > 0;
   return {{"x", 16},
           {"qweight", q_align},
-          {"scales", 2},
-          {"zeros", zero == "float" ? 2 : 1, zero == "sym"},
+          {"scales", ring ? 16 : 2},
+          {"zeros", ring ? 16 : zero == "float" ? 2 : 1, zero == "sym"},
           {"bias", xb, spec.get_str("bias") == "no"},
           {"y", xb}};
 }
