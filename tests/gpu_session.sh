@@ -7,6 +7,8 @@
 #   skipped; fused_ffn or fp_lut tuning, benches and peers only), ffn+tests,
 #   awq+tests (the tests, then awq_dequant tuning, benches and peers),
 #   wq, wq+tests (wq_gemm tuning, benches and peers; with or without the tests)
+#   NCU="op shape args;..." in the environment adds an Nsight Compute profile
+#   of each listed cached kernel after the benches.
 # Expects: the install tree in .dist (cmake --install build --prefix .dist) and
 # peers.py copied to .device/peers.py (../shared does not travel).
 set -u
@@ -64,6 +66,26 @@ done
 if [ "$PART" = all ] || [ "$PART" = ffn ] || [ "$PART" = ffn+tests ]; then
   echo "== launch probe (warm cache, new processes)"
   for k in 1 2 3; do "$DIST/bin/qjit_launch_probe" 4096 11008 1 fp16; done | tee "$OUT/probe.jsonl"
+fi
+
+# NCU="op shape args;op shape args": Nsight Compute on one launch of each
+# cached kernel (clocks left alone, as the device notes ask).
+if [ -n "${NCU:-}" ]; then
+  IFS=';' read -ra PROFILES <<<"$NCU"
+  i=0
+  for s in "${PROFILES[@]}"; do
+    i=$((i+1)); op=${s%% *}; shape=${s#* }
+    echo "== ncu $s"
+    ncu --clock-control none -k regex:qjit_ --launch-skip 3 --launch-count 1 --section SpeedOfLight \
+        --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats \
+        --section SchedulerStats --section Occupancy --section LaunchStats --section InstructionStats \
+        "$Q" bench --op $op --shape $shape >"$OUT/ncu_$i.txt" 2>&1 || echo "ncu failed"
+    # The SASS of the profiled launch with its executed-instruction counts, for reading the inner loop.
+    ncu --clock-control none -k regex:qjit_ --launch-skip 3 --launch-count 1 --section SourceCounters \
+        --page source --print-source sass --csv "$Q" bench --op $op --shape $shape >"$OUT/ncu_sass_$i.csv" 2>&1 ||
+      echo "ncu sass page failed"
+    grep -E "Duration|Memory Throughput|DRAM Throughput|Issue Slots Busy|Executed Ipc A|No Eligible|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued" "$OUT/ncu_$i.txt" | head -16
+  done
 fi
 
 echo "== PyTorch peers"
