@@ -153,8 +153,8 @@ __device__ __forceinline__ int magic_fields(const unsigned (&w)[kBits], int R, u
     const int sh = kBits * (R % kPer);
     const int r = sh <= kInPlace ? sh : sh - kPreShift;
     const unsigned word = sh <= kInPlace ? w[R / kPer] : w[R / kPer] >> kPreShift;
-    // One lop3 for (word & mask) | magic; written in C, the compiler splits
-    // it in two (a SASS lop3 takes a single immediate).
+    // (word & mask) | magic as one lop3, the magic its immediate and the mask
+    // in a register; written in C it compiles to two (a SASS lop3 takes one immediate).
     asm("lop3.b32 %0, %1, %2, 0x64006400, 0xea;" : "=r"(v) : "r"(word), "r"(kMask << r));
     return r;
   }
