@@ -19,7 +19,16 @@ struct ParamDef {
   std::vector<std::string> choices;        // non-empty: an enum of strings
   int64_t min = 1, max = INT64_MAX;        // for integers
   bool free_string = false;                // any string (the op's validate() checks it)
+  // Left out of the canonical JSON, shape string and label while it holds its
+  // default: for keys added to an op later, so earlier specs keep their cache keys.
+  bool omit_default = false;
 };
+
+// `p` marked omit_default.
+inline ParamDef added_later(ParamDef p) {
+  p.omit_default = true;
+  return p;
+}
 
 // One named value of the generated preamble: `constexpr type name = value;`.
 // type "using" emits an alias; type "struct" emits `struct name { value };`

@@ -120,8 +120,18 @@ OpSpec spec_from_json(const nlohmann::json& j) {
   return make_spec(j["op"].get<std::string>(), params);
 }
 
-std::string OpSpec::canonical_json() const {
+// The parameters that name the spec: all of them, less those marked
+// omit_default that hold their default (keys added to an op later leave the
+// specs written before them, and their cache keys, as they were).
+nlohmann::json OpSpec::key_params() const {
   nlohmann::json j = params;
+  for (const auto& d : find_op(op).params())
+    if (d.omit_default && j.contains(d.name) && j[d.name] == d.default_value) j.erase(d.name);
+  return j;
+}
+
+std::string OpSpec::canonical_json() const {
+  nlohmann::json j = key_params();
   j["op"] = op;
   return j.dump();  // nlohmann::json keeps object keys sorted
 }
@@ -129,7 +139,8 @@ std::string OpSpec::canonical_json() const {
 // Empty strings (an unset optional text parameter) are left out of both forms.
 std::string OpSpec::shape_string() const {
   std::string s;
-  for (auto& [k, v] : params.items())
+  const nlohmann::json shown = key_params();  // the loop's items() would not keep a temporary alive
+  for (auto& [k, v] : shown.items())
     if (!(v.is_string() && v.get<std::string>().empty()))
       s += (s.empty() ? "" : ",") + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
   return s;
@@ -137,7 +148,8 @@ std::string OpSpec::shape_string() const {
 
 std::string OpSpec::label() const {
   std::string s = op;
-  for (auto& [k, v] : params.items())
+  const nlohmann::json shown = key_params();
+  for (auto& [k, v] : shown.items())
     if (!(v.is_string() && v.get<std::string>().empty()))
       s += " " + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
   return s;

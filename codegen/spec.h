@@ -20,6 +20,8 @@ struct OpSpec {
   std::string shape_string() const;
   // A one-line label for tables: "fused_ffn d=4096 dtype=fp16 h=11008 m=1".
   std::string label() const;
+  // params less the omit_default ones at their default: what the three forms above show.
+  nlohmann::json key_params() const;
   int64_t get_int(const std::string& key) const;
   std::string get_str(const std::string& key) const;
 };
