@@ -6,7 +6,9 @@
 #   PART: all (default), tests (only the [gpu] tests), ffn or lut (tests
 #   skipped; fused_ffn or fp_lut tuning, benches and peers only), ffn+tests,
 #   awq+tests (the tests, then awq_dequant tuning, benches and peers),
-#   wq, wq+tests (wq_gemm tuning, benches and peers; with or without the tests)
+#   wq, wq+tests (wq_gemm tuning, benches and peers; with or without the tests),
+#   qffn, qffn+tests (fused_ffn on 4-bit weights and the W2 + residual half,
+#   with peers.py fused_ffn and tests/peer_quant_ffn.py)
 #   NCU="op shape args;..." in the environment adds an Nsight Compute profile
 #   of each listed cached kernel after the benches.
 # Expects: the install tree in .dist (cmake --install build --prefix .dist) and
@@ -26,7 +28,8 @@ echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,clocks.
 "$Q" doctor | tee "$OUT/doctor.txt"
 
 PART=${1:-all}
-if [ "$PART" = all ] || [ "$PART" = tests ] || [ "$PART" = ffn+tests ] || [ "$PART" = awq+tests ] || [ "$PART" = wq+tests ]; then
+case "$PART" in all|tests|*+tests) RUN_TESTS=1 ;; *) RUN_TESTS=0 ;; esac
+if [ "$RUN_TESTS" = 1 ]; then
   echo "== GPU tests"
   ( time "$DIST/bin/qjit_tests" "[gpu]" ) >"$OUT/gpu_tests.log" 2>&1
   echo "gpu tests exit $?"; grep -E "FAILED|failed|passed" "$OUT/gpu_tests.log" | head -20; tail -4 "$OUT/gpu_tests.log"
@@ -43,16 +46,19 @@ AWQS=("awq_dequant k=4096,n=11008,g=128" "awq_dequant k=11008,n=4096,g=128"
       "awq_dequant k=4096,n=11008,g=128,layout=gptq")
 WQS=("wq_gemm k=4096,n=11008 --m 1,4,16,64,256" "wq_gemm k=11008,n=4096 --m 1,16,64,256"
      "wq_gemm k=4096,n=4096 --m 1,16" "wq_gemm k=4096,n=11008,bits=8 --m 1" "wq_gemm k=11008,n=4096,bits=8 --m 1")
+QFFNS=("fused_ffn d=4096,h=11008,weights=native --m 1,8" "fused_ffn d=4096,h=11008,weights=native,bits=8 --m 1"
+       "wq_gemm k=11008,n=4096,residual=yes --m 1,8")
 PEERS="fused_ffn fp_lut awq_dequant wq_gemm"
 case "$PART" in
   wq|wq+tests) SHAPES=("${WQS[@]}"); PEERS=wq_gemm ;;
+  qffn|qffn+tests) SHAPES=("${QFFNS[@]}"); PEERS=fused_ffn ;;
   awq+tests) SHAPES=("${AWQS[@]}"); PEERS=awq_dequant ;;
   ffn) PEERS=fused_ffn ;;
   ffn+tests) PEERS=fused_ffn ;;
   lut) SHAPES=(); PEERS=fp_lut ;;
 esac
-case "$PART" in ffn|ffn+tests|awq+tests|wq|wq+tests) ;; *) SHAPES+=("${LUTS[@]}") ;; esac
-[ "$PART" = all ] && SHAPES+=("${AWQS[@]}" "${WQS[@]}")
+case "$PART" in ffn|ffn+tests|awq+tests|wq|wq+tests|qffn|qffn+tests) ;; *) SHAPES+=("${LUTS[@]}") ;; esac
+[ "$PART" = all ] && SHAPES+=("${AWQS[@]}" "${WQS[@]}" "${QFFNS[@]}")
 i=0
 for s in "${SHAPES[@]}"; do
   i=$((i+1))
@@ -91,6 +97,12 @@ fi
 echo "== PyTorch peers"
 PYTHONUNBUFFERED=1 python3 .device/peers.py $PEERS --json "$OUT/peers.json" >"$OUT/peers.log" 2>&1 || echo "peers failed"
 tail -12 "$OUT/peers.log"
+case "$PART" in
+  all|qffn|qffn+tests)
+    PYTHONUNBUFFERED=1 python3 tests/peer_quant_ffn.py --json "$OUT/peers_qffn.json" >"$OUT/peers_qffn.log" 2>&1 ||
+      echo "quantized-FFN peer failed"
+    tail -3 "$OUT/peers_qffn.log" ;;
+esac
 
 python3 - "$OUT" <<'PY'
 import json, glob, sys, os
@@ -98,6 +110,9 @@ out = sys.argv[1]
 peers = {}
 if os.path.exists(f"{out}/peers.json"):
     for r in json.load(open(f"{out}/peers.json"))["rows"]:
+        peers[r["case"]] = r["us"]
+if os.path.exists(f"{out}/peers_qffn.json"):
+    for r in json.load(open(f"{out}/peers_qffn.json"))["rows"]:
         peers[r["case"]] = r["us"]
 print(f"\n{'spec':<44} {'qjit us':>8} {'%floor':>7} {'cuBLAS':>8} {'x cuBLAS':>8} {'torch':>8} {'x torch':>8} {'tune s':>7}")
 benches = []
@@ -110,9 +125,16 @@ for f in sorted(glob.glob(f"{out}/bench_*.json"), key=lambda p: int(p.split("_")
     except Exception: tunes = {}
     for b in rows:
         q = b["rows"][0]; base = b["rows"][1] if len(b["rows"]) > 1 else None
+        extra = None
         op = b["spec"].split()[0]
         sp = dict(kv.split("=") for kv in b["spec"].split()[1:])
-        if op == "fused_ffn":
+        if op == "fused_ffn" and sp.get("weights") == "native":
+            # The torch column: two tinygemm calls + silu*mul (4-bit g128 only); fp16 torch on the next line.
+            t = peers.get(f"torch 2x tinygemm int4 g128 + silu*mul d={sp['d']} h={sp['h']} M={sp['m']}") \
+                if sp.get("bits", "4") == "4" and sp.get("g", "128") == "128" else None
+            f16 = peers.get(f"torch fp16 (2 cuBLAS GEMM + silu*mul) d={sp['d']} h={sp['h']} M={sp['m']}")
+            if f16: extra = f"  torch fp16 path {f16} us: qjit {f16 / q['median_us']:.2f}x faster"
+        elif op == "fused_ffn":
             key = f"torch fp16 (2 cuBLAS GEMM + silu*mul) d={sp['d']} h={sp['h']} M={sp['m']}"
             t = peers.get(key) if sp["dtype"] == "fp16" and sp.get("act") == "silu" else None
         elif op == "fp_lut":
@@ -122,10 +144,12 @@ for f in sorted(glob.glob(f"{out}/bench_*.json"), key=lambda p: int(p.split("_")
         else:
             t = peers.get(f"torch ops K={sp['k']} N={sp['n']} g={sp['g']}") if sp["layout"] == "awq" else None
         label = b['spec']
-        for d in ('act=silu ', 'cuts=default ', 'act=none ', 'bias=no ', 'layout=native ', 'scales=fp16 ', 'x=fp16 ', 'zero=int '):
+        for d in ('act=silu ', 'cuts=default ', 'act=none ', 'bias=no ', 'layout=native ', 'scales=fp16 ', 'x=fp16 ',
+                  'zero=int ', 'dtype=fp16 ', 'g=128 '):
             label = label.replace(d, '')
         print(f"{label[:44]:<44} {q['median_us']:>8.2f} {q['pct_of_floor']:>6.1f}% "
               f"{(base['median_us'] if base else float('nan')):>8.2f} {(base['median_us']/q['median_us'] if base else float('nan')):>7.2f}x "
               f"{(t if t else float('nan')):>8.2f} {((t/q['median_us']) if t else float('nan')):>7.2f}x {tunes.get(b['spec'], float('nan')):>7.1f}")
+        if extra: print(extra)
 print("copy GB/s (each bench run):", ", ".join(str(round(b["copy_gbps"])) for rows in benches for b in rows))
 PY

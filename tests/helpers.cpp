@@ -2,9 +2,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <atomic>
+#include <chrono>
 #include <fstream>
+#include <iostream>
 #include <random>
 #include <sstream>
+#include <thread>
+#include "codegen/source.h"
 
 namespace qjit::test {
 
@@ -49,6 +53,24 @@ CommandResult run_qjit(const std::string& args, const std::string& cache_path, c
   r.out = slurp(out);
   r.err = slurp(err);
   return r;
+}
+
+void compile_jobs(std::vector<CompileJob>& jobs, const std::string& arch, const std::string& label) {
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; (i = next++) < jobs.size();) {
+      try {
+        jobs[i].result = codegen::compile(codegen::generate_source(jobs[i].spec, jobs[i].config), arch);
+      } catch (const std::exception& e) {
+        jobs[i].error = e.what();
+      }
+    }
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread a(worker), b(worker);
+  a.join(), b.join();
+  std::cout << "[" << label << "] compiled " << jobs.size() << " candidates in "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";
 }
 
 }  // namespace qjit::test

@@ -268,7 +268,8 @@ DType wq_type(const std::string& s) { return s == "fp16" ? DType::fp16 : s == "b
 
 // Runs wq_gemm through the typed API with `rows` rows of x on fresh random
 // inputs (output poisoned first) and checks it against the float64 reference.
-void check_wq_gemm(const nlohmann::json& params, int rows) {
+// in_place: y starts as the residual and is passed as it (y += X·Wᵀ).
+void check_wq_gemm(const nlohmann::json& params, int rows, bool in_place = false) {
   const uint64_t seed = fresh_seed();
   nlohmann::json p = params;
   p["m"] = codegen::wq_gemm_bucket(rows);
@@ -282,8 +283,15 @@ void check_wq_gemm(const nlohmann::json& params, int rows) {
   s.k = static_cast<int>(spec.get_int("k")), s.n = static_cast<int>(spec.get_int("n"));
   s.bits = static_cast<int>(spec.get_int("bits")), s.g = static_cast<int>(spec.get_int("g"));
   s.zero = spec.get_str("zero"), s.scales = wq_type(spec.get_str("scales")), s.x = wq_type(spec.get_str("x"));
-  s.bias = spec.get_str("bias") == "yes", s.act = spec.get_str("act");
-  wq_gemm(s, rows, ptr(0), ptr(1), ptr(2), ptr(3), ptr(4), ptr(5), nullptr);
+  s.bias = spec.get_str("bias") == "yes", s.act = spec.get_str("act"), s.residual = spec.get_str("residual") == "yes";
+  void* residual = ptr(5);
+  if (in_place) {
+    REQUIRE(s.residual);
+    const size_t bytes = static_cast<size_t>(rows) * s.n * (s.x == DType::fp32 ? 4 : 2);
+    QJIT_CU(cuMemcpyDtoD(*static_cast<CUdeviceptr*>(a[6]), *static_cast<CUdeviceptr*>(a[5]), bytes));
+    residual = ptr(6);
+  }
+  wq_gemm(s, rows, ptr(0), ptr(1), ptr(2), ptr(3), ptr(4), residual, ptr(6), nullptr);
   auto v = work->verify(1.0);
   INFO(v.message);
   CHECK(v.ok);
@@ -305,13 +313,17 @@ TEST_CASE("wq_gemm: every bit width, zero mode and scale type, odd M, smallest l
       for (std::string scales : {"fp16", "bf16"}) {
         const Kng s = kShapes[i % 4];
         check_wq_gemm({{"k", s.k}, {"n", s.n}, {"g", s.g}, {"bits", bits}, {"zero", zero}, {"scales", scales},
-                       {"x", kX[i % 3]}, {"bias", i % 2 ? "yes" : "no"}, {"act", kAct[(i / 2) % 3]}},
+                       {"x", kX[i % 3]}, {"bias", i % 2 ? "yes" : "no"}, {"act", kAct[(i / 2) % 3]},
+                       {"residual", i % 4 == 1 ? "yes" : "no"}},
                       kRows[i % 6]);
         ++i;
       }
   // The main shape across the M buckets, M = 1500 looping past the 1024 bucket's grid.
   for (int rows : {1, 2, 5, 16, 33, 64, 129, 300, 1024, 1500})
     check_wq_gemm({{"k", 4096}, {"n", 4096}, {"bits", 4}, {"zero", "int"}}, rows);
+  // The full FFN's second half: y += W2·h in place (residual = y).
+  for (int rows : {1, 8, 37})
+    check_wq_gemm({{"k", 11008}, {"n", 4096}, {"residual", "yes"}}, rows, /*in_place=*/true);
 }
 
 TEST_CASE("wq_gemm: every candidate verifies (tuner); bad arguments launch nothing", "[gpu]") {
@@ -333,13 +345,93 @@ TEST_CASE("wq_gemm: every candidate verifies (tuner); bad arguments launch nothi
   auto ptr = [&](int i) { return reinterpret_cast<char*>(*static_cast<CUdeviceptr*>(a[i])); };
   WqGemmShape s{256, 64};
   work->poison_output(nullptr);
-  CHECK_THROWS_WITH(wq_gemm(s, 3, ptr(0), ptr(1) + 4, ptr(2), ptr(3), nullptr, ptr(5)),
+  CHECK_THROWS_WITH(wq_gemm(s, 3, ptr(0), ptr(1) + 4, ptr(2), ptr(3), nullptr, nullptr, ptr(6)),
                     Catch::Contains("qweight") && Catch::Contains("not aligned to 16"));
-  CHECK_THROWS_WITH(wq_gemm(s, 3, ptr(0), ptr(1), ptr(2), nullptr, nullptr, ptr(5)), Catch::Contains("zeros is null"));
-  CHECK_THROWS_WITH(wq_gemm(s, 3, ptr(0), ptr(1), ptr(2), ptr(3), ptr(0), ptr(5)), Catch::Contains("bias is given"));
-  CHECK_THROWS_WITH(wq_gemm(s, -1, ptr(0), ptr(1), ptr(2), ptr(3), nullptr, ptr(5)), Catch::Contains("m=-1"));
+  CHECK_THROWS_WITH(wq_gemm(s, 3, ptr(0), ptr(1), ptr(2), nullptr, nullptr, nullptr, ptr(6)),
+                    Catch::Contains("zeros is null"));
+  CHECK_THROWS_WITH(wq_gemm(s, 3, ptr(0), ptr(1), ptr(2), ptr(3), ptr(0), nullptr, ptr(6)),
+                    Catch::Contains("bias is given"));
+  CHECK_THROWS_WITH(wq_gemm(s, 3, ptr(0), ptr(1), ptr(2), ptr(3), nullptr, ptr(0), ptr(6)),
+                    Catch::Contains("residual is given"));
+  CHECK_THROWS_WITH(wq_gemm(s, -1, ptr(0), ptr(1), ptr(2), ptr(3), nullptr, nullptr, ptr(6)), Catch::Contains("m=-1"));
   CHECK_FALSE(work->verify(1.0).ok);  // still poisoned: nothing ran
-  wq_gemm(s, 3, ptr(0), ptr(1), ptr(2), ptr(3), nullptr, ptr(5));
+  wq_gemm(s, 3, ptr(0), ptr(1), ptr(2), ptr(3), nullptr, nullptr, ptr(6));
+  auto v = work->verify(1.0);
+  INFO(v.message);
+  CHECK(v.ok);
+}
+
+namespace {
+
+// Runs fused_ffn on quantized weights through the typed API on fresh random
+// inputs (output poisoned first) and checks it against the float64 reference.
+void check_fused_native(const std::string& shape) {
+  const uint64_t seed = fresh_seed();
+  const auto spec = codegen::parse_spec("fused_ffn", shape + ",weights=native");
+  INFO(spec.label() << " seed " << seed);
+  auto work = tuner::make_workload(spec, seed, 0);
+  work->poison_output(nullptr);
+  void** a = work->args(0);
+  auto ptr = [&](int i) { return reinterpret_cast<void*>(*static_cast<CUdeviceptr*>(a[i])); };
+  QuantFfnShape s;
+  s.d = static_cast<int>(spec.get_int("d")), s.h = static_cast<int>(spec.get_int("h"));
+  s.m = static_cast<int>(spec.get_int("m"));
+  s.bits = static_cast<int>(spec.get_int("bits")), s.g = static_cast<int>(spec.get_int("g"));
+  s.zero = spec.get_str("zero"), s.scales = wq_type(spec.get_str("scales")), s.x = wq_type(spec.get_str("dtype"));
+  const std::string act = spec.get_str("act");
+  s.act = act == "silu" ? Activation::silu : act == "silu_lut" ? Activation::silu_lut : Activation::silu_lut_seed;
+  fused_ffn(s, ptr(0), {ptr(1), ptr(2), ptr(3)}, {ptr(4), ptr(5), ptr(6)}, ptr(7));
+  auto v = work->verify(1.0);
+  INFO(v.message);
+  CHECK(v.ok);
+}
+
+}  // namespace
+
+TEST_CASE("fused_ffn on quantized weights: every bit width, zero mode, type and M (typed API)", "[gpu]") {
+  test::TempDir dir;
+  set_cache_path(dir.file("kernels.db"));
+  const char* kDtype[] = {"fp16", "bf16", "fp32"};
+  const char* kAct[] = {"silu", "silu", "silu_lut"};
+  const char* kShapes[] = {"d=64,h=16,g=32", "d=192,h=48,g=64", "d=256,h=32,g=256", "d=128,h=80,g=128"};
+  int i = 0;
+  for (int bits : {2, 3, 4, 8})
+    for (std::string zero : {"sym", "int", "float"})
+      for (std::string scales : {"fp16", "bf16"}) {
+        check_fused_native(std::string(kShapes[i % 4]) + ",m=" + std::to_string(1 + i % 8) + ",bits=" +
+                           std::to_string(bits) + ",zero=" + zero + ",scales=" + scales + ",dtype=" + kDtype[i % 3] +
+                           ",act=" + kAct[(i / 3) % 3]);
+        ++i;
+      }
+  for (int m : {1, 3, 8}) check_fused_native("d=4096,h=11008,m=" + std::to_string(m));
+}
+
+TEST_CASE("fused_ffn on quantized weights: every candidate verifies (tuner); bad arguments launch nothing", "[gpu]") {
+  test::TempDir dir;
+  cache::Store store(dir.file("kernels.db"));
+  for (const char* shape : {"d=1024,h=528,m=1,weights=native", "d=320,h=48,m=8,bits=3,zero=float,scales=bf16,g=64,weights=native",
+                            "d=256,h=64,m=5,bits=8,dtype=fp32,zero=sym,weights=native"}) {
+    auto rep = expect_every_candidate_verifies(store, codegen::parse_spec("fused_ffn", shape), /*allow_pruned=*/true, 0,
+                                               /*max_pruned_percent=*/25);
+    CHECK(rep.best.tuned);
+  }
+  set_cache_path(dir.file("api.db"));
+  auto work = tuner::make_workload(codegen::parse_spec("fused_ffn", "d=256,h=64,m=2,weights=native"), fresh_seed(), 0);
+  void** a = work->args(0);
+  auto ptr = [&](int i) { return reinterpret_cast<char*>(*static_cast<CUdeviceptr*>(a[i])); };
+  QuantFfnShape s;
+  s.d = 256, s.h = 64, s.m = 2;
+  work->poison_output(nullptr);
+  CHECK_THROWS_WITH(fused_ffn(s, ptr(0), {ptr(1), ptr(2), ptr(3)}, {ptr(4) + 4, ptr(5), ptr(6)}, ptr(7)),
+                    Catch::Contains("qweight3") && Catch::Contains("not aligned to 16"));
+  CHECK_THROWS_WITH(fused_ffn(s, ptr(0), {ptr(1), ptr(2), nullptr}, {ptr(4), ptr(5), ptr(6)}, ptr(7)),
+                    Catch::Contains("zeros1 is null"));
+  s.m = 9;
+  CHECK_THROWS_WITH(fused_ffn(s, ptr(0), {ptr(1), ptr(2), ptr(3)}, {ptr(4), ptr(5), ptr(6)}, ptr(7)),
+                    Catch::Contains("m=9"));
+  s.m = 2;
+  CHECK_FALSE(work->verify(1.0).ok);  // still poisoned: nothing ran
+  fused_ffn(s, ptr(0), {ptr(1), ptr(2), ptr(3)}, {ptr(4), ptr(5), ptr(6)}, ptr(7));
   auto v = work->verify(1.0);
   INFO(v.message);
   CHECK(v.ok);

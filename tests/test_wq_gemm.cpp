@@ -2,18 +2,16 @@
 // trips for every bit width, awq/gptq -> native repacking, the reference on
 // hand-computed cases, spec errors, and NVRTC compiles of the candidates.
 #include <catch2/catch.hpp>
-#include <atomic>
-#include <chrono>
 #include <cstring>
 #include <iostream>
 #include <random>
-#include <thread>
 #include "codegen/error.h"
 #include "codegen/nvrtc.h"
 #include "codegen/numeric.h"
 #include "codegen/ops/wq_gemm.h"
 #include "codegen/registry.h"
 #include "codegen/source.h"
+#include "tests/helpers.h"
 #include "tuner/reference/wq_gemm.h"
 
 using namespace qjit;
@@ -163,48 +161,28 @@ TEST_CASE("wq_gemm: candidates compile for sm_90 without spills", "[wq_gemm][nvr
   const auto& op = codegen::find_op("wq_gemm");
   // The full space of the main shape at M = 1 and 16; then every bit width,
   // zero mode and type through each spec's default and a spread of its space.
-  struct Job {
-    codegen::OpSpec spec;
-    nlohmann::json config;
-  };
-  std::vector<Job> jobs;
+  std::vector<test::CompileJob> jobs;
   for (const char* s : {"k=4096,n=11008,m=1", "k=4096,n=11008,m=16"})
     for (auto& c : op.tunable_space(codegen::parse_spec("wq_gemm", s))) jobs.push_back({codegen::parse_spec("wq_gemm", s), c});
   for (const char* s : {"k=64,n=16,bits=2,zero=sym,g=32,m=1", "k=192,n=48,bits=3,zero=float,scales=bf16,x=fp32,m=64,g=64",
-                        "k=256,n=32,bits=8,zero=int,x=bf16,bias=yes,act=relu6,m=1024,g=256"}) {
+                        "k=256,n=32,bits=8,zero=int,x=bf16,bias=yes,act=relu6,m=1024,g=256,residual=yes"}) {
     const auto spec = codegen::parse_spec("wq_gemm", s);
     const auto space = op.tunable_space(spec);
     REQUIRE(!space.empty());
     jobs.push_back({spec, op.default_config(spec)});
     for (size_t i = 0; i < space.size(); i += 5) jobs.push_back({spec, space[i]});
   }
-  std::vector<std::string> errors(jobs.size());
-  std::vector<codegen::CompileResult> results(jobs.size());
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t i; (i = next++) < jobs.size();) {
-      try {
-        results[i] = codegen::compile(codegen::generate_source(jobs[i].spec, jobs[i].config), "sm_90");
-      } catch (const std::exception& e) {
-        errors[i] = e.what();
-      }
-    }
-  };
-  const auto t0 = std::chrono::steady_clock::now();
-  std::thread a(worker), b(worker);
-  a.join(), b.join();
-  std::cout << "[wq_gemm] compiled " << jobs.size() << " candidates in "
-            << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";
+  test::compile_jobs(jobs, "sm_90", "wq_gemm");
   size_t spilling = 0;
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    INFO(jobs[i].spec.label() << " " << jobs[i].config.dump() << "\n" << errors[i] << results[i].log);
-    REQUIRE(errors[i].empty());
-    CHECK(results[i].ok);
-    CHECK(results[i].ptx.find(".entry qjit_wq_gemm") != std::string::npos);
+  for (const auto& j : jobs) {
+    INFO(j.spec.label() << " " << j.config.dump() << "\n" << j.error << j.result.log);
+    REQUIRE(j.error.empty());
+    CHECK(j.result.ok);
+    CHECK(j.result.ptx.find(".entry qjit_wq_gemm") != std::string::npos);
     // The tuner prunes a spilling candidate before any GPU time, but the
     // default config runs untuned on a runtime miss: it must never spill.
-    if (jobs[i].config == op.default_config(jobs[i].spec)) CHECK(results[i].spill_bytes == 0);
-    spilling += results[i].spill_bytes > 0;
+    if (j.config == op.default_config(j.spec)) CHECK(j.result.spill_bytes == 0);
+    spilling += j.result.spill_bytes > 0;
   }
   // The register estimate keeps most of the space spill-free; ptxas still
   // trades 12-32 bytes of spill for an occupancy step in a few configs,

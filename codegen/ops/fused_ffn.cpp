@@ -1,13 +1,40 @@
 #include "codegen/ops/fused_ffn.h"
 #include "codegen/error.h"
 #include "codegen/ops/fp_lut.h"
+#include "codegen/ops/wq_mainloop.h"
 
 namespace qjit::codegen {
 namespace {
 
-// The tunables. Two kernel families:
+// The tunables. Three kernel families:
 //   simt (templates/fused_ffn/fused_ffn.cu): CUDA-core FMAs, any dtype, any d;
-//   mma  (templates/fused_ffn/fused_ffn_mma.cu): tensor cores, 16-bit x/W, d % 8 == 0.
+//   mma  (templates/fused_ffn/fused_ffn_mma.cu): tensor cores, 16-bit x/W, d % 8 == 0;
+//   wq   (templates/fused_ffn/fused_ffn_wq.cu): weights=native, wq_gemm's
+//        mainloop on W1 and W3 at once (its config: WqConfig plus "family").
+bool quantized(const OpSpec& spec) { return spec.get_str("weights") == "native"; }
+
+WqShape wq_shape(const OpSpec& spec) {
+  WqShape s;
+  s.k = spec.get_int("d"), s.n = spec.get_int("h"), s.m = spec.get_int("m"), s.g = spec.get_int("g");
+  s.bits = static_cast<int>(spec.get_int("bits"));
+  s.zero = spec.get_str("zero"), s.scales = spec.get_str("scales"), s.x = spec.get_str("dtype");
+  s.matrices = 2;
+  return s;
+}
+
+bool is_wq_config(const nlohmann::json& j) { return j.is_object() && j.value("family", "") == "wq"; }
+
+WqConfig wq_config(const nlohmann::json& j) {
+  if (!is_wq_config(j)) throw Error("config", "fused_ffn on native weights takes \"family\": \"wq\": " + j.dump());
+  return WqConfig::from(j, "fused_ffn", 1);
+}
+
+nlohmann::json wq_json(const WqConfig& c) {
+  auto j = c.to_json();
+  j["family"] = "wq";
+  return j;
+}
+
 struct Config {
   std::string family;  // "simt" | "mma"
   int warps;           // warps per block
@@ -48,6 +75,7 @@ struct Config {
 // Why a config is illegal for a spec, or "" when it is legal. The single rule
 // set used by both pruning and validation.
 std::string config_problem(const OpSpec& spec, const Config& c) {
+  if (quantized(spec)) return "fused_ffn on native weights takes the wq family";
   const auto t = fused_ffn_types(spec.get_str("dtype"));
   const int64_t d = spec.get_int("d"), m = spec.get_int("m");
   auto one_of = [](int v, std::initializer_list<int> set) {
@@ -99,10 +127,51 @@ std::vector<ParamDef> FusedFfnOp::params() const {
        {"fp16", "bf16", "fp32", "mixed"}},
       {"act", "gate activation: silu (expf), silu_lut (qjit's fitted FP16 table), silu_lut_seed (seed 003's table)",
        "silu", {"silu", "silu_lut", "silu_lut_seed"}},
+      added_later({"weights",
+                   "dense: W1/W3 [h, d] of dtype's weight type; native: group-quantized in qjit's native layout "
+                   "(`qjit repack` converts awq/gptq), dtype then the type of x and y",
+                   "dense",
+                   {"dense", "native"}}),
+      added_later({"bits", "weights=native: bits per weight, 2, 3, 4 or 8", 4, {}, 2, 8}),
+      added_later({"g", "weights=native: group size along d (32, 64, 128, or d itself)", 128, {}, 32, int64_t{1} << 20}),
+      added_later({"zero", "weights=native: sym, int (one zero byte per group) or float (offsets), as wq_gemm", "int",
+                   {"sym", "int", "float"}}),
+      added_later({"scales", "weights=native: type of scales (and offsets)", "fp16", {"fp16", "bf16"}}),
   };
 }
 
+void FusedFfnOp::validate(const nlohmann::json& p) const {
+  auto s = [](int64_t v) { return std::to_string(v); };
+  const int64_t d = p.at("d").get<int64_t>(), h = p.at("h").get<int64_t>(), g = p.at("g").get<int64_t>(),
+                bits = p.at("bits").get<int64_t>();
+  if (p.at("weights") == "dense") {
+    // One spec (one cache key) per dense kernel: the quantization keys keep their defaults.
+    for (const auto& [key, dflt] : {std::pair<const char*, nlohmann::json>{"bits", 4}, {"g", 128}, {"zero", "int"},
+                                    {"scales", "fp16"}})
+      if (p.at(key) != dflt)
+        throw Error("spec", std::string("fused_ffn ") + key + "=" +
+                                (p.at(key).is_string() ? p.at(key).get<std::string>() : p.at(key).dump()) +
+                                " applies to weights=native only");
+    return;
+  }
+  const std::string dtype = p.at("dtype").get<std::string>();
+  if (dtype == "mixed")
+    throw Error("spec", "fused_ffn dtype=mixed with weights=native: dtype names x and y there; use fp32");
+  if (bits != 2 && bits != 3 && bits != 4 && bits != 8)
+    throw Error("spec", "fused_ffn bits=" + s(bits) + "; expected 2, 3, 4 or 8");
+  if (h % 16) throw Error("spec", "fused_ffn h=" + s(h) + " is not a multiple of 16 (native tiles are 16 rows)");
+  if (d % 64) throw Error("spec", "fused_ffn d=" + s(d) + " is not a multiple of 64 (native tiles are 64 wide)");
+  if (g != d && g != 32 && g != 64 && g != 128)
+    throw Error("spec", "fused_ffn g=" + s(g) + "; expected 32, 64, 128 or d=" + s(d));
+  if (d % g) throw Error("spec", "fused_ffn d=" + s(d) + " is not divisible by g=" + s(g));
+}
+
 std::vector<nlohmann::json> FusedFfnOp::tunable_space(const OpSpec& spec) const {
+  if (quantized(spec)) {
+    std::vector<nlohmann::json> out;
+    for (const auto& c : wq_tunable_space(wq_shape(spec))) out.push_back(wq_json(c));
+    return out;
+  }
   // simt: only the two widest legal vector widths (narrower ones only add loads).
   std::vector<int> vecs;
   for (int vec : {16, 8, 4, 2})
@@ -125,6 +194,7 @@ std::vector<nlohmann::json> FusedFfnOp::tunable_space(const OpSpec& spec) const 
 }
 
 nlohmann::json FusedFfnOp::default_config(const OpSpec& spec) const {
+  if (quantized(spec)) return wq_json(wq_default_config(wq_shape(spec)));
   // Several rows of x: tensor cores where the types allow. Otherwise the
   // widest legal vector, 4 warps of one row each, two vectors in flight.
   if (spec.get_int("m") > 2) {
@@ -141,17 +211,35 @@ nlohmann::json FusedFfnOp::default_config(const OpSpec& spec) const {
 }
 
 std::string FusedFfnOp::template_path(const nlohmann::json& config) const {
+  if (is_wq_config(config)) return "templates/fused_ffn/fused_ffn_wq.cu";
   return Config::from(config).family == "mma" ? "templates/fused_ffn/fused_ffn_mma.cu"
                                               : "templates/fused_ffn/fused_ffn.cu";
 }
 
 void FusedFfnOp::validate_config(const OpSpec& spec, const nlohmann::json& config) const {
-  const std::string problem = config_problem(spec, Config::from(config));
+  const std::string problem = quantized(spec) ? wq_config_problem(wq_shape(spec), wq_config(config))
+                                              : config_problem(spec, Config::from(config));
   if (!problem.empty()) throw Error("config", "fused_ffn config " + config.dump() + " is illegal for " + spec.label() +
                                                   ": " + problem);
 }
 
+// The gate activation: Act::apply(z), and the table it reads.
+static void add_activation(const OpSpec& spec, std::vector<Constant>& out) {
+  const std::string act = spec.get_str("act");
+  if (act == "silu") {
+    out.push_back({"using", "Act", "qjit::SiluExpf", "gate activation: z / (1 + expf(-z))"});
+  } else {
+    out.push_back(lut_struct(lut::build("silu", act == "silu_lut_seed" ? lut::seed_silu_cuts() : lut::default_cuts("silu"))));
+    out.push_back({"using", "Act", "qjit::LutActivation<Lut>", "gate activation: the FP16 SiLU table"});
+  }
+}
+
 std::vector<Constant> FusedFfnOp::constants(const OpSpec& spec, const nlohmann::json& config) const {
+  if (quantized(spec)) {
+    auto out = wq_constants(wq_shape(spec), wq_config(config));
+    add_activation(spec, out);
+    return out;
+  }
   const Config c = Config::from(config);
   const auto t = fused_ffn_types(spec.get_str("dtype"));
   auto num = [](int64_t v) { return std::to_string(v); };
@@ -166,13 +254,7 @@ std::vector<Constant> FusedFfnOp::constants(const OpSpec& spec, const nlohmann::
       {"int", "kSplitD", num(c.split_d), "tunable: warps sharing one row group"},
       {"int", "kUnroll", num(c.unroll), "tunable: column steps in flight"},
   };
-  const std::string act = spec.get_str("act");
-  if (act == "silu") {
-    out.push_back({"using", "Act", "qjit::SiluExpf", "gate activation: z / (1 + expf(-z))"});
-  } else {
-    out.push_back(lut_struct(lut::build("silu", act == "silu_lut_seed" ? lut::seed_silu_cuts() : lut::default_cuts("silu"))));
-    out.push_back({"using", "Act", "qjit::LutActivation<Lut>", "gate activation: the FP16 SiLU table"});
-  }
+  add_activation(spec, out);
   if (c.family == "mma") {
     out.push_back({"int", "kTiles", num(c.tiles), "tunable: 16-row tensor-core tiles per row group"});
   } else {
@@ -183,6 +265,7 @@ std::vector<Constant> FusedFfnOp::constants(const OpSpec& spec, const nlohmann::
 }
 
 LaunchGeometry FusedFfnOp::launch_geometry(const OpSpec& spec, const nlohmann::json& config) const {
+  if (quantized(spec)) return wq_launch_geometry(wq_shape(spec), wq_config(config));
   const Config c = Config::from(config);
   const int64_t rows_per_block = c.warps / c.split_d * (c.family == "mma" ? 16 * c.tiles : c.rows_per_warp);
   LaunchGeometry g;
@@ -192,6 +275,14 @@ LaunchGeometry FusedFfnOp::launch_geometry(const OpSpec& spec, const nlohmann::j
 }
 
 std::vector<PointerArg> FusedFfnOp::pointer_args(const OpSpec& spec, const nlohmann::json& config) const {
+  if (quantized(spec)) {
+    const WqShape s = wq_shape(spec);
+    const WqAlign a = wq_alignment(s, wq_config(config));
+    const bool sym = s.zero == "sym";
+    return {{"x", 16},        {"qweight1", a.qweight}, {"scales1", a.scales}, {"zeros1", a.zeros, sym},
+            {"qweight3", a.qweight}, {"scales3", a.scales}, {"zeros3", a.zeros, sym},
+            {"y", s.x == "fp32" ? 4 : 2}};
+  }
   const Config c = Config::from(config);
   const auto t = fused_ffn_types(spec.get_str("dtype"));
   // W is read in vec_bytes vectors (16 in the mma family); x in the same number of elements.
@@ -201,6 +292,12 @@ std::vector<PointerArg> FusedFfnOp::pointer_args(const OpSpec& spec, const nlohm
 }
 
 Traffic FusedFfnOp::traffic(const OpSpec& spec) const {
+  if (quantized(spec)) {
+    const WqShape s = wq_shape(spec);
+    const double xb = s.x == "fp32" ? 4 : 2, d = static_cast<double>(s.k), h = static_cast<double>(s.n),
+                 m = static_cast<double>(s.m);
+    return {2 * wq_weight_bytes(s) + m * d * xb + m * h * xb, 4 * m * h * d};
+  }
   const auto t = fused_ffn_types(spec.get_str("dtype"));
   const double d = static_cast<double>(spec.get_int("d")), h = static_cast<double>(spec.get_int("h")),
                m = static_cast<double>(spec.get_int("m"));

@@ -1,5 +1,7 @@
 // fused_ffn: y = SiLU(x·W1ᵀ) ⊙ (x·W3ᵀ) for decode / small batch
-// (../shared/seeds/004_*). Host side of templates/fused_ffn/fused_ffn.cu.
+// (../shared/seeds/004_*), on dense W1/W3 or on group-quantized ones in qjit's
+// native layout (weights=native: the fusion seed 004 falls back from for AWQ).
+// Host side of templates/fused_ffn/*.cu.
 #pragma once
 #include "codegen/op.h"
 
@@ -18,8 +20,9 @@ FusedFfnTypes fused_ffn_types(const std::string& dtype);
 class FusedFfnOp final : public OpDef {
  public:
   std::string name() const override { return "fused_ffn"; }
-  std::string summary() const override { return "y = SiLU(x·W1ᵀ) ⊙ (x·W3ᵀ), W1/W3 row-major [h, d], M = 1..8 rows of x"; }
+  std::string summary() const override { return "y = SiLU(x·W1ᵀ) ⊙ (x·W3ᵀ), W1/W3 dense [h, d] or quantized (native), M = 1..8 rows of x"; }
   std::vector<ParamDef> params() const override;
+  void validate(const nlohmann::json& params) const override;
   std::string template_path(const nlohmann::json& config) const override;
   std::string kernel_name() const override { return "qjit_fused_ffn"; }
   std::vector<nlohmann::json> tunable_space(const OpSpec& spec) const override;

@@ -43,6 +43,33 @@ void fused_ffn(const FusedFfnShape& s, const void* x, const void* w1, const void
   runtime::launch_checked(k, "fused_ffn", {x, w1, w3, y}, reinterpret_cast<CUstream>(stream));
 }
 
+void fused_ffn(const QuantFfnShape& s, const void* x, const QuantMatrix& w1, const QuantMatrix& w3, void* y,
+               CUstream_st* stream) {
+  if (s.d <= 0 || s.h <= 0) throw Error("argument", "fused_ffn: d=" + std::to_string(s.d) + ", h=" +
+                                                        std::to_string(s.h) + " (both must be positive)");
+  if (s.m < 1 || s.m > 8) throw Error("argument", "fused_ffn: m=" + std::to_string(s.m) + " (expected 1..8)");
+  if (s.scales != DType::fp16 && s.scales != DType::bf16)
+    throw Error("argument", std::string("fused_ffn: scales ") + to_string(s.scales) + " (expected fp16 or bf16)");
+  if (s.x == DType::mixed) throw Error("argument", "fused_ffn: x mixed (expected fp16, bf16 or fp32)");
+  char fast_key[160];
+  std::snprintf(fast_key, sizeof(fast_key), "fused_ffn|native|%d|%d|%d|%d|%d|%s|%d|%d|%d", s.d, s.h, s.m, s.bits, s.g,
+                s.zero.c_str(), static_cast<int>(s.scales), static_cast<int>(s.x), static_cast<int>(s.act));
+  const auto& k = runtime::KernelCache::instance().get(fast_key, [&] {
+    return codegen::make_spec("fused_ffn", {{"d", s.d},
+                                            {"h", s.h},
+                                            {"m", s.m},
+                                            {"dtype", to_string(s.x)},
+                                            {"act", to_string(s.act)},
+                                            {"weights", "native"},
+                                            {"bits", s.bits},
+                                            {"g", s.g},
+                                            {"zero", s.zero},
+                                            {"scales", to_string(s.scales)}});
+  });
+  runtime::launch_checked(k, "fused_ffn", {x, w1.qweight, w1.scales, w1.zeros, w3.qweight, w3.scales, w3.zeros, y},
+                          reinterpret_cast<CUstream>(stream));
+}
+
 void set_cache_path(const std::string& path) { runtime::KernelCache::instance().set_path(path); }
 
 }  // namespace qjit

@@ -8,7 +8,7 @@
 namespace qjit {
 
 void wq_gemm(const WqGemmShape& s, int m, const void* x, const void* qweight, const void* scales, const void* zeros,
-             const void* bias, void* y, CUstream_st* stream) {
+             const void* bias, const void* residual, void* y, CUstream_st* stream) {
   if (m < 0) throw Error("argument", "wq_gemm: m=" + std::to_string(m) + " (rows of x must be >= 0)");
   if (m == 0) return;
   if (s.scales != DType::fp16 && s.scales != DType::bf16)
@@ -17,10 +17,14 @@ void wq_gemm(const WqGemmShape& s, int m, const void* x, const void* qweight, co
   if (s.bias != (bias != nullptr))
     throw Error("argument", std::string("wq_gemm: bias is ") + (bias ? "given" : "null") + " but the shape says bias=" +
                                 (s.bias ? "true" : "false"));
+  if (s.residual != (residual != nullptr))
+    throw Error("argument", std::string("wq_gemm: residual is ") + (residual ? "given" : "null") +
+                                " but the shape says residual=" + (s.residual ? "true" : "false"));
   const int bucket = codegen::wq_gemm_bucket(m);
   char fast_key[160];
-  std::snprintf(fast_key, sizeof fast_key, "wq_gemm|%d|%d|%d|%d|%d|%s|%d|%d|%d|%s", s.k, s.n, bucket, s.bits, s.g,
-                s.zero.c_str(), static_cast<int>(s.scales), static_cast<int>(s.x), s.bias ? 1 : 0, s.act.c_str());
+  std::snprintf(fast_key, sizeof fast_key, "wq_gemm|%d|%d|%d|%d|%d|%s|%d|%d|%d|%s|%d", s.k, s.n, bucket, s.bits,
+                s.g, s.zero.c_str(), static_cast<int>(s.scales), static_cast<int>(s.x), s.bias ? 1 : 0, s.act.c_str(),
+                s.residual ? 1 : 0);
   const auto& k = runtime::KernelCache::instance().get(fast_key, [&] {
     return codegen::make_spec("wq_gemm", {{"k", s.k},
                                           {"n", s.n},
@@ -31,9 +35,11 @@ void wq_gemm(const WqGemmShape& s, int m, const void* x, const void* qweight, co
                                           {"scales", to_string(s.scales)},
                                           {"x", to_string(s.x)},
                                           {"bias", s.bias ? "yes" : "no"},
-                                          {"act", s.act}});
+                                          {"act", s.act},
+                                          {"residual", s.residual ? "yes" : "no"}});
   });
-  runtime::launch_checked(k, "wq_gemm", {x, qweight, scales, zeros, bias, y}, reinterpret_cast<CUstream>(stream), {m});
+  runtime::launch_checked(k, "wq_gemm", {x, qweight, scales, zeros, bias, residual, y},
+                          reinterpret_cast<CUstream>(stream), {m});
 }
 
 }  // namespace qjit

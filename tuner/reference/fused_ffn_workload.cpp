@@ -13,6 +13,7 @@
 #include "tuner/cublas.h"
 #include "codegen/numeric.h"
 #include "tuner/reference/fused_ffn.h"
+#include "tuner/reference/fused_ffn_workload.h"
 #include "tuner/timing.h"
 #include "tuner/workload.h"
 
@@ -98,8 +99,6 @@ class FusedFfnWorkload final : public Workload {
   std::vector<Baseline> baselines(std::string* why_none) override;
 
  private:
-  void build_cublas_baseline();
-
   codegen::OpSpec spec_;
   int64_t d_, h_, m_;
   std::string xt_, wt_, yt_;
@@ -108,19 +107,10 @@ class FusedFfnWorkload final : public Workload {
   std::vector<DeviceBuffer> w1_, w3_;
   std::vector<std::array<CUdeviceptr, 4>> params_;
   std::vector<std::array<void*, 4>> arg_ptrs_;
-  // Baseline state: cuBLAS handle, intermediates g/u, the SwiGLU kernel.
-  cublasHandle_t blas_ = nullptr;
-  const Cublas* cublas_ = nullptr;
-  DeviceBuffer g_, u_;
-  CUmodule swiglu_module_ = nullptr;
-  CUfunction swiglu_ = nullptr;
-
- public:
-  ~FusedFfnWorkload() override {
-    if (blas_) cublas_->destroy(blas_);
-    if (swiglu_module_) runtime::driver().cuModuleUnload(swiglu_module_);
-  }
+  std::unique_ptr<CublasFfnPath> path_;  // the baseline, built on first use
 };
+
+}  // namespace
 
 // The SwiGLU step of the standard path: y = SiLU(g) * u, element-wise, with g
 // and u rounded to the activation type as cuBLAS writes them.
@@ -130,60 +120,75 @@ constexpr const char* kSwigluSource = R"(extern "C" __global__ void qjit_baselin
 }
 )";
 
-std::vector<Baseline> FusedFfnWorkload::baselines(std::string* why_none) {
-  if (spec_.get_str("dtype") == "mixed") {
-    *why_none = "no cuBLAS path multiplies fp16 weights by fp32 activations";
-    return {};
-  }
-  cublas_ = try_cublas(why_none);
-  if (!cublas_) return {};
-  if (!blas_) build_cublas_baseline();
-  const cudaDataType t = xt_ == "fp16" ? CUDA_R_16F : xt_ == "bf16" ? CUDA_R_16BF : CUDA_R_32F;
-  Baseline b;
-  b.name = "cublas_2gemm_swiglu";
-  b.run = [this, t](int copy, CUstream stream) {
-    // Row-major x[m,d] · W[h,d]ᵀ = column-major (W as d×h)ᵀ · (x as d×m) = G (h×m).
-    const float one = 1.0f, zero = 0.0f;
-    cublas_->set_stream(blas_, reinterpret_cast<cudaStream_t>(stream));
-    for (int which = 0; which < 2; ++which) {
-      const CUdeviceptr w = which == 0 ? w1_[copy].ptr() : w3_[copy].ptr();
-      const CUdeviceptr out = which == 0 ? g_.ptr() : u_.ptr();
-      cublasStatus_t st = cublas_->gemm_ex(blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(h_), static_cast<int>(m_),
-                                           static_cast<int>(d_), &one, reinterpret_cast<void*>(w), t,
-                                           static_cast<int>(d_), reinterpret_cast<void*>(x_.ptr()), t,
-                                           static_cast<int>(d_), &zero, reinterpret_cast<void*>(out), t,
-                                           static_cast<int>(h_), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-      if (st != CUBLAS_STATUS_SUCCESS) throw Error("tuner", "cublasGemmEx failed with status " + std::to_string(st));
-    }
-    CUdeviceptr g = g_.ptr(), u = u_.ptr(), y = y_.ptr();
-    long long n = m_ * h_;
-    void* args[] = {&g, &u, &y, &n};
-    const unsigned blocks = static_cast<unsigned>(std::min<long long>((n + 255) / 256, 4096));
-    QJIT_CU(cuLaunchKernel(swiglu_, blocks, 1, 1, 256, 1, 1, 0, stream, args, nullptr));
-  };
-  return {b};
-}
-
-void FusedFfnWorkload::build_cublas_baseline() {
+CublasFfnPath::CublasFfnPath(const Cublas* cublas, const std::string& type, int64_t d, int64_t h, int64_t m)
+    : cublas_(cublas),
+      type_(type == "fp16" ? CUDA_R_16F : type == "bf16" ? CUDA_R_16BF : CUDA_R_32F),
+      d_(d),
+      h_(h),
+      m_(m) {
   if (cublas_->create(&blas_) != CUBLAS_STATUS_SUCCESS) throw Error("tuner", "cublasCreate failed");
-  const size_t elem = xt_ == "fp32" ? 4 : 2;
+  const size_t elem = type == "fp32" ? 4 : 2;
   g_ = DeviceBuffer(m_ * h_ * elem);
   u_ = DeviceBuffer(m_ * h_ * elem);
   codegen::GeneratedSource src;
   src.file_name = "baseline_swiglu.cu";
   src.kernel_name = "qjit_baseline_swiglu";
   src.template_path = "tuner/reference/fused_ffn_workload.cpp";
-  src.text = std::string("#include \"qjit/qjit_common.cuh\"\nusing T = ") +
-             codegen::fused_ffn_types(spec_.get_str("dtype")).y + ";\n" + kSwigluSource;
+  src.text = std::string("#include \"qjit/qjit_common.cuh\"\nusing T = ") + codegen::fused_ffn_types(type).y + ";\n" +
+             kSwigluSource;
   auto res = codegen::compile(src, runtime::current_device().arch);
   if (!res.ok) throw Error("nvrtc", "baseline SwiGLU kernel failed to compile", res.log);
-  QJIT_CU(cuModuleLoadData(&swiglu_module_, res.cubin.data()));
-  QJIT_CU(cuModuleGetFunction(&swiglu_, swiglu_module_, "qjit_baseline_swiglu"));
+  QJIT_CU(cuModuleLoadData(&module_, res.cubin.data()));
+  QJIT_CU(cuModuleGetFunction(&swiglu_, module_, "qjit_baseline_swiglu"));
+}
+
+CublasFfnPath::~CublasFfnPath() {
+  if (blas_) cublas_->destroy(blas_);
+  if (module_) runtime::driver().cuModuleUnload(module_);
+}
+
+void CublasFfnPath::run(CUdeviceptr x, CUdeviceptr w1, CUdeviceptr w3, CUdeviceptr y, CUstream stream) {
+  // Row-major x[m,d] · W[h,d]ᵀ = column-major (W as d×h)ᵀ · (x as d×m) = G (h×m).
+  const float one = 1.0f, zero = 0.0f;
+  cublas_->set_stream(blas_, reinterpret_cast<cudaStream_t>(stream));
+  for (int which = 0; which < 2; ++which) {
+    const CUdeviceptr w = which == 0 ? w1 : w3, out = which == 0 ? g_.ptr() : u_.ptr();
+    const cublasStatus_t st = cublas_->gemm_ex(
+        blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(h_), static_cast<int>(m_), static_cast<int>(d_), &one,
+        reinterpret_cast<void*>(w), type_, static_cast<int>(d_), reinterpret_cast<void*>(x), type_,
+        static_cast<int>(d_), &zero, reinterpret_cast<void*>(out), type_, static_cast<int>(h_), CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS) throw Error("tuner", "cublasGemmEx failed with status " + std::to_string(st));
+  }
+  CUdeviceptr g = g_.ptr(), u = u_.ptr();
+  long long n = m_ * h_;
+  void* args[] = {&g, &u, &y, &n};
+  const unsigned blocks = static_cast<unsigned>(std::min<long long>((n + 255) / 256, 4096));
+  QJIT_CU(cuLaunchKernel(swiglu_, blocks, 1, 1, 256, 1, 1, 0, stream, args, nullptr));
+}
+
+namespace {
+
+std::vector<Baseline> FusedFfnWorkload::baselines(std::string* why_none) {
+  if (spec_.get_str("dtype") == "mixed") {
+    *why_none = "no cuBLAS path multiplies fp16 weights by fp32 activations";
+    return {};
+  }
+  const Cublas* cublas = try_cublas(why_none);
+  if (!cublas) return {};
+  if (!path_) path_ = std::make_unique<CublasFfnPath>(cublas, xt_, d_, h_, m_);
+  Baseline b;
+  b.name = "cublas_2gemm_swiglu";
+  b.run = [this](int copy, CUstream stream) {
+    path_->run(x_.ptr(), w1_[copy].ptr(), w3_[copy].ptr(), y_.ptr(), stream);
+  };
+  return {b};
 }
 
 }  // namespace
 
 std::unique_ptr<Workload> make_fused_ffn_workload(const codegen::OpSpec& spec, uint64_t seed, size_t l2_bytes) {
+  if (spec.get_str("weights") == "native") return make_fused_ffn_native_workload(spec, seed, l2_bytes);
   return std::make_unique<FusedFfnWorkload>(spec, seed, l2_bytes);
 }
 

@@ -1,9 +1,11 @@
 #include "tuner/reference/wq_gemm.h"
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <thread>
 #include "codegen/error.h"
 #include "codegen/numeric.h"
+#include "tuner/workload.h"
 
 namespace qjit::tuner {
 namespace {
@@ -154,6 +156,35 @@ std::vector<uint16_t> dequant_dense_nk(const PlainQuant& p, const std::string& z
       w[c * p.k + k] = bf16 ? float_to_bf16(v) : float_to_half(v);
     }
   return w;
+}
+
+PlainQuant random_quant(int64_t k, int64_t n, int64_t g, int bits, const std::string& scales_type, uint64_t seed) {
+  SplitMix64 rng{seed};
+  PlainQuant p;
+  p.k = k, p.n = n, p.g = g, p.bits = bits;
+  const int levels = 1 << bits;
+  const int64_t groups = (k / g) * n;
+  p.q.resize(k * n);
+  for (auto& v : p.q) v = static_cast<uint8_t>(rng.next() % levels);
+  p.z.resize(groups);
+  for (auto& v : p.z) v = static_cast<uint8_t>(rng.next() % levels);
+  const float smax = 2.0f / std::sqrt(static_cast<float>(k)) / static_cast<float>(levels / 2);
+  auto to16 = [&](float f) { return scales_type == "bf16" ? float_to_bf16(f) : float_to_half(f); };
+  p.s.resize(groups);
+  for (auto& v : p.s) v = to16(smax * (0.5f + 0.5f * std::fabs(rng.uniform())));
+  p.o.resize(groups);
+  for (auto& v : p.o) v = to16(0.25f * smax * rng.uniform());
+  return p;
+}
+
+std::vector<uint8_t> zeros_tensor(const PlainQuant& p, const std::string& zero) {
+  std::vector<uint8_t> out;
+  if (zero == "int") out.assign(p.z.begin(), p.z.end());
+  if (zero == "float") {
+    out.resize(p.o.size() * 2);
+    std::memcpy(out.data(), p.o.data(), out.size());
+  }
+  return out;
 }
 
 std::vector<double> wq_gemm_reference(const codegen::OpSpec& spec, const std::vector<int64_t>& rows, const uint8_t* x,

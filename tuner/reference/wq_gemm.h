@@ -51,6 +51,14 @@ PlainQuant unpack_awq(const std::vector<uint32_t>& qweight, const std::vector<ui
 PlainQuant unpack_gptq(const std::vector<uint32_t>& qweight, const std::vector<uint32_t>& qzeros, int64_t k, int64_t n,
                        int64_t g, bool symmetric);
 
+// Random weights as a trained model might have them: q and z uniform over
+// the b-bit range, scales so that |w| ~ 2/√k (dot products O(1)) rounded to
+// `scales_type`, offsets a quarter of that. Deterministic in `seed`.
+PlainQuant random_quant(int64_t k, int64_t n, int64_t g, int bits, const std::string& scales_type, uint64_t seed);
+// The kernel's zeros tensor for `zero` mode: the zero bytes (int), the offsets'
+// 16-bit patterns (float), or nothing (sym).
+std::vector<uint8_t> zeros_tensor(const PlainQuant& p, const std::string& zero);
+
 // The dequantised weight w[k][n] of `zero` mode as a double (exact: no rounding).
 double dequant_exact(const PlainQuant& p, const std::string& zero, const std::string& scales_type, int64_t k, int64_t n);
 // The dense W[n][k] rounded once to the scales' type (the cuBLAS baseline's weights).

@@ -18,7 +18,7 @@
 namespace qjit::tuner {
 namespace {
 
-constexpr int kArgs = 7;  // x, qweight, scales, zeros, bias, y, M
+constexpr int kArgs = 8;  // x, qweight, scales, zeros, bias, residual, y, M
 
 class WqGemmWorkload final : public Workload {
  public:
@@ -29,32 +29,15 @@ class WqGemmWorkload final : public Workload {
     zero_ = spec.get_str("zero");
     xb_ = xt_ == "fp32" ? 4 : 2;
     SplitMix64 rng{seed};
-    p_.k = spec.get_int("k"), p_.n = spec.get_int("n"), p_.g = spec.get_int("g");
-    p_.bits = static_cast<int>(spec.get_int("bits"));
-    const int levels = 1 << p_.bits;
-    const int64_t groups = (p_.k / p_.g) * p_.n;
-    p_.q.resize(p_.k * p_.n);
-    for (auto& v : p_.q) v = static_cast<uint8_t>(rng.next() % levels);
-    p_.z.resize(groups);
-    for (auto& v : p_.z) v = static_cast<uint8_t>(rng.next() % levels);
-    // |w| ~ 2/√K keeps the dot products O(1), as in a trained model.
-    const float smax = 2.0f / std::sqrt(static_cast<float>(p_.k)) / static_cast<float>(levels / 2);
-    auto to16 = [&](float f) { return st_ == "bf16" ? float_to_bf16(f) : float_to_half(f); };
-    p_.s.resize(groups);
-    for (auto& v : p_.s) v = to16(smax * (0.5f + 0.5f * std::fabs(rng.uniform())));
-    p_.o.resize(groups);
-    for (auto& v : p_.o) v = to16(0.25f * smax * rng.uniform());
-
+    p_ = random_quant(spec.get_int("k"), spec.get_int("n"), spec.get_int("g"), static_cast<int>(spec.get_int("bits")),
+                      st_, rng.next());
     const auto qweight = pack_native(p_);
-    std::vector<uint8_t> zeros;  // bytes, or offsets as 16-bit patterns
-    if (zero_ == "int") zeros.assign(p_.z.begin(), p_.z.end());
-    if (zero_ == "float") {
-      zeros.resize(groups * 2);
-      std::memcpy(zeros.data(), p_.o.data(), zeros.size());
-    }
+    const auto zeros = zeros_tensor(p_, zero_);
     x_host_ = random_bytes(m_ * p_.k, 1.0f, rng);
     const bool has_bias = spec.get_str("bias") == "yes";
     if (has_bias) bias_host_ = random_bytes(p_.n, 0.5f, rng);
+    has_residual_ = spec.get_str("residual") == "yes";
+    if (has_residual_) residual_host_ = random_bytes(m_ * p_.n, 1.0f, rng);
 
     // Rows checked: all up to 16, else the first two, the last two and a spread.
     if (m_ <= 16) {
@@ -63,6 +46,8 @@ class WqGemmWorkload final : public Workload {
       rows_ = {0, 1, m_ / 3, m_ / 2, (2 * m_) / 3 + 1, m_ - 2, m_ - 1};
     }
     ref_ = wq_gemm_reference(spec, rows_, x_host_.data(), p_, has_bias ? bias_host_.data() : nullptr);
+    if (has_residual_)
+      for (size_t i = 0; i < ref_.size(); ++i) ref_[i] += read(residual_host_.data(), rows_[i / p_.n] * p_.n + i % p_.n);
 
     const size_t wbytes = qweight.size() * 4 + p_.s.size() * 2 + zeros.size();
     const int copies = static_cast<int>(std::clamp<size_t>(3 * l2_bytes / std::max<size_t>(wbytes, 1) + 1, 1, 16));
@@ -80,12 +65,21 @@ class WqGemmWorkload final : public Workload {
       bias_ = DeviceBuffer(bias_host_.size());
       bias_.upload(bias_host_.data(), bias_host_.size());
     }
+    if (has_residual_) {
+      residual_ = DeviceBuffer(residual_host_.size());
+      residual_.upload(residual_host_.data(), residual_host_.size());
+    }
     y_ = DeviceBuffer(m_ * p_.n * xb_);
     m_arg_ = static_cast<int>(m_);
     params_.resize(copies);
     args_.resize(copies);
     for (int c = 0; c < copies; ++c) {
-      params_[c] = {x_.ptr(), q_[c].ptr(), s_[c].ptr(), zero_ == "sym" ? 0 : z_[c].ptr(), has_bias ? bias_.ptr() : 0,
+      params_[c] = {x_.ptr(),
+                    q_[c].ptr(),
+                    s_[c].ptr(),
+                    zero_ == "sym" ? 0 : z_[c].ptr(),
+                    has_bias ? bias_.ptr() : 0,
+                    has_residual_ ? residual_.ptr() : 0,
                     y_.ptr()};
       for (int i = 0; i < kArgs - 1; ++i) args_[c][i] = &params_[c][i];
       args_[c][kArgs - 1] = &m_arg_;
@@ -121,8 +115,8 @@ class WqGemmWorkload final : public Workload {
     // Into y itself where cuBLAS can write y's type and nothing follows the
     // GEMM (then the tuner verifies the baseline too), else into a scratch y.
     // Decided here, not per launch: run() is called inside the timing loop.
-    const bool into_y =
-        spec_.get_str("bias") == "no" && spec_.get_str("act") == "none" && (xt_ == "fp32" || xt_ == st_);
+    const bool into_y = spec_.get_str("bias") == "no" && spec_.get_str("act") == "none" &&
+                        spec_.get_str("residual") == "no" && (xt_ == "fp32" || xt_ == st_);
     const cudaDataType yt = xt_ == "fp32" ? CUDA_R_32F : wt;
     b.run = [this, wt, into_y, yt](int copy, CUstream stream) {
       // Row-major x[m,k] · W[n,k]ᵀ = column-major (W as k×n)ᵀ · (x as k×m) = Y (n×m).
@@ -183,13 +177,14 @@ class WqGemmWorkload final : public Workload {
   codegen::OpSpec spec_;
   int64_t m_ = 1;
   int xb_ = 2, m_arg_ = 1;
+  bool has_residual_ = false;
   std::string xt_, st_, zero_;
   PlainQuant p_;
-  std::vector<uint8_t> x_host_, bias_host_;
+  std::vector<uint8_t> x_host_, bias_host_, residual_host_;
   std::vector<int64_t> rows_;
   std::vector<double> ref_;
   std::vector<DeviceBuffer> q_, s_, z_;
-  DeviceBuffer x_, bias_, y_;
+  DeviceBuffer x_, bias_, residual_, y_;
   std::vector<std::array<CUdeviceptr, kArgs - 1>> params_;
   std::vector<std::array<void*, kArgs>> args_;
   const Cublas* cublas_ = nullptr;

@@ -64,15 +64,17 @@ struct AwqDequantShape {
 void awq_dequant(const AwqDequantShape& shape, const void* qweight, const void* qzeros, const void* scales, void* out,
                  CUstream_st* stream = nullptr);
 
-// y[m][n] = clamp(Σ_k x[m][k]·w[k][n] + bias[n]) for m < M, W quantised
+// y[m][n] = clamp(Σ_k x[m][k]·w[k][n] + bias[n]) (+ residual[m][n]) for m < M, W quantised
 // with `bits` bits in groups of g along k, in qjit's native layout (see
 // tuner/reference/wq_gemm.h; `qjit repack` converts awq/gptq checkpoints).
 // zero: "sym" w = (q - 2^(bits-1))·s; "int" w = (q - z)·s with zeros one byte
 // each [K/g][N]; "float" w = (q - 2^(bits-1))·s + o with offsets [K/g][N] in
 // the scales' type (passed as `zeros`). scales [K/g][N] fp16 or bf16; x, bias
 // and y of type `x` (fp16, bf16 or fp32); bias and, for sym, zeros may be null.
-// act: "none", "relu", "relu6". Each M uses the kernel tuned for its bucket
-// (next power of two, at most 1024; 1024 serves any M).
+// act: "none", "relu", "relu6". residual [M][N] of type `x` is added after the
+// clamp when shape.residual (a transformer block's skip connection); it may be
+// y itself. Each M uses the kernel tuned for its bucket (next power of two, at
+// most 1024; 1024 serves any M).
 struct WqGemmShape {
   int k = 0, n = 0;
   int bits = 4, g = 128;
@@ -81,9 +83,31 @@ struct WqGemmShape {
   DType x = DType::fp16;
   bool bias = false;
   std::string act = "none";
+  bool residual = false;
 };
 void wq_gemm(const WqGemmShape& shape, int m, const void* x, const void* qweight, const void* scales,
-             const void* zeros, const void* bias, void* y, CUstream_st* stream = nullptr);
+             const void* zeros, const void* bias, const void* residual, void* y, CUstream_st* stream = nullptr);
+
+// fused_ffn on group-quantized W1 and W3: y[m, h] = SiLU(x·W1ᵀ) ⊙ (x·W3ᵀ),
+// each matrix as wq_gemm's tensors with k = d, n = h (native layout; d % 64 ==
+// 0, h % 16 == 0). x and y of type `x`; m = 1..8. The full FFN adds
+// wq_gemm(k = h, n = d, residual) for W2.
+struct QuantFfnShape {
+  int d = 0, h = 0;
+  int m = 1;  // 1..8
+  int bits = 4, g = 128;
+  std::string zero = "int";
+  DType scales = DType::fp16;
+  DType x = DType::fp16;
+  Activation act = Activation::silu;
+};
+struct QuantMatrix {
+  const void* qweight = nullptr;
+  const void* scales = nullptr;
+  const void* zeros = nullptr;  // null for zero = "sym"
+};
+void fused_ffn(const QuantFfnShape& shape, const void* x, const QuantMatrix& w1, const QuantMatrix& w3, void* y,
+               CUstream_st* stream = nullptr);
 
 // Use another cache file for this process (default: $QJIT_CACHE or ~/.cache/qjit/kernels.db).
 void set_cache_path(const std::string& path);

@@ -1,0 +1,153 @@
+#include "codegen/ops/wq_mainloop.h"
+#include <algorithm>
+#include "codegen/error.h"
+
+namespace qjit::codegen {
+namespace {
+
+const char* type_of(const std::string& t) {
+  return t == "fp32" ? "float" : t == "bf16" ? "qjit::bf16_t" : "qjit::half_t";
+}
+int bytes_of(const std::string& t) { return t == "fp32" ? 4 : 2; }
+
+bool one_of(int v, std::initializer_list<int> set) {
+  for (int s : set)
+    if (v == s) return true;
+  return false;
+}
+
+// Shared memory of the split-k reduction: one fp32 per accumulator per warp.
+int64_t reduction_bytes(const WqConfig& c) {
+  return c.split_k > 1 ? int64_t{c.warps} * c.tiles * c.mtiles * 4 * 32 * 4 : 0;
+}
+
+// One slot of the cp.async ring (the template's kSlotWords): a warp's chunk
+// of weights, its scales and zeros, and the pass's rows of x for 64 k.
+int64_t slot_bytes(const WqShape& s, const WqConfig& c) {
+  const int64_t groups = s.g < 64 ? 64 / s.g : 1, zero_bytes = s.zero == "int" ? 1 : s.zero == "float" ? 2 : 0;
+  const int64_t x_rows = std::min<int64_t>(s.m, 8 * c.mtiles);
+  return c.tiles * s.bits * 32 * 4 + c.tiles * groups * 16 * (2 + zero_bytes) + x_rows * 64 * bytes_of(s.x);
+}
+
+}  // namespace
+
+WqConfig WqConfig::from(const nlohmann::json& j, const std::string& op, size_t extra_keys) {
+  auto get = [&](const char* k) {
+    if (!j.contains(k) || !j[k].is_number_integer())
+      throw Error("config", op + " config needs integer '" + k + "': " + j.dump());
+    return j[k].get<int>();
+  };
+  if (!j.is_object() || j.size() != 6 + extra_keys)
+    throw Error("config", op + " config needs warps, split_k, tiles, mtiles, unroll and stages: " + j.dump());
+  return {get("warps"), get("split_k"), get("tiles"), get("mtiles"), get("unroll"), get("stages")};
+}
+
+nlohmann::json WqConfig::to_json() const {
+  return {{"warps", warps},   {"split_k", split_k}, {"tiles", tiles},
+          {"mtiles", mtiles}, {"unroll", unroll},   {"stages", stages}};
+}
+
+int wq_mtiles_needed(int64_t m) { return static_cast<int>(std::min<int64_t>((m + 7) / 8, 8)); }
+
+std::string wq_config_problem(const WqShape& s, const WqConfig& c) {
+  if (!one_of(c.warps, {2, 4, 8, 16})) return "warps must be 2, 4, 8 or 16";
+  if (!one_of(c.split_k, {1, 2, 4, 8, 16}) || c.warps % c.split_k) return "split_k must divide warps";
+  if (!one_of(c.tiles, {1, 2, 4})) return "tiles must be 1, 2 or 4";
+  if (c.tiles % s.matrices) return "tiles must be a multiple of the " + std::to_string(s.matrices) + " matrices";
+  if (!one_of(c.mtiles, {1, 2, 4, 8})) return "mtiles must be 1, 2, 4 or 8";
+  if (!one_of(c.unroll, {1, 2, 4})) return "unroll must be 1, 2 or 4";
+  if (!one_of(c.stages, {0, 2, 4, 8})) return "stages must be 0, 2, 4 or 8";
+  if (c.stages > 0 && c.unroll != 1) return "the cp.async ring (stages > 0) takes unroll 1";
+  if (c.mtiles > wq_mtiles_needed(s.m)) return "mtiles covers more rows than the bucket m=" + std::to_string(s.m);
+  if (s.k / 64 < c.split_k) return "split_k exceeds the number of 64-wide chunks of k";
+  if (16 * c.tiles / s.matrices > s.n) return "tiles cover more than n";
+  const int64_t ring = int64_t{c.warps} * c.stages * slot_bytes(s, c);
+  if (reduction_bytes(c) + ring > 48 * 1024) return "split-k reduction and cp.async ring need more than 48 KB of shared memory";
+  // Registers per lane, fitted to ptxas on sm_90 (within ~20%, on the high
+  // side): addresses and indices, accumulators, x fragments, and two groups of
+  // chunks (the one multiplied and the one in flight) of weights + raw scales.
+  const int x_words = s.x == "fp32" ? 16 : 8;
+  const int groups_live = c.stages > 0 ? 1 : 3 * c.unroll;  // the ring holds the in-flight chunks in shared memory
+  const int regs = 40 + 4 * c.tiles * c.mtiles + x_words * c.mtiles + groups_live * c.tiles * (s.bits + 4);
+  const int limit = std::min(255, 65536 / (32 * c.warps));  // ptxas's ceiling at this block size
+  if (regs > limit)
+    return "about " + std::to_string(regs) + " registers per lane (limit " + std::to_string(limit) + " at " +
+           std::to_string(c.warps) + " warps)";
+  return "";
+}
+
+std::vector<WqConfig> wq_tunable_space(const WqShape& s) {
+  std::vector<WqConfig> out;
+  const int need = wq_mtiles_needed(s.m);
+  for (int warps : {4, 8, 16})
+    for (int split : {1, 2, 4, 8, 16})
+      for (int per_matrix : {1, 2})
+        for (int mt : {1, 2, 4, 8}) {
+          // Fewer x tiles than the bucket needs means re-reading W per pass: only worth it at large m.
+          if (mt != need && (mt < need / 2 || need < 4)) continue;
+          for (int stages : {0, 4, 8})
+            for (int unroll : {1, 2, 4}) {
+              // 16 warps only to split k further: a 16-warp block of row groups is an 8-warp one twice.
+              if (warps == 16 && split < 8) continue;
+              const WqConfig c{warps, split, per_matrix * s.matrices, mt, unroll, stages};
+              if (wq_config_problem(s, c).empty()) out.push_back(c);
+            }
+        }
+  return out;
+}
+
+WqConfig wq_default_config(const WqShape& s) {
+  // The usual winner at small m in the H100 runs of BENCHMARKS.md, and far
+  // from the register ceiling.
+  for (int split : {4, 2, 1}) {
+    const WqConfig c{4, split, s.matrices, wq_mtiles_needed(s.m), 1, 0};
+    if (wq_config_problem(s, c).empty()) return c;
+  }
+  const auto space = wq_tunable_space(s);
+  if (space.empty()) throw Error("config", "no legal config for the quantized mainloop");
+  return space.front();
+}
+
+std::vector<Constant> wq_constants(const WqShape& s, const WqConfig& c) {
+  auto num = [](int64_t v) { return std::to_string(v); };
+  return {
+      {"using", "TX", type_of(s.x), "type of x and y"},
+      {"using", "TS", type_of(s.scales), "type of scales and offsets; the mma input type"},
+      {"int", "kK", num(s.k), "input features (k)"},
+      {"int", "kN", num(s.n), "output features (rows of each W)"},
+      {"int", "kBucketM", num(s.m), "rows of x this kernel is tuned for"},
+      {"int", "kMatrices", num(s.matrices), "quantized matrices multiplied by the same x"},
+      {"int", "kBits", num(s.bits), "bits per weight"},
+      {"int", "kGroup", num(s.g), "k per scale group"},
+      {"int", "kZeroMode", s.zero == "sym" ? "0" : s.zero == "int" ? "1" : "2",
+       "0 sym, 1 int zero bytes, 2 float offsets"},
+      {"int", "kWarps", num(c.warps), "tunable: warps per block"},
+      {"int", "kSplitK", num(c.split_k), "tunable: warps sharing a row group's k"},
+      {"int", "kTiles", num(c.tiles), "tunable: 16-row tile slots per row group (all matrices)"},
+      {"int", "kMTiles", num(c.mtiles), "tunable: 8-row tiles of x per pass"},
+      {"int", "kUnroll", num(c.unroll), "tunable: 64-wide k chunks loaded before the first mma"},
+      {"int", "kStages", num(c.stages), "tunable: 0 register pipeline, else cp.async ring depth"},
+  };
+}
+
+LaunchGeometry wq_launch_geometry(const WqShape& s, const WqConfig& c) {
+  const int64_t rows_per_block = int64_t{16} * (c.tiles / s.matrices) * (c.warps / c.split_k);
+  LaunchGeometry g;
+  g.grid[0] = static_cast<unsigned>((s.n + rows_per_block - 1) / rows_per_block);
+  g.grid[1] = static_cast<unsigned>((s.m + 8 * c.mtiles - 1) / (8 * c.mtiles));
+  g.block[0] = static_cast<unsigned>(c.warps * 32);
+  return g;
+}
+
+WqAlign wq_alignment(const WqShape& s, const WqConfig& c) {
+  const bool ring = c.stages > 0;
+  return {4 * (s.bits % 4 == 0 ? 4 : s.bits == 2 ? 2 : 1), ring ? 16 : 2, ring ? 16 : s.zero == "float" ? 2 : 1};
+}
+
+double wq_weight_bytes(const WqShape& s) {
+  const double k = static_cast<double>(s.k), n = static_cast<double>(s.n), groups = (k / s.g) * n;
+  const double zeros = s.zero == "sym" ? 0 : s.zero == "int" ? groups : 2 * groups;
+  return k * n * s.bits / 8 + 2 * groups + zeros;
+}
+
+}  // namespace qjit::codegen

@@ -1,0 +1,60 @@
+// Host side of the weight-quantized tensor-core mainloop
+// (templates/wq_gemm/wq_mma_mainloop.cuh), shared by wq_gemm (one matrix) and
+// fused_ffn on quantized weights (W1 and W3): its tunables, their legality,
+// the constants the mainloop reads, and the grid of row groups.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+#include <nlohmann/json.hpp>
+#include "codegen/op.h"
+
+namespace qjit::codegen {
+
+// What the mainloop multiplies: `matrices` matrices W[n][k] quantized with
+// `bits` bits in groups of g along k, by `m` rows of x (a bucket: M <= m).
+struct WqShape {
+  int64_t k = 0, n = 0, m = 1, g = 128;
+  int bits = 4;
+  std::string zero = "int", scales = "fp16", x = "fp16";
+  int matrices = 1;
+};
+
+// A block has `warps` warps: warps/split_k row groups of `tiles` 16-row tile
+// slots (tiles / matrices tiles of n, each in every matrix), each group's
+// chunks of 64 k shared round-robin by split_k warps and summed through
+// shared memory. A block covers 8·mtiles rows of x per pass. Loads run
+// `unroll` chunks ahead in registers (stages 0) or through a cp.async ring of
+// `stages` slots per warp.
+struct WqConfig {
+  int warps, split_k, tiles, mtiles, unroll;
+  int stages = 0;
+
+  // Reads the six keys; `extra_keys` names keys the caller owns (fused_ffn's "family").
+  static WqConfig from(const nlohmann::json& j, const std::string& op, size_t extra_keys = 0);
+  nlohmann::json to_json() const;
+};
+
+// Rows of x a kernel for bucket m covers in one pass, in tiles of 8 (at most 8 tiles).
+int wq_mtiles_needed(int64_t m);
+// Why the config is illegal for the shape, or "".
+std::string wq_config_problem(const WqShape& s, const WqConfig& c);
+// Every legal config (static pruning included).
+std::vector<WqConfig> wq_tunable_space(const WqShape& s);
+// 4 warps splitting k four ways (else two, else one), one tile per matrix,
+// the bucket's rows of x, the register pipeline.
+WqConfig wq_default_config(const WqShape& s);
+// The mainloop's constants (types, shape, quantization, tunables).
+std::vector<Constant> wq_constants(const WqShape& s, const WqConfig& c);
+// Grid and block: x over row groups of n, y over passes of 8·mtiles rows of x.
+LaunchGeometry wq_launch_geometry(const WqShape& s, const WqConfig& c);
+// Alignments of one matrix's pointers: qweight, scales, zeros (the cp.async
+// ring copies scales and zeros in 16-byte pieces).
+struct WqAlign {
+  int qweight, scales, zeros;
+};
+WqAlign wq_alignment(const WqShape& s, const WqConfig& c);
+// Bytes of the packed weights, scales and zeros of one matrix.
+double wq_weight_bytes(const WqShape& s);
+
+}  // namespace qjit::codegen

@@ -1,0 +1,585 @@
+#pragma once
+// The weight-quantized mainloop on the tensor cores: sums Σ_k x[m][k]·w[k][n]
+// with w dequantised in registers from qjit's native layout, never written
+// out. Included by wq_gemm_mma.cu (Y = X·Wᵀ, bias, clamp, residual) and by
+// fused_ffn_wq.cu (W1 and W3 in one pass, SiLU(x·W1ᵀ) ⊙ (x·W3ᵀ)); each
+// kernel adds its grid mapping and epilogue.
+//
+// Reads from the generated qjit_spec: TX, TS, kK, kN, kBucketM, kBits, kGroup,
+// kZeroMode, kMatrices and the tunables kWarps, kSplitK, kTiles, kMTiles,
+// kUnroll, kStages (codegen/ops/wq_mainloop.cpp).
+//
+// W is the A operand of mma.m16n8k16 (16 rows of n × 16 of k), x the B operand
+// (16 of k × 8 rows of x), so even M = 1 fills a tile's rows with weights and
+// only the 8 columns of B are partly idle: reading W, not multiplying, is the
+// cost at small M. The native layout (tuner/reference/wq_gemm.h) stores, for
+// each tile of 16 rows × 64 k, each lane's A fragments of the 4 mma steps as
+// kBits words: lane (gq, t) of register R = 4s + r holds rows gq + 8(r%2) and
+// physical k = 16t + 4s + 2(r/2) + {0, 1}. B takes the same order: x[m][16t ..
+// 16t+16) is the lane's 16 values, register pair (2s, 2s+1) its step s.
+//
+// Dequantisation (fp16 scales): one lop3 masks a register's two quantised
+// values into the two fp16 mantissas under 0x6400 (1024 + q·2^r exactly), one
+// fma makes them q - z (exact: small integers). With g >= 64 and an integer
+// zero the tensor cores multiply q - z and each chunk's sums are scaled once
+// in fp32 (kScaleAfter); otherwise one mul.rn by the scale rounds once, as the
+// reference's w rounded to fp16. bf16 scales go through fp32 (bf16 has too
+// few bits for 128 + q when q needs 8 bits).
+//
+// Work split: a block has kWarps / kSplitK row groups of kTiles tile slots; the
+// kSplitK warps of a group take every kSplitK-th chunk of 64 k and add their
+// accumulators through shared memory. blockIdx.y passes over 8·kMTiles rows of
+// x at a time (looping when M exceeds the grid, the m = 1024 bucket). Loads
+// are software-pipelined one group of kUnroll chunks ahead in registers, or
+// (kStages > 0) streamed with x and the scales through a cp.async ring.
+
+using namespace qjit_spec;
+
+constexpr int kThreads = kWarps * 32;
+constexpr int kGroupsPerBlock = kWarps / kSplitK;
+constexpr int kTilesPerMatrix = kTiles / kMatrices;  // 16-row tiles of n a row group computes
+constexpr int kChunks = kK / 64;
+constexpr int kNTiles = kN / 16;
+constexpr int kMBlock = 8 * kMTiles;
+constexpr int kMid = 1 << (kBits - 1);
+constexpr int kVec = kBits % 4 == 0 ? 4 : kBits == 2 ? 2 : 1;  // words per load
+constexpr bool kHalf = !qjit::IsBf16<TS>::value;
+static_assert(kWarps % kSplitK == 0, "kSplitK must divide kWarps");
+static_assert(kTiles % kMatrices == 0, "a row group has the same tiles of every matrix");
+static_assert(kK % 64 == 0 && kN % 16 == 0, "native tiles are 16 x 64");
+static_assert(kMBlock <= (kBucketM < 8 ? 8 : kBucketM), "a pass covers at most the bucket's rows");
+
+// The kernel's inputs. A row group's tile slots i = 0 .. kTiles-1 hold matrix
+// i % kMatrices at tile tile0 + i / kMatrices (kMatrices = 2: fused_ffn's W1
+// and W3 side by side, sharing x and the row group's output rows).
+struct Operands {
+  const TX* x;
+  const unsigned* q[kMatrices];
+  const TS* s[kMatrices];
+  const void* z[kMatrices];
+};
+
+// Matrix of slot i for an i known only at run time: a select, not an array
+// index (a struct array indexed before unrolling lands in local memory).
+__device__ __forceinline__ const unsigned* qweight_of(const Operands& op, int i) {
+  return kMatrices == 1 || i % kMatrices == 0 ? op.q[0] : op.q[kMatrices - 1];
+}
+__device__ __forceinline__ const TS* scales_of(const Operands& op, int i) {
+  return kMatrices == 1 || i % kMatrices == 0 ? op.s[0] : op.s[kMatrices - 1];
+}
+__device__ __forceinline__ const void* zeros_of(const Operands& op, int i) {
+  return kMatrices == 1 || i % kMatrices == 0 ? op.z[0] : op.z[kMatrices - 1];
+}
+
+// --- loads ---------------------------------------------------------------
+
+// The lane's kBits words of one tile, in kBits / kVec vector loads read once
+// (L1::no_allocate: weights are streamed, L1 is left to x).
+__device__ __forceinline__ void load_tile(const unsigned* __restrict__ tile, int lane, unsigned (&w)[kBits]) {
+#pragma unroll
+  for (int v = 0; v < kBits / kVec; ++v) {
+    const unsigned* p = tile + (v * 32 + lane) * kVec;
+    if constexpr (kVec == 4) {
+      const uint4 r = qjit::load_raw16<true>(p);
+      w[4 * v] = r.x, w[4 * v + 1] = r.y, w[4 * v + 2] = r.z, w[4 * v + 3] = r.w;
+    } else if constexpr (kVec == 2) {
+      uint2 r;
+      asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
+      w[2 * v] = r.x, w[2 * v + 1] = r.y;
+    } else {
+      asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(w[v]) : "l"(p));
+    }
+  }
+}
+
+// Two 16-bit values in mma input type TS, from two floats (lo in the low half).
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+  unsigned r;
+  if constexpr (kHalf) asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  else asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+template <typename T> __device__ __forceinline__ float widen16(unsigned short bits);
+template <> __device__ __forceinline__ float widen16<qjit::half_t>(unsigned short b) { return qjit::to_f32(qjit::half_t{b}); }
+template <> __device__ __forceinline__ float widen16<qjit::bf16_t>(unsigned short b) { return qjit::to_f32(qjit::bf16_t{b}); }
+
+// 16 values of x of 16-bit type T (two 16-byte pieces) as 8 B fragment words
+// of type TS: as they are when the types agree, else through fp32.
+template <typename T>
+__device__ __forceinline__ void b_from_16bit(uint4 lo, uint4 hi, unsigned (&b)[8]) {
+  const unsigned raw[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  constexpr bool kSame = qjit::IsBf16<T>::value == qjit::IsBf16<TS>::value;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    if constexpr (kSame) b[i] = raw[i];
+    else b[i] = pack2(widen16<T>(raw[i] & 0xffffu), widen16<T>(raw[i] >> 16));
+  }
+}
+
+// B fragments of one 8-row tile of x for a chunk: x[m][k0 .. k0+16) as 8 words
+// of two TS values (zero for rows m >= M).
+template <typename T>
+__device__ __forceinline__ void load_x(const T* __restrict__ x, int m, int M, int k0, unsigned (&b)[8]) {
+  if (m >= M) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) b[i] = 0;
+    return;
+  }
+  const T* p = x + static_cast<long long>(m) * kK + k0;
+  if constexpr (sizeof(T) == 4) {
+    float f[16];
+    qjit::load_f32<float, 16, false>(p, f);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) b[i] = pack2(f[2 * i], f[2 * i + 1]);
+  } else {
+    b_from_16bit<T>(qjit::load_raw16<false>(p), qjit::load_raw16<false>(p + 8), b);
+  }
+}
+
+// --- dequantisation ----------------------------------------------------------
+
+// Scale after the mma: when a chunk's 64 k lie in one group (g >= 64) and the
+// zero is an integer, sum_k (q - z)·s·x = s · sum_k (q - z)·x. The tensor
+// cores then multiply the exact small integers q - z, and each chunk's partial
+// sum is scaled once in fp32 (4 FFMA per chunk and tile instead of a multiply
+// per register). It skips the reference's rounding of w to the scale type, so
+// it is at least as close to the exact product; the float zero mode and g = 32
+// (a chunk spans two groups) scale each weight as the reference does.
+constexpr bool kScaleAfter = kGroup >= 64 && kZeroMode != 2;
+
+// fp16 extraction. A b-bit field at bit sh of a 16-bit half, ORed into
+// 0x6400 (fp16 1024, ulp 1), reads as 1024 + q·2^sh as long as it stays in the
+// 10 mantissa bits (sh + b <= 10). So fields up to kInPlace are masked in
+// place (one lop3 for both halves), and the rest come from the word shifted
+// right by kPreShift (one shift per word, shared by its registers).
+// 8-bit uses prmt instead: bytes 0/2 or 1/3 next to 0x64 bytes give 1024 + q.
+constexpr int kPer = 16 / (kBits == 3 ? 2 : kBits);  // fields per 16-bit half
+constexpr int kInPlace = 10 - kBits;
+constexpr int kPreShift = kBits * ((10 - kBits) / kBits + 1);  // first field position that does not fit
+
+// Register R's two quantised values, lo in bits 0..15 and hi in bits 16..31
+// (field rules in tuner/reference/wq_gemm.h). R is a constant once the
+// callers' loops are unrolled.
+__device__ __forceinline__ unsigned fields(const unsigned (&w)[kBits], int R) {
+  if constexpr (kBits == 3) {
+    const unsigned lo2 = (w[R / 8] >> (2 * (R % 8))) & 0x00030003u;
+    const unsigned bit2 = (w[2] >> R) & 0x00010001u;
+    return lo2 | (bit2 << 2);
+  } else {
+    constexpr unsigned kMask = ((1u << kBits) - 1) * 0x00010001u;
+    return (w[R / kPer] >> (kBits * (R % kPer))) & kMask;
+  }
+}
+
+// fp16 only: register R as two fp16 numbers 1024 + q·2^r; returns r.
+__device__ __forceinline__ int magic_fields(const unsigned (&w)[kBits], int R, unsigned& v) {
+  if constexpr (kBits == 8) {
+    v = __byte_perm(w[R / 2], 0x64646464u, R % 2 ? 0x4341 : 0x4240);
+    return 0;
+  } else if constexpr (kBits == 3) {
+    v = fields(w, R) | 0x64006400u;
+    return 0;
+  } else {
+    constexpr unsigned kMask = ((1u << kBits) - 1) * 0x00010001u;
+    const int sh = kBits * (R % kPer);
+    const int r = sh <= kInPlace ? sh : sh - kPreShift;
+    const unsigned word = sh <= kInPlace ? w[R / kPer] : w[R / kPer] >> kPreShift;
+    // (word & mask) | magic as one lop3, the magic its immediate and the mask
+    // in a register; written in C it compiles to two (a SASS lop3 takes one immediate).
+    asm("lop3.b32 %0, %1, %2, 0x64006400, 0xea;" : "=r"(v) : "r"(word), "r"(kMask << r));
+    return r;
+  }
+}
+
+// fp16 bits of an integer 0 <= v < 2048 (exact), at compile time.
+__device__ constexpr unsigned fp16_of_int(int v) {
+  int e = 0;
+  while (e < 10 && (v >> (e + 1))) ++e;
+  return v == 0 ? 0u : static_cast<unsigned>((e + 15) << 10 | ((v << (10 - e)) & 0x3ff));
+}
+
+// Per-row dequantisation parameters of one chunk, prepared once per chunk.
+//   fp16: zr[r/2] = half2(-(1024/2^r + zero)) (zero = z or 2^(b-1)) for the
+//         field positions r (0, 2, ..., 8), s2 = half2(s), o2 = half2(o)
+//   bf16: fp32 zero, scale, offset
+//   sf:   the scale in fp32 (kScaleAfter)
+struct RowParams {
+  unsigned zr[5], s2, o2;
+  float zf, sf, of;
+};
+
+// Raw per-row quantisation parameters of a chunk, as loaded: the scale's
+// bits and the zero byte or the offset's bits (unused by sym).
+struct RowRaw {
+  unsigned short s, zo;
+};
+
+__device__ __forceinline__ RowRaw load_row(const TS* __restrict__ scales, const void* __restrict__ zeros, int group,
+                                           int n) {
+  const long long at = static_cast<long long>(group) * kN + n;
+  RowRaw r{__ldg(reinterpret_cast<const unsigned short*>(scales) + at), 0};
+  if constexpr (kZeroMode == 1) r.zo = __ldg(static_cast<const unsigned char*>(zeros) + at);
+  if constexpr (kZeroMode == 2) r.zo = __ldg(static_cast<const unsigned short*>(zeros) + at);
+  return r;
+}
+
+__device__ __forceinline__ RowParams row_params(RowRaw r) {
+  RowParams p;
+  const int zero = kZeroMode == 1 ? r.zo : kMid;
+  const unsigned short o = kZeroMode == 2 ? r.zo : 0;
+  if constexpr (kHalf) {
+    const unsigned zq = (0x6400u | zero) * 0x00010001u;  // fp16 1024 + zero in both halves
+#pragma unroll
+    for (int i = 0; i < 5; ++i) {
+      // (1024 - 1024/2^r) - (1024 + zero), every term an integer below 2048: exact.
+      const unsigned c = fp16_of_int(1024 - (1024 >> (2 * i))) * 0x00010001u;
+      asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(p.zr[i]) : "r"(c), "r"(zq));
+    }
+    p.s2 = r.s * 0x00010001u;
+    p.o2 = o * 0x00010001u;
+  } else {
+    p.zf = static_cast<float>(zero);
+    p.of = widen16<TS>(o);
+  }
+  p.sf = widen16<TS>(r.s);
+  return p;
+}
+
+// One A register: the two weights (or, with kScaleAfter, the two q - zero)
+// of register R with row parameters p.
+__device__ __forceinline__ unsigned dequant2(const unsigned (&w)[kBits], int R, const RowParams& p) {
+  if constexpr (kHalf) {
+    unsigned v, d, out;
+    const int r = magic_fields(w, R, v);
+    // v·2^-r - (1024/2^r + zero) = q - zero, exact (one rounding of an exact value).
+    const unsigned k = ((15u - r) << 10) * 0x00010001u;  // fp16 2^-r in both halves
+    // A select chain, not zr[r / 2]: an array indexed before unrolling lands in local memory.
+    const unsigned zr = r == 0 ? p.zr[0] : r == 2 ? p.zr[1] : r == 4 ? p.zr[2] : r == 6 ? p.zr[3] : p.zr[4];
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(v), "r"(k), "r"(zr));
+    if constexpr (kScaleAfter) return d;
+    if constexpr (kZeroMode == 2) asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(out) : "r"(d), "r"(p.s2), "r"(p.o2));
+    else asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(out) : "r"(d), "r"(p.s2));
+    return out;
+  } else {
+    const unsigned f = fields(w, R);
+    // 2^23 + q as fp32 bits, minus 2^23: exact int -> float for q < 2^16.
+    const float lo = __uint_as_float(0x4b000000u | (f & 0xffffu)) - 8388608.0f;
+    const float hi = __uint_as_float(0x4b000000u | (f >> 16)) - 8388608.0f;
+    if constexpr (kScaleAfter) return pack2(lo - p.zf, hi - p.zf);  // |q - z| <= 255: exact in bf16
+    else if constexpr (kZeroMode == 2) return pack2(fmaf(lo - p.zf, p.sf, p.of), fmaf(hi - p.zf, p.sf, p.of));
+    else return pack2((lo - p.zf) * p.sf, (hi - p.zf) * p.sf);
+  }
+}
+
+// --- one chunk on the tensor cores ---------------------------------------------
+
+// A chunk's operands in registers: the lane's weight words, the raw
+// scales/zeros of its two rows per tile, and the B fragments of x.
+struct Chunk {
+  unsigned w[kTiles][kBits];
+  RowRaw rows[kTiles][2];  // rows gq, gq + 8 of each tile
+  unsigned b[kMTiles][8];
+};
+
+__device__ __forceinline__ void mma_chunk(const Chunk& c, float (&acc)[kTiles][kMTiles][4]) {
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) {
+    const RowParams rp[2] = {row_params(c.rows[i][0]), row_params(c.rows[i][1])};
+    // Two accumulator chains (even and odd k16 steps): four dependent mma in
+    // a row would leave the tensor core waiting on its own latency. With
+    // kScaleAfter they hold the chunk's sum of (q - zero)·x.
+    float part[2][kMTiles][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int j = 0; j < kMTiles; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) part[h][j][e] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      // Register R = 4s + r belongs to row gq + 8(r%2).
+      unsigned a[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) a[r] = dequant2(c.w[i], 4 * s + r, rp[r % 2]);
+#pragma unroll
+      for (int j = 0; j < kMTiles; ++j)
+        qjit::mma_16816<TS>(part[s % 2][j], a[0], a[1], a[2], a[3], c.b[j][2 * s], c.b[j][2 * s + 1]);
+    }
+    // Accumulator e belongs to row gq + 8(e/2).
+#pragma unroll
+    for (int j = 0; j < kMTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float sum = part[0][j][e] + part[1][j][e];
+        acc[i][j][e] = kScaleAfter ? fmaf(sum, rp[e / 2].sf, acc[i][j][e]) : acc[i][j][e] + sum;
+      }
+  }
+}
+
+// --- register pipeline (kStages == 0) ----------------------------------------
+
+// Weights and scales/zeros of chunk kc, loaded one group of chunks ahead; x is
+// read when multiplying (small and shared by every warp: L1 or L2; the ring
+// streams it with the weights instead).
+__device__ __forceinline__ void load_chunk(const Operands& op, const int (&tile)[kTiles], int kc, int lane, Chunk& c) {
+  const int gq = lane / 4, t = lane % 4;
+  const int group = (kc * 64 + 16 * t) / kGroup;  // a lane's 16 k never straddle a group (g >= 32)
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) {
+    load_tile(qweight_of(op, i) + (static_cast<long long>(tile[i]) * kChunks + kc) * 32 * kBits, lane, c.w[i]);
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      c.rows[i][h] = load_row(scales_of(op, i), zeros_of(op, i), group, tile[i] * 16 + gq + 8 * h);
+  }
+}
+
+__device__ __forceinline__ void load_x_chunk(const TX* __restrict__ x, int kc, int m0, int M, int lane, Chunk& c) {
+#pragma unroll
+  for (int j = 0; j < kMTiles; ++j) load_x(x, m0 + 8 * j + lane / 4, M, kc * 64 + 16 * (lane % 4), c.b[j]);
+}
+
+// kUnroll chunks from kc on (every kSplitK-th), those that exist.
+__device__ __forceinline__ void load_group(const Operands& op, const int (&tile)[kTiles], int kc, int lane,
+                                           Chunk (&c)[kUnroll]) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u)
+    if (kc + u * kSplitK < kChunks) load_chunk(op, tile, kc + u * kSplitK, lane, c[u]);
+}
+
+// --- cp.async ring (kStages > 0) -----------------------------------------------
+
+// Each warp streams everything a chunk needs through a kStages-deep ring of
+// shared-memory slots with cp.async: weights, the tiles' scales and zeros, and
+// the pass's rows of x. Loads then stay kStages - 1 chunks ahead without
+// holding registers, and x and the scales wait in the same queue as the
+// weights instead of costing a round trip each chunk (reading x from global
+// at multiply time stalls the mma on it: the profile's long-scoreboard stalls).
+// A slot, in 32-bit words:
+//   [0, kSlotW)        weights, [tile][vector][lane] as in global (conflict-free reads)
+//   [kSlotW, +kSlotS)  scales: [tile][group of the chunk][16 rows]
+//   [.., +kSlotZ)      zero bytes or fp16 offsets, same order (none for sym)
+//   [.., +kSlotX)      x[m0 + r][64·kc .. 64·kc + 64) for r < kXRows (rows >= M not copied)
+// Everything is moved in 16-byte pieces: the weight vectors by their own lanes,
+// the rest spread over the warp; a lane reads what others copied only after
+// cp.async.wait_group and __syncwarp.
+constexpr int kRingStages = kStages > 0 ? kStages : 1;
+constexpr int kGroupsPerChunk = kGroup < 64 ? 64 / kGroup : 1;
+constexpr int kZeroBytes = kZeroMode == 1 ? 1 : kZeroMode == 2 ? 2 : 0;
+constexpr int kXRows = kBucketM < 8 * kMTiles ? kBucketM : 8 * kMTiles;  // rows of x one pass can use
+constexpr int kXPieces = 64 * int(sizeof(TX)) / 16;                        // 16-byte pieces per row of a chunk
+constexpr int kSlotW = kTiles * kBits * 32;
+constexpr int kSlotS = kTiles * kGroupsPerChunk * 16 * 2 / 4;
+constexpr int kSlotZ = kTiles * kGroupsPerChunk * 16 * kZeroBytes / 4;
+constexpr int kSlotX = kXRows * kXPieces * 4;
+constexpr int kSlotWords = kSlotW + kSlotS + kSlotZ + kSlotX;
+constexpr int kSPieces = kTiles * kGroupsPerChunk * 2, kZPieces = kTiles * kGroupsPerChunk * kZeroBytes;
+constexpr int kParamPieces = kSPieces + kZPieces + kXRows * kXPieces;
+
+__device__ __forceinline__ void cp_async16(unsigned* dst, const void* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+
+// tile[i] for an i known only at run time (indexing the array would put it in local memory).
+__device__ __forceinline__ int tile_of(const int (&tile)[kTiles], int i) {
+  return min(tile[0] + i / kMatrices, kNTiles - 1);
+}
+
+__device__ __forceinline__ void copy_chunk(const Operands& op, const int (&tile)[kTiles], int kc, int m0, int M,
+                                           int lane, unsigned* slot) {
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+    for (int v = 0; v < kBits / kVec; ++v) {
+      const unsigned* src = qweight_of(op, i) + (static_cast<long long>(tile[i]) * kChunks + kc) * 32 * kBits + (v * 32 + lane) * kVec;
+      unsigned* dst = slot + i * kBits * 32 + (v * 32 + lane) * kVec;
+      if constexpr (kVec == 4) cp_async16(dst, src);
+      else {
+        const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(d), "l"(src), "n"(4 * kVec) : "memory");
+      }
+    }
+  // Piece p of the rest: scales, then zeros, then x, in slot order.
+#pragma unroll
+  for (int round = 0; round < (kParamPieces + 31) / 32; ++round) {
+    const int p = round * 32 + lane;
+    if (p < kSPieces) {  // 8 scales: tile p / (2G), group (p / 2) % G, half p % 2
+      const int i = p / (2 * kGroupsPerChunk), gi = (p / 2) % kGroupsPerChunk, h = p % 2;
+      const int group = kc * 64 / kGroup + gi;
+      cp_async16(slot + kSlotW + 4 * p, scales_of(op, i) + static_cast<long long>(group) * kN + tile_of(tile, i) * 16 + 8 * h);
+    } else if (p < kSPieces + kZPieces) {  // 16 zero bytes or 8 offsets
+      const int q = p - kSPieces;
+      const int i = q / (kZeroBytes * kGroupsPerChunk), gi = (q / kZeroBytes) % kGroupsPerChunk, h = q % kZeroBytes;
+      const int group = kc * 64 / kGroup + gi;
+      const unsigned char* base = static_cast<const unsigned char*>(zeros_of(op, i));
+      cp_async16(slot + kSlotW + kSlotS + 4 * q,
+                 base + (static_cast<long long>(group) * kN + tile_of(tile, i) * 16) * kZeroBytes + 16 * h);
+    } else if (p < kParamPieces) {  // x row r, piece c
+      const int q = p - kSPieces - kZPieces, r = q / kXPieces, c = q % kXPieces;
+      if (m0 + r < M)
+        cp_async16(slot + kSlotW + kSlotS + kSlotZ + 4 * q,
+                   reinterpret_cast<const char*>(op.x + static_cast<long long>(m0 + r) * kK + kc * 64) + 16 * c);
+    }
+  }
+}
+
+// B fragment words of x[k .. k + 16) in shared memory (a template: only TX's branch may be instantiated).
+template <typename T>
+__device__ __forceinline__ void read_x(const T* p, unsigned (&b)[8]) {
+  if constexpr (sizeof(T) == 4) {
+    const float4* f = reinterpret_cast<const float4*>(p);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float4 v = f[e];
+      b[2 * e] = pack2(v.x, v.y), b[2 * e + 1] = pack2(v.z, v.w);
+    }
+  } else {
+    b_from_16bit<T>(reinterpret_cast<const uint4*>(p)[0], reinterpret_cast<const uint4*>(p)[1], b);
+  }
+}
+
+// The lane's operands of the chunk in a slot (rows of x >= M read as zero).
+template <typename T>
+__device__ __forceinline__ void read_slot(const unsigned* slot, int m0, int M, int lane, Chunk& c) {
+  const int gq = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+    for (int v = 0; v < kBits / kVec; ++v) {
+      const unsigned* p = slot + i * kBits * 32 + (v * 32 + lane) * kVec;
+      if constexpr (kVec == 4) {  // one 16-byte shared load
+        const uint4 r = *reinterpret_cast<const uint4*>(p);
+        c.w[i][4 * v] = r.x, c.w[i][4 * v + 1] = r.y, c.w[i][4 * v + 2] = r.z, c.w[i][4 * v + 3] = r.w;
+      } else {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) c.w[i][kVec * v + j] = p[j];
+      }
+    }
+  const int gi = kGroupsPerChunk > 1 ? (16 * t) / kGroup : 0;  // the group of the lane's 16 k
+  const auto* s16 = reinterpret_cast<const unsigned short*>(slot + kSlotW);
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int at = (i * kGroupsPerChunk + gi) * 16 + gq + 8 * h;
+      c.rows[i][h].s = s16[at];
+      c.rows[i][h].zo = 0;
+      if constexpr (kZeroMode == 1) c.rows[i][h].zo = reinterpret_cast<const unsigned char*>(slot + kSlotW + kSlotS)[at];
+      if constexpr (kZeroMode == 2) c.rows[i][h].zo = reinterpret_cast<const unsigned short*>(slot + kSlotW + kSlotS)[at];
+    }
+#pragma unroll
+  for (int j = 0; j < kMTiles; ++j) {
+    const int r = 8 * j + gq;
+    if (r >= kXRows || m0 + r >= M) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) c.b[j][e] = 0;
+      continue;
+    }
+    read_x(reinterpret_cast<const T*>(slot + kSlotW + kSlotS + kSlotZ) + r * 64 + 16 * t, c.b[j]);
+  }
+}
+
+__device__ __forceinline__ void stream_chunks(const Operands& op, const int (&tile)[kTiles], int part, int m0, int M,
+                                              int lane, int warp, float (&acc)[kTiles][kMTiles][4]) {
+  __shared__ __align__(16) unsigned ring[kWarps][kRingStages][kSlotWords];
+  // The warp's chunks are part, part + kSplitK, ...: number i is chunk part + i·kSplitK.
+  const int count = part < kChunks ? (kChunks - 1 - part) / kSplitK + 1 : 0;
+  __syncwarp();  // the previous pass over m has read every slot
+#pragma unroll
+  for (int s = 0; s < kRingStages - 1; ++s) {
+    if (s < count) copy_chunk(op, tile, part + s * kSplitK, m0, M, lane, ring[warp][s]);
+    asm volatile("cp.async.commit_group;" ::: "memory");  // empty groups keep the count uniform
+  }
+  // Not unrolled: with few chunks per warp a full unroll hoists every load and runs out of registers.
+#pragma unroll 1
+  for (int i = 0; i < count; ++i) {
+    __syncwarp();  // every lane has read slot (i - 1) % kStages, which this copy refills
+    const int ahead = i + kRingStages - 1;
+    if (ahead < count)
+      copy_chunk(op, tile, part + ahead * kSplitK, m0, M, lane, ring[warp][ahead % kRingStages]);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    asm volatile("cp.async.wait_group %0;" ::"n"(kRingStages - 1) : "memory");  // this lane's part of chunk i landed
+    __syncwarp();                                                               // and every other lane's
+    Chunk c;
+    read_slot<TX>(ring[warp][i % kRingStages], m0, M, lane, c);
+    mma_chunk(c, acc);
+  }
+  asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
+
+// --- one pass: a row group's sums for rows m0 .. m0 + 8·kMTiles of x ------------
+
+// The row group's tile slots (tile[i] = slot i's tile of n, see Operands) for
+// 8·kMTiles rows of x from m0, summed over k. On return the warp with
+// part == 0 holds the sums: accumulator e of lane (gq, t) is row
+// gq + 8(e/2) of the slot's tile (a column n of y) and column 2t + e%2 of B
+// (row m0 + 8j + 2t + e%2 of x, for mtile j).
+__device__ __forceinline__ void wq_accumulate(const Operands& op, const int (&tile)[kTiles], int part, int m0, int M,
+                                              int lane, int warp, float (&acc)[kTiles][kMTiles][4]) {
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+    for (int j = 0; j < kMTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+  if constexpr (kStages > 0) {
+    stream_chunks(op, tile, part, m0, M, lane, warp, acc);
+  } else {
+    // Register pipeline: the loads of the next kUnroll chunks are issued
+    // before the current ones are multiplied, so a warp always has weights
+    // in flight (without it each chunk waits a full DRAM latency). The
+    // copy of next into cur waits for those loads at the end of each group:
+    // the ring (kStages > 0) keeps loads in flight across chunks instead.
+    // (Ping-pong register sets avoid the wait but cost occupancy: measured
+    // slower, 2026-11-22.)
+    constexpr int kStride = kSplitK * kUnroll;
+    Chunk cur[kUnroll];
+    load_group(op, tile, part, lane, cur);
+    for (int kc = part; kc < kChunks; kc += kStride) {
+      Chunk next[kUnroll];
+      load_group(op, tile, kc + kStride, lane, next);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (kc + u * kSplitK < kChunks) {
+          load_x_chunk(op.x, kc + u * kSplitK, m0, M, lane, cur[u]);
+          mma_chunk(cur[u], acc);
+        }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) cur[u] = next[u];
+    }
+  }
+
+  if constexpr (kSplitK > 1) {
+    // Lane-for-lane sum of the kSplitK warps of a row group.
+    __shared__ float partial[kWarps][kTiles][kMTiles][4][32];
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+      for (int j = 0; j < kMTiles; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) partial[warp][i][j][e][lane] = acc[i][j][e];
+    __syncthreads();
+    if (part == 0) {
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+        for (int j = 0; j < kMTiles; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+#pragma unroll
+            for (int s = 1; s < kSplitK; ++s) acc[i][j][e] += partial[warp + s][i][j][e][lane];
+    }
+    __syncthreads();  // partial is reused by the next pass over m
+  }
+}
+
+// The row group's tile slots: slot i is matrix i % kMatrices at tile
+// first_tile + i / kMatrices. Tiles past the last one re-read it (valid
+// memory); the caller stores nothing for them.
+__device__ __forceinline__ void row_group_tiles(int first_tile, int (&tile)[kTiles]) {
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) tile[i] = min(first_tile + i / kMatrices, kNTiles - 1);
+}
