@@ -10,7 +10,8 @@
 #   qffn, qffn+tests (fused_ffn on 4-bit weights and the W2 + residual half,
 #   with peers.py fused_ffn and tests/peer_quant_ffn.py)
 #   NCU="op shape args;..." in the environment adds an Nsight Compute profile
-#   of each listed cached kernel after the benches.
+#   of each listed cached kernel after the benches; ONLY="op shape args;..."
+#   tunes and benches those shapes instead of the part's.
 # Expects: the install tree in .dist (cmake --install build --prefix .dist) and
 # peers.py copied to .device/peers.py (../shared does not travel).
 set -u
@@ -59,6 +60,8 @@ case "$PART" in
 esac
 case "$PART" in ffn|ffn+tests|awq+tests|wq|wq+tests|qffn|qffn+tests) ;; *) SHAPES+=("${LUTS[@]}") ;; esac
 [ "$PART" = all ] && SHAPES+=("${AWQS[@]}" "${WQS[@]}" "${QFFNS[@]}")
+# ONLY="op shape args;op shape args" replaces the part's shapes (a quick look at a few).
+[ -n "${ONLY:-}" ] && IFS=';' read -ra SHAPES <<<"$ONLY"
 i=0
 for s in "${SHAPES[@]}"; do
   i=$((i+1))
@@ -68,6 +71,7 @@ for s in "${SHAPES[@]}"; do
   "$Q" bench --op $op --shape $shape --json >"$OUT/bench_$i.json" 2>>"$OUT/bench.log" || echo "bench $s failed"
 done
 "$Q" list > "$OUT/list.txt"
+for s in "${SHAPES[@]}"; do op=${s%% *}; shape=${s#* }; "$Q" show --op $op --shape $shape; done >"$OUT/show.txt" 2>&1
 
 if [ "$PART" = all ] || [ "$PART" = ffn ] || [ "$PART" = ffn+tests ]; then
   echo "== launch probe (warm cache, new processes)"

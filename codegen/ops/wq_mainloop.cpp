@@ -29,6 +29,10 @@ int64_t slot_bytes(const WqShape& s, const WqConfig& c) {
   return c.tiles * s.bits * 32 * 4 + c.tiles * groups * 16 * (2 + zero_bytes) + x_rows * 64 * bytes_of(s.x);
 }
 
+// The register pipeline loads x with the weights (ahead of the mma) for at
+// most two tiles of x (the template's kXAhead).
+bool x_ahead_of(const WqConfig& c) { return c.stages == 0 && c.mtiles <= 2; }
+
 }  // namespace
 
 WqConfig WqConfig::from(const nlohmann::json& j, const std::string& op, size_t extra_keys) {
@@ -55,20 +59,29 @@ std::string wq_config_problem(const WqShape& s, const WqConfig& c) {
   if (!one_of(c.tiles, {1, 2, 4})) return "tiles must be 1, 2 or 4";
   if (c.tiles % s.matrices) return "tiles must be a multiple of the " + std::to_string(s.matrices) + " matrices";
   if (!one_of(c.mtiles, {1, 2, 4, 8})) return "mtiles must be 1, 2, 4 or 8";
-  if (!one_of(c.unroll, {1, 2, 4})) return "unroll must be 1, 2 or 4";
+  if (!one_of(c.unroll, {1, 2, 3, 4})) return "unroll must be 1, 2, 3 or 4";
   if (!one_of(c.stages, {0, 2, 4, 8})) return "stages must be 0, 2, 4 or 8";
   if (c.stages > 0 && c.unroll != 1) return "the cp.async ring (stages > 0) takes unroll 1";
+  // Chunks in flight matter where loads, not the mma, set the pace: small M.
+  if (c.unroll > 2 && c.mtiles > 2) return "unroll above 2 is for at most 2 tiles of x";
+  if (x_ahead_of(c) && (c.unroll + 1) * c.tiles > 8) return "more than 8 tile-chunks of weights live in registers";
   if (c.mtiles > wq_mtiles_needed(s.m)) return "mtiles covers more rows than the bucket m=" + std::to_string(s.m);
   if (s.k / 64 < c.split_k) return "split_k exceeds the number of 64-wide chunks of k";
   if (16 * c.tiles / s.matrices > s.n) return "tiles cover more than n";
   const int64_t ring = int64_t{c.warps} * c.stages * slot_bytes(s, c);
   if (reduction_bytes(c) + ring > 48 * 1024) return "split-k reduction and cp.async ring need more than 48 KB of shared memory";
   // Registers per lane, fitted to ptxas on sm_90 (within ~20%, on the high
-  // side): addresses and indices, accumulators, x fragments, and two groups of
-  // chunks (the one multiplied and the one in flight) of weights + raw scales.
+  // side): addresses and indices, accumulators, x fragments, and the chunks
+  // live at once: with x loaded ahead (mtiles <= 2) unroll + 1 rotating
+  // buffers of weights, raw scales and x; else groups of unroll chunks, the
+  // one multiplied and the one in flight (and the copy between them); the
+  // ring holds its chunks in shared memory.
   const int x_words = s.x == "fp32" ? 16 : 8;
-  const int groups_live = c.stages > 0 ? 1 : 3 * c.unroll;  // the ring holds the in-flight chunks in shared memory
-  const int regs = 40 + 4 * c.tiles * c.mtiles + x_words * c.mtiles + groups_live * c.tiles * (s.bits + 4);
+  const bool x_ahead = x_ahead_of(c);
+  const int buffers = c.stages > 0 ? 1 : x_ahead ? c.unroll + 1 : 3 * c.unroll;
+  const int x_live = x_ahead ? buffers * c.mtiles : c.mtiles;
+  const int chains = 2 * 4 * c.mtiles;  // mma_chunk's two partial-sum chains of one tile
+  const int regs = 40 + 4 * c.tiles * c.mtiles + chains + x_words * x_live + buffers * c.tiles * (s.bits + 4);
   const int limit = std::min(255, 65536 / (32 * c.warps));  // ptxas's ceiling at this block size
   if (regs > limit)
     return "about " + std::to_string(regs) + " registers per lane (limit " + std::to_string(limit) + " at " +
@@ -86,7 +99,7 @@ std::vector<WqConfig> wq_tunable_space(const WqShape& s) {
           // Fewer x tiles than the bucket needs means re-reading W per pass: only worth it at large m.
           if (mt != need && (mt < need / 2 || need < 4)) continue;
           for (int stages : {0, 4, 8})
-            for (int unroll : {1, 2, 4}) {
+            for (int unroll : {1, 2, 3, 4}) {
               // 16 warps only to split k further: a 16-warp block of row groups is an 8-warp one twice.
               if (warps == 16 && split < 8) continue;
               const WqConfig c{warps, split, per_matrix * s.matrices, mt, unroll, stages};
@@ -125,7 +138,7 @@ std::vector<Constant> wq_constants(const WqShape& s, const WqConfig& c) {
       {"int", "kSplitK", num(c.split_k), "tunable: warps sharing a row group's k"},
       {"int", "kTiles", num(c.tiles), "tunable: 16-row tile slots per row group (all matrices)"},
       {"int", "kMTiles", num(c.mtiles), "tunable: 8-row tiles of x per pass"},
-      {"int", "kUnroll", num(c.unroll), "tunable: 64-wide k chunks loaded before the first mma"},
+      {"int", "kUnroll", num(c.unroll), "tunable: chunks of 64 k in flight ahead of the mma (register pipeline)"},
       {"int", "kStages", num(c.stages), "tunable: 0 register pipeline, else cp.async ring depth"},
   };
 }

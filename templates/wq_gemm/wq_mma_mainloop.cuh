@@ -30,7 +30,7 @@
 // kSplitK warps of a group take every kSplitK-th chunk of 64 k and add their
 // accumulators through shared memory. blockIdx.y passes over 8·kMTiles rows of
 // x at a time (looping when M exceeds the grid, the m = 1024 bucket). Loads
-// are software-pipelined one group of kUnroll chunks ahead in registers, or
+// are software-pipelined kUnroll chunks ahead in rotating registers, or
 // (kStages > 0) streamed with x and the scales through a cp.async ring.
 
 using namespace qjit_spec;
@@ -319,9 +319,7 @@ __device__ __forceinline__ void mma_chunk(const Chunk& c, float (&acc)[kTiles][k
 
 // --- register pipeline (kStages == 0) ----------------------------------------
 
-// Weights and scales/zeros of chunk kc, loaded one group of chunks ahead; x is
-// read when multiplying (small and shared by every warp: L1 or L2; the ring
-// streams it with the weights instead).
+// Weights and scales/zeros of chunk kc, loaded kUnroll chunks ahead.
 __device__ __forceinline__ void load_chunk(const Operands& op, const int (&tile)[kTiles], int kc, int lane, Chunk& c) {
   const int gq = lane / 4, t = lane % 4;
   const int group = (kc * 64 + 16 * t) / kGroup;  // a lane's 16 k never straddle a group (g >= 32)
@@ -334,17 +332,10 @@ __device__ __forceinline__ void load_chunk(const Operands& op, const int (&tile)
   }
 }
 
+// x's B fragments of chunk kc (x is small and shared by every warp: L1 or L2).
 __device__ __forceinline__ void load_x_chunk(const TX* __restrict__ x, int kc, int m0, int M, int lane, Chunk& c) {
 #pragma unroll
   for (int j = 0; j < kMTiles; ++j) load_x(x, m0 + 8 * j + lane / 4, M, kc * 64 + 16 * (lane % 4), c.b[j]);
-}
-
-// kUnroll chunks from kc on (every kSplitK-th), those that exist.
-__device__ __forceinline__ void load_group(const Operands& op, const int (&tile)[kTiles], int kc, int lane,
-                                           Chunk (&c)[kUnroll]) {
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u)
-    if (kc + u * kSplitK < kChunks) load_chunk(op, tile, kc + u * kSplitK, lane, c[u]);
 }
 
 // --- cp.async ring (kStages > 0) -----------------------------------------------
@@ -528,27 +519,62 @@ __device__ __forceinline__ void wq_accumulate(const Operands& op, const int (&ti
   if constexpr (kStages > 0) {
     stream_chunks(op, tile, part, m0, M, lane, warp, acc);
   } else {
-    // Register pipeline: the loads of the next kUnroll chunks are issued
-    // before the current ones are multiplied, so a warp always has weights
-    // in flight (without it each chunk waits a full DRAM latency). The
-    // copy of next into cur waits for those loads at the end of each group:
-    // the ring (kStages > 0) keeps loads in flight across chunks instead.
-    // (Ping-pong register sets avoid the wait but cost occupancy: measured
-    // slower, 2026-11-22.)
-    constexpr int kStride = kSplitK * kUnroll;
-    Chunk cur[kUnroll];
-    load_group(op, tile, part, lane, cur);
-    for (int kc = part; kc < kChunks; kc += kStride) {
-      Chunk next[kUnroll];
-      load_group(op, tile, kc + kStride, lane, next);
+    // Register pipelines. x is read from L1/L2 (small, shared by every warp).
+    // With at most two tiles of x (M <= 16) it is loaded with the weights,
+    // kUnroll chunks ahead of the mma, in kUnroll + 1 rotating register
+    // buffers (chunk i of the warp in buffer i % kBuffers). The loop body is
+    // unrolled over one rotation, so every buffer index is a constant and no
+    // register is copied: a copy would wait for the loads just issued. Small M
+    // is latency-bound (bytes in flight per SM set the pace), and the
+    // rotation keeps kUnroll chunks of weights and x in flight.
+    // Wider x would need too many registers ahead; it is read at multiply
+    // time, and groups of kUnroll chunks are loaded one group ahead (the copy
+    // of next into cur waits for them once per group; measured faster at
+    // M = 64 than the rotation, whose twice-unrolled body is large there).
+    constexpr bool kXAhead = kMTiles <= 2;
+    const int count = part < kChunks ? (kChunks - 1 - part) / kSplitK + 1 : 0;  // chunks part, part + kSplitK, ...
+    if constexpr (kXAhead) {
+      constexpr int kBuffers = kUnroll + 1;
+      Chunk buf[kBuffers];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
-        if (kc + u * kSplitK < kChunks) {
-          load_x_chunk(op.x, kc + u * kSplitK, m0, M, lane, cur[u]);
-          mma_chunk(cur[u], acc);
+        if (u < count) {
+          load_chunk(op, tile, part + u * kSplitK, lane, buf[u]);
+          load_x_chunk(op.x, part + u * kSplitK, m0, M, lane, buf[u]);
         }
+#pragma unroll 1
+      for (int i0 = 0; i0 < count; i0 += kBuffers) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) cur[u] = next[u];
+        for (int b = 0; b < kBuffers; ++b) {
+          const int i = i0 + b;
+          if (i >= count) break;
+          const int ahead = i + kUnroll;
+          if (ahead < count) {
+            load_chunk(op, tile, part + ahead * kSplitK, lane, buf[(b + kUnroll) % kBuffers]);
+            load_x_chunk(op.x, part + ahead * kSplitK, m0, M, lane, buf[(b + kUnroll) % kBuffers]);
+          }
+          mma_chunk(buf[b], acc);
+        }
+      }
+    } else {
+      Chunk cur[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (u < count) load_chunk(op, tile, part + u * kSplitK, lane, cur[u]);
+      for (int i0 = 0; i0 < count; i0 += kUnroll) {
+        Chunk next[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          if (i0 + kUnroll + u < count) load_chunk(op, tile, part + (i0 + kUnroll + u) * kSplitK, lane, next[u]);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          if (i0 + u < count) {
+            load_x_chunk(op.x, part + (i0 + u) * kSplitK, m0, M, lane, cur[u]);
+            mma_chunk(cur[u], acc);
+          }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) cur[u] = next[u];
+      }
     }
   }
 
