@@ -136,14 +136,16 @@ void add_repack(CLI::App& app, int& rc) {
                   "Outputs: the native qweight as raw uint32 words (bits=4), and, unless --sym, the zero points\n"
                   "as one byte per group and column [K/g][N] (wq_gemm zero=int). Scales are not touched: wq_gemm\n"
                   "takes scales [K/g][N] exactly as awq/gptq store them, so pass the checkpoint's scales as they are.\n"
-                  "qzeros nibbles are read as the zero points themselves (as awq_dequant layout=gptq reads them);\n"
+                  "qzeros nibbles are read as the zero points themselves (as awq_dequant layout=gptq reads them;\n"
+                  "GPTQ's checkpoint_format gptq_v2), or with --gptq-v1 as zero - 1 (the original GPTQ format:\n"
+                  "w = (q - (nibble + 1))·s, zero points 1..16, which the one-byte zeros hold exactly);\n"
                   "GPTQ checkpoints with act-order (a g_idx other than k/g) are not supported.\n"
                   "Needs n % 16 == 0, k % 64 == 0, g in {32, 64, 128, k}. Outputs are written to <out>.tmp.<pid>,\n"
                   "fsynced and renamed into place; an output path may not be an input path. No GPU needed.\n") +
               kExitCodesHelp);
   struct Opts {
     std::string from, shape, qweight, qzeros, out_qweight, out_zeros;
-    bool sym = false, json = false;
+    bool sym = false, v1 = false, json = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--from", o->from, "layout of the inputs: awq or gptq")->required();
@@ -153,12 +155,15 @@ void add_repack(CLI::App& app, int& rc) {
   cmd->add_option("--qzeros", o->qzeros, "input qzeros (raw int32); required unless --sym");
   cmd->add_option("--out-qweight", o->out_qweight, "output: native qweight (raw uint32)")->required();
   cmd->add_option("--out-zeros", o->out_zeros, "output: zero points, one byte each [K/g][N]; required unless --sym");
+  cmd->add_flag("--gptq-v1", o->v1, "gptq qzeros store zero - 1 (checkpoint_format gptq, not gptq_v2)");
   cmd->add_flag("--json", o->json, "JSON output");
   cmd->callback([o, &rc] {
     if (o->from != "awq" && o->from != "gptq")
       throw Error("argument", "--from '" + o->from + "' (expected awq or gptq)");
     if (o->sym && o->from != "gptq")
       throw Error("argument", "--sym is for gptq (symmetric, every zero is 8); awq checkpoints carry qzeros");
+    if (o->v1 && o->from != "gptq") throw Error("argument", "--gptq-v1 is for --from gptq; awq qzeros hold the zeros");
+    if (o->v1 && o->sym) throw Error("argument", "--gptq-v1 reads qzeros; --sym reads none (every zero is 8)");
     const Shape s = parse_shape(o->shape);
     if (o->sym) {
       if (!o->qzeros.empty()) throw Error("argument", "--qzeros " + o->qzeros + " is not read with --sym (every zero is 8)");
@@ -197,6 +202,10 @@ void add_repack(CLI::App& app, int& rc) {
     tuner::PlainQuant p = awq ? tuner::unpack_awq(qweight, qzeros, s.k, s.n, s.g)
                               : tuner::unpack_gptq(qweight, qzeros, s.k, s.n, s.g, o->sym);
     p.bits = 4;
+    // Original GPTQ checkpoints store zero - 1 (vLLM PR #26092/#38966 describe
+    // both formats: v1 w = (q - (stored + 1))·s, v2 w = (q - stored)·s).
+    if (o->v1)
+      for (auto& z : p.z) z = static_cast<uint8_t>(z + 1);
     const std::vector<uint32_t> native = tuner::pack_native(p);
 
     std::vector<unsigned char> qbytes(native.size() * 4);
@@ -223,6 +232,7 @@ void add_repack(CLI::App& app, int& rc) {
     if (o->json) {
       nlohmann::json j = {{"from", o->from},
                           {"sym", o->sym},
+                          {"gptq_v1", o->v1},
                           {"k", s.k},
                           {"n", s.n},
                           {"g", s.g},

@@ -44,6 +44,12 @@ struct LaunchGeometry {
   unsigned grid[3] = {1, 1, 1};
   unsigned block[3] = {1, 1, 1};
   unsigned dynamic_smem = 0;
+  // The kernel reads nothing an earlier kernel of the stream may write, and
+  // writes nothing, before griddepcontrol.wait, and lets dependents start
+  // with griddepcontrol.launch_dependents: on sm_90+ it is launched with
+  // programmatic stream serialization (PDL), so its prologue (weight loads)
+  // overlaps the previous kernel's tail.
+  bool programmatic = false;
 };
 
 // A pointer parameter of the kernel, in launch order, and the alignment the

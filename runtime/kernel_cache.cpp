@@ -70,6 +70,16 @@ cache::KernelRecord make_record(const codegen::OpSpec& spec, const nlohmann::jso
   return rec;
 }
 
+// QJIT_PDL=0 turns programmatic dependent launch off (every launch then
+// waits for the previous kernel of the stream to finish, as plain launches do).
+static bool programmatic_launch_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("QJIT_PDL");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
+
 LoadedKernel load_record(const cache::KernelRecord& rec, const codegen::OpSpec& spec) {
   current_device();
   LoadedKernel k;
@@ -79,6 +89,8 @@ LoadedKernel load_record(const cache::KernelRecord& rec, const codegen::OpSpec& 
   const auto& op = codegen::find_op(spec.op);
   k.geometry = op.launch_geometry(spec, rec.config);
   k.pointers = op.pointer_args(spec, rec.config);
+  k.programmatic = k.geometry.programmatic && programmatic_launch_enabled() &&
+                   std::stoi(current_device().identity.compute_capability) >= 9;
   QJIT_CU(cuModuleLoadData(&k.module, rec.cubin.data()));
   try {
     CUresult r = driver().cuModuleGetFunction(&k.function, k.module, rec.kernel_name.c_str());
@@ -102,10 +114,27 @@ LoadedKernel load_record(const cache::KernelRecord& rec, const codegen::OpSpec& 
   return k;
 }
 
-void launch(const LoadedKernel& k, void** args, CUstream stream) {
+CUresult try_launch(const LoadedKernel& k, void** args, CUstream stream) {
   const auto& g = k.geometry;
-  QJIT_CU(cuLaunchKernel(k.function, g.grid[0], g.grid[1], g.grid[2], g.block[0], g.block[1], g.block[2],
-                         g.dynamic_smem, stream, args, nullptr));
+  if (!k.programmatic)
+    return driver().cuLaunchKernel(k.function, g.grid[0], g.grid[1], g.grid[2], g.block[0], g.block[1], g.block[2],
+                                   g.dynamic_smem, stream, args, nullptr);
+  CUlaunchAttribute pdl{};
+  pdl.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  pdl.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = g.grid[0], cfg.gridDimY = g.grid[1], cfg.gridDimZ = g.grid[2];
+  cfg.blockDimX = g.block[0], cfg.blockDimY = g.block[1], cfg.blockDimZ = g.block[2];
+  cfg.sharedMemBytes = g.dynamic_smem;
+  cfg.hStream = stream;
+  cfg.attrs = &pdl;
+  cfg.numAttrs = 1;
+  return driver().cuLaunchKernelEx(&cfg, k.function, args, nullptr);
+}
+
+void launch(const LoadedKernel& k, void** args, CUstream stream) {
+  const CUresult r = try_launch(k, args, stream);
+  if (r != CUDA_SUCCESS) throw Error("driver", "kernel launch failed: " + describe(r));
 }
 
 void launch_checked(const LoadedKernel& k, const char* op, std::initializer_list<const void*> pointers,

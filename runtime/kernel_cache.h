@@ -26,6 +26,7 @@ struct LoadedKernel {
   CUfunction function = nullptr;
   codegen::LaunchGeometry geometry;
   std::vector<codegen::PointerArg> pointers;  // checked by launch_checked
+  bool programmatic = false;                   // geometry.programmatic on an sm_90+ device
 };
 
 // Everything of the cache key except the spec, for this process's GPU and toolchain.
@@ -46,6 +47,8 @@ cache::KernelRecord build_record(const codegen::OpSpec& spec, const nlohmann::js
 LoadedKernel load_record(const cache::KernelRecord& rec, const codegen::OpSpec& spec);
 
 void launch(const LoadedKernel& k, void** args, CUstream stream);
+// launch() without throwing: the driver's result (the tuner records failures).
+CUresult try_launch(const LoadedKernel& k, void** args, CUstream stream);
 // The entry points' launch: every pointer non-null and aligned as the kernel's
 // config needs (qjit::Error("argument", ...) naming it otherwise, nothing
 // launched; null only where the spec does not read it), then launch with the

@@ -506,6 +506,27 @@ TEST_CASE("cli: repack converts awq and gptq tensors to the native layout bit-ex
   CHECK(std::vector<uint8_t>(gzbytes.begin(), gzbytes.end()) == p.z);
   CHECK(no_tmp_files(td.path));
 
+  // gptq --gptq-v1: qzeros store zero - 1, so the zero points written are nibble + 1 (a 15 becomes 16)
+  std::vector<uint8_t> stored(p.z.size());
+  for (size_t i = 0; i < p.z.size(); ++i) stored[i] = static_cast<uint8_t>(i % 7 == 0 ? 15 : p.z[i] & 7);
+  const std::string vz = td.file("gptq_v1_qzeros.bin");
+  write_le32(vz, pack_along_n(stored, k / g, n, false));
+  auto rv = run_qjit("repack --from gptq --gptq-v1" + shape + " --qweight '" + gq + "' --qzeros '" + vz +
+                         "' --out-qweight '" + oq + "' --out-zeros '" + oz + "' --json",
+                     cache);
+  INFO(describe(rv));
+  REQUIRE(rv.exit_code == 0);
+  CHECK(json::parse(rv.out).at("gptq_v1") == true);
+  CHECK(unpack_native(read_le32(oq), k, n, 4) == p.q);
+  const std::string vzbytes = slurp(oz);
+  REQUIRE(vzbytes.size() == stored.size());
+  for (size_t i = 0; i < stored.size(); ++i) CHECK(static_cast<uint8_t>(vzbytes[i]) == stored[i] + 1);
+  auto bad_v1 = run_qjit("repack --from awq --gptq-v1" + shape + " --qweight '" + aq + "' --qzeros '" + az +
+                             "' --out-qweight '" + oq + "' --out-zeros '" + oz + "'",
+                         cache);
+  CHECK(bad_v1.exit_code == 2);
+  CHECK(contains(bad_v1.err, "--gptq-v1 is for --from gptq"));
+
   // gptq --sym: no qzeros read, no zeros written, zero=sym
   const std::string sq = td.file("sym_native.bin");
   auto rs = run_qjit("repack --from gptq --sym" + shape + " --qweight '" + gq + "' --out-qweight '" + sq + "'", cache);

@@ -436,3 +436,46 @@ TEST_CASE("fused_ffn on quantized weights: every candidate verifies (tuner); bad
   INFO(v.message);
   CHECK(v.ok);
 }
+
+TEST_CASE("full FFN chain: fused_ffn then wq_gemm on its output, back to back, equals the synchronized run", "[gpu]") {
+  // With programmatic dependent launch the second kernel starts while the
+  // first runs; it must wait before reading h. h is poisoned before each run:
+  // a read before the wait would show up as NaN or a different result.
+  test::TempDir dir;
+  set_cache_path(dir.file("kernels.db"));
+  const int d = 1024, h = 2816, m = 3;
+  auto ffn = tuner::make_workload(
+      codegen::parse_spec("fused_ffn", "d=1024,h=2816,m=3,weights=native"), fresh_seed(), 0);
+  auto w2 = tuner::make_wq_gemm_workload(codegen::parse_spec("wq_gemm", "k=2816,n=1024,m=4,residual=yes"), fresh_seed(),
+                                         0, m);
+  auto dev = [](void** a, int i) { return *static_cast<CUdeviceptr*>(a[i]); };
+  void** fa = ffn->args(0);
+  void** wa = w2->args(0);
+  auto p = [](CUdeviceptr v) { return reinterpret_cast<void*>(v); };
+  const CUdeviceptr hbuf = dev(fa, 7), ybuf = dev(wa, 6);
+  QuantFfnShape fs;
+  fs.d = d, fs.h = h, fs.m = m;
+  WqGemmShape ws;
+  ws.k = h, ws.n = d, ws.residual = true;
+  auto run = [&](bool sync_between) {
+    QJIT_CU(cuMemsetD8(hbuf, 0xff, size_t{m} * h * 2));
+    QJIT_CU(cuMemsetD8(ybuf, 0xff, size_t{m} * d * 2));
+    QJIT_CU(cuCtxSynchronize());
+    fused_ffn(fs, p(dev(fa, 0)), {p(dev(fa, 1)), p(dev(fa, 2)), p(dev(fa, 3))}, {p(dev(fa, 4)), p(dev(fa, 5)), p(dev(fa, 6))},
+              p(hbuf));
+    if (sync_between) QJIT_CU(cuCtxSynchronize());
+    wq_gemm(ws, m, p(hbuf), p(dev(wa, 1)), p(dev(wa, 2)), p(dev(wa, 3)), nullptr, p(dev(wa, 5)), p(ybuf));
+    QJIT_CU(cuCtxSynchronize());
+    std::vector<uint16_t> y(size_t{m} * d);
+    QJIT_CU(cuMemcpyDtoH(y.data(), ybuf, y.size() * 2));
+    return y;
+  };
+  const auto synchronized = run(true);
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto chained = run(false);
+    CHECK(chained == synchronized);
+  }
+  int finite = 0;
+  for (uint16_t v : synchronized) finite += std::isfinite(half_to_float(v));
+  CHECK(finite == m * d);
+}

@@ -212,9 +212,7 @@ TuneReport tune(const codegen::OpSpec& spec, cache::Store& store, const TuneOpti
     } mguard{k.module};
     // Verify on copy 0, output poisoned first.
     work->poison_output(stream);
-    const auto& g = k.geometry;
-    CUresult r = runtime::driver().cuLaunchKernel(k.function, g.grid[0], g.grid[1], g.grid[2], g.block[0], g.block[1],
-                                                  g.block[2], g.dynamic_smem, stream, work->args(0), nullptr);
+    CUresult r = runtime::try_launch(k, work->args(0), stream);
     if (r == CUDA_SUCCESS) r = runtime::driver().cuStreamSynchronize(stream);
     if (r == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES || r == CUDA_ERROR_INVALID_VALUE) {
       record(c.config, cache::TrialStatus::resource_error, runtime::describe(r), &c.compiled);

@@ -149,6 +149,7 @@ LaunchGeometry wq_launch_geometry(const WqShape& s, const WqConfig& c) {
   g.grid[0] = static_cast<unsigned>((s.n + rows_per_block - 1) / rows_per_block);
   g.grid[1] = static_cast<unsigned>((s.m + 8 * c.mtiles - 1) / (8 * c.mtiles));
   g.block[0] = static_cast<unsigned>(c.warps * 32);
+  g.programmatic = true;  // the mainloop waits for the previous grid before reading x
   return g;
 }
 

@@ -24,6 +24,7 @@ qjit_fused_ffn(const TX* __restrict__ x, const unsigned* __restrict__ q1, const 
   int tile[kTiles];
   row_group_tiles(first_tile, tile);
   const Operands op{x, {q1, q3}, {s1, s3}, {z1, z3}};
+  allow_next_grid();
 
   float acc[kTiles][1][4];
   wq_accumulate(op, tile, part, 0, kBucketM, lane, warp, acc);

@@ -29,6 +29,7 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
   int tile[kTiles];
   row_group_tiles(first_tile, tile);
   const Operands op{x, {qweight}, {scales}, {zeros}};
+  allow_next_grid();
 
   for (int m0 = blockIdx.y * kMBlock; m0 < M; m0 += gridDim.y * kMBlock) {
     float acc[kTiles][kMTiles][4];

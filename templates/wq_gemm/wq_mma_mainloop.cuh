@@ -71,6 +71,28 @@ __device__ __forceinline__ const void* zeros_of(const Operands& op, int i) {
   return kMatrices == 1 || i % kMatrices == 0 ? op.z[0] : op.z[kMatrices - 1];
 }
 
+// --- programmatic dependent launch (sm_90+; LaunchGeometry::programmatic) ---
+//
+// The runtime launches these kernels with programmatic stream serialization:
+// a kernel may start while the previous kernel of the stream is still
+// running, once every block of that kernel has called launch_dependents.
+// Before wait_for_previous_grid() a kernel reads only the weights, scales and
+// zeros (never written by a kernel) and writes nothing; x, which the previous
+// kernel may have just produced, and every store come after it. Both are
+// no-ops when the launch was an ordinary one.
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// Lets the next kernel start its own weight prologue now: it waits for this
+// grid's completion before it reads or writes anything this grid touches.
+__device__ __forceinline__ void allow_next_grid() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // --- loads ---------------------------------------------------------------
 
 // The lane's kBits words of one tile, in kBits / kVec vector loads read once
@@ -517,6 +539,7 @@ __device__ __forceinline__ void wq_accumulate(const Operands& op, const int (&ti
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
   if constexpr (kStages > 0) {
+    wait_for_previous_grid();  // the ring copies x with the weights
     stream_chunks(op, tile, part, m0, M, lane, warp, acc);
   } else {
     // Register pipelines. x is read from L1/L2 (small, shared by every warp).
@@ -538,10 +561,11 @@ __device__ __forceinline__ void wq_accumulate(const Operands& op, const int (&ti
       Chunk buf[kBuffers];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
-        if (u < count) {
-          load_chunk(op, tile, part + u * kSplitK, lane, buf[u]);
-          load_x_chunk(op.x, part + u * kSplitK, m0, M, lane, buf[u]);
-        }
+        if (u < count) load_chunk(op, tile, part + u * kSplitK, lane, buf[u]);
+      wait_for_previous_grid();
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (u < count) load_x_chunk(op.x, part + u * kSplitK, m0, M, lane, buf[u]);
 #pragma unroll 1
       for (int i0 = 0; i0 < count; i0 += kBuffers) {
 #pragma unroll
@@ -561,6 +585,7 @@ __device__ __forceinline__ void wq_accumulate(const Operands& op, const int (&ti
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
         if (u < count) load_chunk(op, tile, part + u * kSplitK, lane, cur[u]);
+      wait_for_previous_grid();
       for (int i0 = 0; i0 < count; i0 += kUnroll) {
         Chunk next[kUnroll];
 #pragma unroll

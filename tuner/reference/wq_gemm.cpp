@@ -166,8 +166,11 @@ PlainQuant random_quant(int64_t k, int64_t n, int64_t g, int bits, const std::st
   const int64_t groups = (k / g) * n;
   p.q.resize(k * n);
   for (auto& v : p.q) v = static_cast<uint8_t>(rng.next() % levels);
+  // Zero points up to 2^b inclusive where a byte holds it: GPTQ v1 checkpoints
+  // (stored zero - 1) give 4-bit zeros of 1..16.
+  const int zero_levels = bits < 8 ? levels + 1 : levels;
   p.z.resize(groups);
-  for (auto& v : p.z) v = static_cast<uint8_t>(rng.next() % levels);
+  for (auto& v : p.z) v = static_cast<uint8_t>(rng.next() % zero_levels);
   const float smax = 2.0f / std::sqrt(static_cast<float>(k)) / static_cast<float>(levels / 2);
   auto to16 = [&](float f) { return scales_type == "bf16" ? float_to_bf16(f) : float_to_half(f); };
   p.s.resize(groups);

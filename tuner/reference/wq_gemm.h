@@ -51,8 +51,8 @@ PlainQuant unpack_awq(const std::vector<uint32_t>& qweight, const std::vector<ui
 PlainQuant unpack_gptq(const std::vector<uint32_t>& qweight, const std::vector<uint32_t>& qzeros, int64_t k, int64_t n,
                        int64_t g, bool symmetric);
 
-// Random weights as a trained model might have them: q and z uniform over
-// the b-bit range, scales so that |w| ~ 2/√k (dot products O(1)) rounded to
+// Random weights as a trained model might have them: q uniform over the
+// b-bit range, z over 0..2^b (2^b: a GPTQ v1 zero of 16) or 0..255 (8 bits), scales so that |w| ~ 2/√k (dot products O(1)) rounded to
 // `scales_type`, offsets a quarter of that. Deterministic in `seed`.
 PlainQuant random_quant(int64_t k, int64_t n, int64_t g, int bits, const std::string& scales_type, uint64_t seed);
 // The kernel's zeros tensor for `zero` mode: the zero bytes (int), the offsets'
