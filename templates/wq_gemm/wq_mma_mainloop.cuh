@@ -30,8 +30,10 @@
 // kSplitK warps of a group take every kSplitK-th chunk of 64 k and add their
 // accumulators through shared memory. blockIdx.y passes over 8·kMTiles rows of
 // x at a time (looping when M exceeds the grid, the m = 1024 bucket). Loads
-// are software-pipelined kUnroll chunks ahead in rotating registers, or
-// (kStages > 0) streamed with x and the scales through a cp.async ring.
+// are software-pipelined in registers (kUnroll chunks ahead in rotating
+// buffers with x for M <= 16, groups of kUnroll chunks beyond; see
+// wq_accumulate), or (kStages > 0) streamed with x and the scales through a
+// cp.async ring.
 
 using namespace qjit_spec;
 
