@@ -99,6 +99,7 @@ LaunchGeometry AwqDequantOp::launch_geometry(const OpSpec& spec, const nlohmann:
   LaunchGeometry g;
   g.grid[0] = static_cast<unsigned>((units(spec) + per_block - 1) / per_block);
   g.block[0] = static_cast<unsigned>(c.threads);
+  g.programmatic = true;  // stores after qjit::wait_for_previous_grid()
   return g;
 }
 

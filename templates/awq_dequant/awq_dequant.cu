@@ -57,6 +57,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 qjit_awq_dequant(const unsigned* __restrict__ qweight, const unsigned* __restrict__ qzeros,
                  const TS* __restrict__ scales, TS* __restrict__ out) {
   const long long first = (static_cast<long long>(blockIdx.x) * kItems) * kThreads + threadIdx.x;
+  // Programmatic dependent launch (qjit_common.cuh): the next kernel may
+  // start now; this one reads its first packed words before waiting for the
+  // previous kernel, and stores only after.
+  qjit::allow_next_grid();
 #pragma unroll
   for (int it = 0; it < kItems; ++it) {
     const long long unit = first + static_cast<long long>(it) * kThreads;
@@ -70,6 +74,7 @@ qjit_awq_dequant(const unsigned* __restrict__ qweight, const unsigned* __restric
       for (int i = 0; i < 8; ++i) q[kAwqOrder[i]] = nibble(word, i);
       load_zeros(qzeros, k / kGroup, c, true, z);
       load_scales(scales, k / kGroup, 8 * c, s);
+      if (it == 0) qjit::wait_for_previous_grid();
       store16(out + static_cast<long long>(k) * kN + 8 * c, dequant8(q, z, s));
     } else {
       const int r = static_cast<int>(unit / (kN / 8)), c = static_cast<int>(unit % (kN / 8));
@@ -79,6 +84,7 @@ qjit_awq_dequant(const unsigned* __restrict__ qweight, const unsigned* __restric
       const int group = 8 * r / kGroup;  // kGroup is a multiple of 8: one group for the 8 rows
       load_zeros(qzeros, group, c, false, z);
       load_scales(scales, group, 8 * c, s);
+      if (it == 0) qjit::wait_for_previous_grid();
 #pragma unroll
       for (int i = 0; i < 8; ++i) {  // row 8r + i
 #pragma unroll

@@ -114,4 +114,27 @@ __device__ __forceinline__ float warp_sum(float v) {
 // form of the seed's fused kernel.
 __device__ __forceinline__ float silu(float z) { return z / (1.0f + expf(-z)); }
 
+// --- programmatic dependent launch (sm_90+; LaunchGeometry::programmatic) ---
+//
+// The runtime launches a kernel whose op sets LaunchGeometry::programmatic
+// with programmatic stream serialization: it may start while the previous
+// kernel of the stream is still running, once every block of that kernel has
+// called allow_next_grid(). Before wait_for_previous_grid() such a kernel
+// reads only weights (never written by a kernel: packed weights, scales,
+// zeros) and writes nothing; its activations, which the previous kernel may
+// have just produced, and every store come after it. Both are no-ops when
+// the launch was an ordinary one.
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+// Lets the next kernel start its own prologue now: it waits for this grid's
+// completion before it reads or writes anything this grid touches.
+__device__ __forceinline__ void allow_next_grid() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 }  // namespace qjit

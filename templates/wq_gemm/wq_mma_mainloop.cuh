@@ -73,27 +73,10 @@ __device__ __forceinline__ const void* zeros_of(const Operands& op, int i) {
   return kMatrices == 1 || i % kMatrices == 0 ? op.z[0] : op.z[kMatrices - 1];
 }
 
-// --- programmatic dependent launch (sm_90+; LaunchGeometry::programmatic) ---
-//
-// The runtime launches these kernels with programmatic stream serialization:
-// a kernel may start while the previous kernel of the stream is still
-// running, once every block of that kernel has called launch_dependents.
-// Before wait_for_previous_grid() a kernel reads only the weights, scales and
-// zeros (never written by a kernel) and writes nothing; x, which the previous
-// kernel may have just produced, and every store come after it. Both are
-// no-ops when the launch was an ordinary one.
-__device__ __forceinline__ void wait_for_previous_grid() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-// Lets the next kernel start its own weight prologue now: it waits for this
-// grid's completion before it reads or writes anything this grid touches.
-__device__ __forceinline__ void allow_next_grid() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+// Programmatic dependent launch: qjit::wait_for_previous_grid() comes after
+// the first weight loads and before x is read (qjit_common.cuh).
+using qjit::allow_next_grid;
+using qjit::wait_for_previous_grid;
 
 // --- loads ---------------------------------------------------------------
 
