@@ -74,38 +74,51 @@ GeneratedSource generate_source(const OpSpec& spec, const nlohmann::json& config
   return out;
 }
 
-// Appends template `path`, replacing each line `#include "qjit/<op>/x.cuh"`
-// (code an op folder shares between kernels) by that header's text between
-// marker comments, so the generated file is the whole kernel. Records which
-// file each line comes from. One level: an op header includes no op header.
-static void append_template(GeneratedSource& out, const std::string& path) {
+// Whether line l is `#include "qjit/<op>/x.cuh"` (code an op folder shares
+// between kernels; templates/common headers are NVRTC headers instead).
+static bool includes_op_header(const std::string& l) {
+  const std::string open = "#include \"qjit/", close = ".cuh\"";
+  return l.rfind(open, 0) == 0 && l.size() > open.size() + close.size() &&
+         l.compare(l.size() - close.size(), close.size(), close) == 0 &&
+         l.find('/', open.size()) != std::string::npos;
+}
+
+// Appends template or op header `path`, replacing each op-header include by
+// that header's text between marker comments (recursively; a header already
+// inlined is skipped, as #pragma once would), so the generated file is the
+// whole kernel. Records which file each line comes from.
+static void append_file(GeneratedSource& out, const std::string& path, std::vector<std::string>& inlined) {
   std::istringstream in(embedded_template(path));
   int line_no = 0, line = count_lines(out.text) + 1;
   out.segments.push_back({line, path, 1});
   for (std::string l; std::getline(in, l);) {
     ++line_no;
-    const std::string open = "#include \"qjit/", close = ".cuh\"";
-    const bool op_header = l.rfind(open, 0) == 0 && l.size() > open.size() + close.size() &&
-                           l.compare(l.size() - close.size(), close.size(), close) == 0 &&
-                           l.find('/', open.size()) != std::string::npos;
-    if (!op_header) {
-      out.text += l + "\n";
+    if (!includes_op_header(l)) {
+      out.text += (l == "#pragma once" ? "// #pragma once (inlined)" : l) + "\n";
       ++line;
       continue;
     }
-    const std::string header = "templates/" + l.substr(open.size(), l.size() - open.size() - 1);
-    out.text += "// ---- " + header + " ----\n";
-    out.segments.push_back({line, "", 1});
-    out.segments.push_back({++line, header, 1});
-    std::istringstream hin(embedded_template(header));
-    for (std::string h; std::getline(hin, h);) {
-      out.text += (h == "#pragma once" ? "// #pragma once (inlined)" : h) + "\n";
+    const std::string header = "templates/" + l.substr(l.find('/') + 1, std::string::npos);
+    const std::string header_path = header.substr(0, header.size() - 1);  // drop the closing quote
+    if (std::find(inlined.begin(), inlined.end(), header_path) != inlined.end()) {
+      out.text += "// " + l + " (inlined above)\n";
       ++line;
+      continue;
     }
+    inlined.push_back(header_path);
+    out.text += "// ---- " + header_path + " ----\n";
+    out.segments.push_back({line, "", 1});
+    append_file(out, header_path, inlined);
+    line = count_lines(out.text) + 1;
     out.text += "// ---- " + path + " (continued) ----\n";
     out.segments.push_back({line, "", 1});
     out.segments.push_back({++line, path, line_no + 1});
   }
+}
+
+static void append_template(GeneratedSource& out, const std::string& path) {
+  std::vector<std::string> inlined;
+  append_file(out, path, inlined);
 }
 
 std::string GeneratedSource::origin_of_line(int line) const {
