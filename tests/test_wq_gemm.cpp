@@ -157,6 +157,55 @@ TEST_CASE("wq_gemm specs: bad values are named", "[wq_gemm]") {
   CHECK(codegen::wq_gemm_bucket(100000) == 1024);
 }
 
+TEST_CASE("wq_gemm tiled family: configs, errors, grid and shared memory", "[wq_gemm]") {
+  using codegen::parse_spec;
+  const auto& op = codegen::find_op("wq_gemm");
+  const auto big = parse_spec("wq_gemm", "k=4096,n=11008,m=256");
+  // Both families are searched from m = 32; the tiled one not below, nor for fp32 x.
+  auto tiled_count = [&](const char* shape) {
+    const auto space = op.tunable_space(parse_spec("wq_gemm", shape));
+    return std::count_if(space.begin(), space.end(), [](const nlohmann::json& c) { return c.value("family", "") == "tiled"; });
+  };
+  CHECK(tiled_count("k=4096,n=11008,m=256") > 0);
+  CHECK(tiled_count("k=4096,n=11008,m=16") == 0);
+  CHECK(tiled_count("k=4096,n=11008,m=256,x=fp32") == 0);
+  // The default is tiled from m = 64 on and in the space.
+  const auto def = op.default_config(big);
+  CHECK(def.value("family", "") == "tiled");
+  const auto space = op.tunable_space(big);
+  CHECK(std::find(space.begin(), space.end(), def) != space.end());
+  CHECK_FALSE(op.default_config(parse_spec("wq_gemm", "k=4096,n=11008,m=16")).contains("family"));
+  // Geometry: x over blocks of 8·wm·warps_m rows, y over 16·wn·warps_n rows of n; ring in dynamic smem.
+  const nlohmann::json c = {{"family", "tiled"}, {"warps_n", 2}, {"warps_m", 2}, {"warps_k", 2},
+                            {"wn", 2},           {"wm", 4},      {"stages", 3}};
+  op.validate_config(big, c);
+  const auto g = op.launch_geometry(big, c);
+  CHECK(g.grid[0] == 256 / 64);
+  CHECK(g.grid[1] == (11008 + 63) / 64);
+  CHECK(g.block[0] == 8 * 32);
+  // per chunk: 4 tiles × (32 weight pieces + 2 scale + 1 zero) + 64 rows × 9; × 2 chunks × 3 stages;
+  // then two stages of 2 chunks' 4 tiles dequantised, 4 pieces per lane
+  CHECK(g.dynamic_smem == 3 * 2 * (4 * 35 + 64 * 9) * 16 + 2 * 2 * 4 * 4 * 32 * 16);
+  // Errors name the bad key or value.
+  auto bad = [&](const char* key, int value) {
+    nlohmann::json j = c;
+    j[key] = value;
+    return j;
+  };
+  CHECK_THROWS_WITH(op.validate_config(big, bad("wn", 3)), Catch::Contains("wn must be 1, 2 or 4"));
+  CHECK_THROWS_WITH(op.validate_config(big, bad("stages", 6)), Catch::Contains("stages must be 3 or 4"));
+  CHECK_THROWS_WITH(op.validate_config(parse_spec("wq_gemm", "k=4096,n=11008,m=32"), bad("wm", 8)),
+                    Catch::Contains("more rows of x than the bucket m=32"));
+  CHECK_THROWS_WITH(op.validate_config(parse_spec("wq_gemm", "k=4096,n=11008,m=256,x=fp32"), c),
+                    Catch::Contains("16-bit x"));
+  nlohmann::json missing = c;
+  missing.erase("warps_k");
+  CHECK_THROWS_WITH(op.validate_config(big, missing), Catch::Contains("warps_k"));
+  const nlohmann::json heavy = {{"family", "tiled"}, {"warps_n", 4}, {"warps_m", 4}, {"warps_k", 1},
+                                {"wn", 4},           {"wm", 4},      {"stages", 3}};  // 16 warps: 128 registers each
+  CHECK_THROWS_WITH(op.validate_config(big, heavy), Catch::Contains("registers"));
+}
+
 TEST_CASE("wq_gemm: candidates compile for sm_90 without spills", "[wq_gemm][nvrtc]") {
   const auto& op = codegen::find_op("wq_gemm");
   // The full space of the main shape at M = 1 and 16; then every bit width,
@@ -164,8 +213,16 @@ TEST_CASE("wq_gemm: candidates compile for sm_90 without spills", "[wq_gemm][nvr
   std::vector<test::CompileJob> jobs;
   for (const char* s : {"k=4096,n=11008,m=1", "k=4096,n=11008,m=16"})
     for (auto& c : op.tunable_space(codegen::parse_spec("wq_gemm", s))) jobs.push_back({codegen::parse_spec("wq_gemm", s), c});
+  // The large-M buckets: a spread of both families.
+  for (const char* s : {"k=4096,n=11008,m=64", "k=11008,n=4096,m=256"}) {
+    const auto spec = codegen::parse_spec("wq_gemm", s);
+    const auto space = op.tunable_space(spec);
+    for (size_t i = 0; i < space.size(); i += 6) jobs.push_back({spec, space[i]});
+    jobs.push_back({spec, op.default_config(spec)});
+  }
   for (const char* s : {"k=64,n=16,bits=2,zero=sym,g=32,m=1", "k=192,n=48,bits=3,zero=float,scales=bf16,x=fp32,m=64,g=64",
-                        "k=256,n=32,bits=8,zero=int,x=bf16,bias=yes,act=relu6,m=1024,g=256,residual=yes"}) {
+                        "k=256,n=32,bits=8,zero=int,x=bf16,bias=yes,act=relu6,m=1024,g=256,residual=yes",
+                        "k=192,n=80,bits=3,zero=float,scales=bf16,m=128,g=64"}) {
     const auto spec = codegen::parse_spec("wq_gemm", s);
     const auto space = op.tunable_space(spec);
     REQUIRE(!space.empty());

@@ -1,6 +1,7 @@
 #include "codegen/ops/wq_gemm.h"
 #include "codegen/error.h"
 #include "codegen/ops/wq_mainloop.h"
+#include "codegen/ops/wq_tiled.h"
 
 namespace qjit::codegen {
 namespace {
@@ -15,7 +16,10 @@ WqShape shape_of(const OpSpec& spec) {
   return s;
 }
 
+// Two config families: the small-M mainloop's (no "family" key; the cache
+// holds such configs) and "tiled", the large-M kernel's.
 WqConfig config_of(const nlohmann::json& j) { return WqConfig::from(j, "wq_gemm"); }
+bool tiled(const nlohmann::json& j) { return WqTiledConfig::is_tiled(j); }
 
 }  // namespace
 
@@ -59,21 +63,32 @@ void WqGemmOp::validate(const nlohmann::json& p) const {
   if (k % g) throw Error("spec", "wq_gemm k=" + s(k) + " is not divisible by g=" + s(g));
 }
 
+std::string WqGemmOp::template_path(const nlohmann::json& config) const {
+  return tiled(config) ? "templates/wq_gemm/wq_gemm_tiled.cu" : "templates/wq_gemm/wq_gemm_mma.cu";
+}
+
 std::vector<nlohmann::json> WqGemmOp::tunable_space(const OpSpec& spec) const {
   std::vector<nlohmann::json> out;
   for (const auto& c : wq_tunable_space(shape_of(spec))) out.push_back(c.to_json());
+  for (const auto& c : wq_tiled_space(shape_of(spec))) out.push_back(c.to_json());
   return out;
 }
 
-nlohmann::json WqGemmOp::default_config(const OpSpec& spec) const { return wq_default_config(shape_of(spec)).to_json(); }
+nlohmann::json WqGemmOp::default_config(const OpSpec& spec) const {
+  const WqShape s = shape_of(spec);
+  if (const auto tiled_default = wq_tiled_default(s)) return tiled_default->to_json();
+  return wq_default_config(s).to_json();
+}
 
 void WqGemmOp::validate_config(const OpSpec& spec, const nlohmann::json& config) const {
-  const std::string p = wq_config_problem(shape_of(spec), config_of(config));
+  const std::string p = tiled(config) ? wq_tiled_problem(shape_of(spec), WqTiledConfig::from(config))
+                                      : wq_config_problem(shape_of(spec), config_of(config));
   if (!p.empty()) throw Error("config", "wq_gemm config " + config.dump() + " is illegal for " + spec.label() + ": " + p);
 }
 
 std::vector<Constant> WqGemmOp::constants(const OpSpec& spec, const nlohmann::json& config) const {
-  auto out = wq_constants(shape_of(spec), config_of(config));
+  auto out = tiled(config) ? wq_tiled_constants(shape_of(spec), WqTiledConfig::from(config))
+                           : wq_constants(shape_of(spec), config_of(config));
   const std::string act = spec.get_str("act");
   out.push_back({"bool", "kHasBias", spec.get_str("bias") == "yes" ? "true" : "false", "add bias[n]"});
   out.push_back({"int", "kAct", act == "none" ? "0" : act == "relu" ? "1" : "2", "0 none, 1 relu, 2 relu6"});
@@ -83,12 +98,14 @@ std::vector<Constant> WqGemmOp::constants(const OpSpec& spec, const nlohmann::js
 }
 
 LaunchGeometry WqGemmOp::launch_geometry(const OpSpec& spec, const nlohmann::json& config) const {
-  return wq_launch_geometry(shape_of(spec), config_of(config));
+  return tiled(config) ? wq_tiled_geometry(shape_of(spec), WqTiledConfig::from(config))
+                       : wq_launch_geometry(shape_of(spec), config_of(config));
 }
 
 std::vector<PointerArg> WqGemmOp::pointer_args(const OpSpec& spec, const nlohmann::json& config) const {
   const WqShape s = shape_of(spec);
-  const WqAlign a = wq_alignment(s, config_of(config));
+  // The tiled kernel copies weights, scales and zeros in 16-byte pieces.
+  const WqAlign a = tiled(config) ? WqAlign{16, 16, 16} : wq_alignment(s, config_of(config));
   const int xb = bytes_of(s.x);
   return {{"x", 16},
           {"qweight", a.qweight},

@@ -1,7 +1,9 @@
 // wq_gemm: Y[M, N] = X[M, K] · Wᵀ (+ bias, clamped), W group-quantized along
 // K with 2, 3, 4 or 8 bits in qjit's native layout (seeds 001, 002). Host side
-// of templates/wq_gemm/wq_gemm_mma.cu; the layout and the zero modes are
-// described next to the reference packer in tuner/reference/wq_gemm.h.
+// of templates/wq_gemm/wq_gemm_mma.cu (small M; configs in wq_mainloop.h) and
+// wq_gemm_tiled.cu (large M, "family": "tiled"; wq_tiled.h); the tuner times
+// both. The layout and the zero modes are described next to the reference
+// packer in tuner/reference/wq_gemm.h.
 //
 // M is a bucket: a kernel tuned for m serves every launch with M ≤ m
 // (m = 1024 serves any M, looping over rows of x). The runtime picks the
@@ -17,7 +19,7 @@ class WqGemmOp final : public OpDef {
   std::string summary() const override { return "Y = X·Wᵀ (+bias, relu/relu6), W 2/3/4/8-bit group-quantized"; }
   std::vector<ParamDef> params() const override;
   void validate(const nlohmann::json& params) const override;
-  std::string template_path(const nlohmann::json&) const override { return "templates/wq_gemm/wq_gemm_mma.cu"; }
+  std::string template_path(const nlohmann::json& config) const override;
   std::string kernel_name() const override { return "qjit_wq_gemm"; }
   std::vector<nlohmann::json> tunable_space(const OpSpec& spec) const override;
   nlohmann::json default_config(const OpSpec& spec) const override;

@@ -121,7 +121,7 @@ WqConfig wq_default_config(const WqShape& s) {
   return space.front();
 }
 
-std::vector<Constant> wq_constants(const WqShape& s, const WqConfig& c) {
+std::vector<Constant> wq_shape_constants(const WqShape& s) {
   auto num = [](int64_t v) { return std::to_string(v); };
   return {
       {"using", "TX", type_of(s.x), "type of x and y"},
@@ -134,6 +134,13 @@ std::vector<Constant> wq_constants(const WqShape& s, const WqConfig& c) {
       {"int", "kGroup", num(s.g), "k per scale group"},
       {"int", "kZeroMode", s.zero == "sym" ? "0" : s.zero == "int" ? "1" : "2",
        "0 sym, 1 int zero bytes, 2 float offsets"},
+  };
+}
+
+std::vector<Constant> wq_constants(const WqShape& s, const WqConfig& c) {
+  auto num = [](int64_t v) { return std::to_string(v); };
+  auto out = wq_shape_constants(s);
+  const std::vector<Constant> tunables = {
       {"int", "kWarps", num(c.warps), "tunable: warps per block"},
       {"int", "kSplitK", num(c.split_k), "tunable: warps sharing a row group's k"},
       {"int", "kTiles", num(c.tiles), "tunable: 16-row tile slots per row group (all matrices)"},
@@ -141,6 +148,8 @@ std::vector<Constant> wq_constants(const WqShape& s, const WqConfig& c) {
       {"int", "kUnroll", num(c.unroll), "tunable: chunks of 64 k in flight ahead of the mma (register pipeline)"},
       {"int", "kStages", num(c.stages), "tunable: 0 register pipeline, else cp.async ring depth"},
   };
+  out.insert(out.end(), tunables.begin(), tunables.end());
+  return out;
 }
 
 LaunchGeometry wq_launch_geometry(const WqShape& s, const WqConfig& c) {

@@ -44,7 +44,9 @@ std::vector<WqConfig> wq_tunable_space(const WqShape& s);
 // 4 warps splitting k four ways (else two, else one), one tile per matrix,
 // the bucket's rows of x, the register pipeline.
 WqConfig wq_default_config(const WqShape& s);
-// The mainloop's constants (types, shape, quantization, tunables).
+// The constants every wq kernel reads: types, shape, quantization.
+std::vector<Constant> wq_shape_constants(const WqShape& s);
+// The mainloop's constants: the shape's and the tunables.
 std::vector<Constant> wq_constants(const WqShape& s, const WqConfig& c);
 // Grid and block: x over row groups of n, y over passes of 8·mtiles rows of x.
 LaunchGeometry wq_launch_geometry(const WqShape& s, const WqConfig& c);

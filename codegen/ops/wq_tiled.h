@@ -1,0 +1,45 @@
+// Host side of the large-M wq_gemm kernel (templates/wq_gemm/wq_gemm_tiled.cu):
+// its config family "tiled", their legality, the search space, the constants
+// the template reads and the grid. The small-M family is in wq_mainloop.h;
+// wq_gemm.cpp tells them apart by the config's "family" key.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+#include <nlohmann/json.hpp>
+#include "codegen/op.h"
+#include "codegen/ops/wq_mainloop.h"
+
+namespace qjit::codegen {
+
+// A block has warps_n × warps_m × warps_k warps. Each warp multiplies wn
+// tiles of 16 rows of n by wm tiles of 8 rows of x; a block covers
+// 16·wn·warps_n rows of n and 8·wm·warps_m rows of x, and its warps_k warps of
+// one position split k. x and the weights stream through a cp.async ring of
+// `stages` stages in shared memory.
+struct WqTiledConfig {
+  int warps_n, warps_m, warps_k, wn, wm, stages;
+
+  int warps() const { return warps_n * warps_m * warps_k; }
+  int block_rows() const { return 8 * wm * warps_m; }     // rows of x
+  int block_tiles() const { return wn * warps_n; }        // 16-row tiles of n
+  static bool is_tiled(const nlohmann::json& j);          // "family": "tiled"
+  static WqTiledConfig from(const nlohmann::json& j);     // throws Error naming the bad key
+  nlohmann::json to_json() const;
+};
+
+// Why the config is illegal for the shape, or "".
+std::string wq_tiled_problem(const WqShape& s, const WqTiledConfig& c);
+// The legal configs worth timing (static pruning included); empty below m = 32.
+std::vector<WqTiledConfig> wq_tiled_space(const WqShape& s);
+// The default from m = 64 on (none below, or when no small default fits the shape).
+std::optional<WqTiledConfig> wq_tiled_default(const WqShape& s);
+// Dynamic shared memory: the ring and two stages' dequantised weights, or the
+// split-k sums if larger.
+int64_t wq_tiled_smem_bytes(const WqShape& s, const WqTiledConfig& c);
+std::vector<Constant> wq_tiled_constants(const WqShape& s, const WqTiledConfig& c);
+// x over blocks of rows of x (fastest: neighbours share weights), y over blocks of n.
+LaunchGeometry wq_tiled_geometry(const WqShape& s, const WqTiledConfig& c);
+
+}  // namespace qjit::codegen
