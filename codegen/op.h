@@ -81,6 +81,12 @@ class OpDef {
   // "templates/<op>/<file>.cu": an op may have several kernel families.
   virtual std::string template_path(const nlohmann::json& config) const = 0;
   virtual std::string kernel_name() const = 0;    // extern "C" entry point
+  // The config's kernel uses instructions of the sm_90a target only (wgmma):
+  // it is compiled for sm_90a and only for compute capability 9.0.
+  virtual bool needs_sm90a(const nlohmann::json& config) const {
+    (void)config;
+    return false;
+  }
 
   // Every candidate config that passes static pruning for this spec.
   virtual std::vector<nlohmann::json> tunable_space(const OpSpec& spec) const = 0;

@@ -67,6 +67,7 @@ GeneratedSource generate_source(const OpSpec& spec, const nlohmann::json& config
   out.file_name = spec.op + ".cu";
   out.kernel_name = op.kernel_name();
   out.template_path = op.template_path(config);
+  out.needs_sm90a = op.needs_sm90a(config);
   out.text = pre.str();
   out.template_first_line = count_lines(out.text) + 1;
   out.segments.push_back({1, "", 1});

@@ -28,6 +28,7 @@ struct GeneratedSource {
   std::string kernel_name;    // extern "C" entry point
   std::string template_path;  // "templates/fused_ffn/fused_ffn.cu"
   int template_first_line = 1;  // line of `text` where the template body starts
+  bool needs_sm90a = false;     // compile for sm_90a (OpDef::needs_sm90a)
   std::vector<SourceSegment> segments;  // in order of first_line
 
   // "fused_ffn.cu:57" -> "templates/fused_ffn/fused_ffn.cu:12" (or the

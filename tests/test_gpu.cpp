@@ -332,9 +332,9 @@ TEST_CASE("wq_gemm: every candidate verifies (tuner); bad arguments launch nothi
   for (const char* shape : {"k=1024,n=528,m=1", "k=320,n=48,m=16,bits=3,zero=float,scales=bf16,g=64",
                             "k=256,n=64,m=64,bits=8,x=fp32,zero=sym,bias=yes,act=relu",
                             "k=512,n=32,m=1024,bits=2,x=bf16,g=32",
-                            // the tiled family: n and k not multiples of its blocks, x converted to bf16
+                            // the tiled and wgmma families: n and k not multiples of their blocks, x converted to bf16
                             "k=320,n=80,m=64,bits=3,zero=float,scales=bf16,g=64",
-                            "k=512,n=48,m=256,bits=8,x=bf16,scales=bf16,bias=yes,act=relu6,residual=yes",
+                            "k=512,n=112,m=256,bits=8,x=bf16,scales=bf16,bias=yes,act=relu6,residual=yes",
                             "k=1024,n=272,m=128,bits=4,zero=sym,g=32"}) {
     auto spec = codegen::parse_spec("wq_gemm", shape);
     // Register estimates prune most spilling wq_gemm candidates; ptxas spills

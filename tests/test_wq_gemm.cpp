@@ -206,6 +206,48 @@ TEST_CASE("wq_gemm tiled family: configs, errors, grid and shared memory", "[wq_
   CHECK_THROWS_WITH(op.validate_config(big, heavy), Catch::Contains("registers"));
 }
 
+TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc]") {
+  using codegen::parse_spec;
+  const auto& op = codegen::find_op("wq_gemm");
+  const auto big = parse_spec("wq_gemm", "k=4096,n=11008,m=256");
+  const nlohmann::json c = {{"family", "wgmma"}, {"groups", 2}, {"rows", 128}, {"stages", 3}};
+  const auto space = op.tunable_space(big);
+  CHECK(std::find(space.begin(), space.end(), c) != space.end());
+  // Not below m = 64 (rows of x per block are 64 at least), nor for fp32 x.
+  auto wgmma_count = [&](const char* shape) {
+    const auto sp = op.tunable_space(parse_spec("wq_gemm", shape));
+    return std::count_if(sp.begin(), sp.end(), [](const nlohmann::json& j) { return j.value("family", "") == "wgmma"; });
+  };
+  CHECK(wgmma_count("k=4096,n=11008,m=32") == 0);
+  CHECK(wgmma_count("k=4096,n=11008,m=256,x=fp32") == 0);
+  // Grid: x over blocks of `rows` rows of x, y over 64·groups rows of n; ring, alignment and two chunks of sB.
+  const auto g = op.launch_geometry(big, c);
+  CHECK(g.grid[0] == 2);
+  CHECK(g.grid[1] == (11008 + 127) / 128);
+  CHECK(g.block[0] == 256);
+  CHECK(g.dynamic_smem == 3 * (8 * 35 + 128 * 9) * 16 + 1024 + 2 * 128 * 128);
+  auto bad = [&](const char* key, int value) {
+    nlohmann::json j = c;
+    j[key] = value;
+    return j;
+  };
+  CHECK_THROWS_WITH(op.validate_config(big, bad("rows", 96)), Catch::Contains("rows must be 64, 128 or 256"));
+  CHECK_THROWS_WITH(op.validate_config(big, bad("groups", 3)), Catch::Contains("groups must be 1 or 2"));
+  CHECK_THROWS_WITH(op.validate_config(parse_spec("wq_gemm", "k=4096,n=11008,m=64"), c),
+                    Catch::Contains("rows=128 is more than the bucket m=64"));
+  // Compiled for sm_90a (wgmma in the PTX); refused for any other target.
+  const auto src = codegen::generate_source(big, c);
+  CHECK(src.needs_sm90a);
+  const auto r = codegen::compile(src, "sm_90");
+  INFO(r.log);
+  REQUIRE(r.ok);
+  CHECK(r.ptx.find(".target sm_90a") != std::string::npos);
+  CHECK(r.ptx.find("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16") != std::string::npos);
+  CHECK(r.spill_bytes == 0);
+  CHECK_THROWS_WITH(codegen::compile(src, "sm_80"), Catch::Contains("compute capability 9.0 only, not sm_80"));
+  CHECK_FALSE(codegen::generate_source(big, op.default_config(big)).needs_sm90a);
+}
+
 TEST_CASE("wq_gemm: candidates compile for sm_90 without spills", "[wq_gemm][nvrtc]") {
   const auto& op = codegen::find_op("wq_gemm");
   // The full space of the main shape at M = 1 and 16; then every bit width,

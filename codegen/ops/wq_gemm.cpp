@@ -20,6 +20,7 @@ WqShape shape_of(const OpSpec& spec) {
 // holds such configs) and "tiled", the large-M kernel's.
 WqConfig config_of(const nlohmann::json& j) { return WqConfig::from(j, "wq_gemm"); }
 bool tiled(const nlohmann::json& j) { return WqTiledConfig::is_tiled(j); }
+bool wgmma(const nlohmann::json& j) { return WqWgmmaConfig::is_wgmma(j); }
 
 }  // namespace
 
@@ -64,13 +65,18 @@ void WqGemmOp::validate(const nlohmann::json& p) const {
 }
 
 std::string WqGemmOp::template_path(const nlohmann::json& config) const {
-  return tiled(config) ? "templates/wq_gemm/wq_gemm_tiled.cu" : "templates/wq_gemm/wq_gemm_mma.cu";
+  return wgmma(config)   ? "templates/wq_gemm/wq_gemm_wgmma.cu"
+         : tiled(config) ? "templates/wq_gemm/wq_gemm_tiled.cu"
+                         : "templates/wq_gemm/wq_gemm_mma.cu";
 }
+
+bool WqGemmOp::needs_sm90a(const nlohmann::json& config) const { return wgmma(config); }
 
 std::vector<nlohmann::json> WqGemmOp::tunable_space(const OpSpec& spec) const {
   std::vector<nlohmann::json> out;
   for (const auto& c : wq_tunable_space(shape_of(spec))) out.push_back(c.to_json());
   for (const auto& c : wq_tiled_space(shape_of(spec))) out.push_back(c.to_json());
+  for (const auto& c : wq_wgmma_space(shape_of(spec))) out.push_back(c.to_json());
   return out;
 }
 
@@ -81,14 +87,16 @@ nlohmann::json WqGemmOp::default_config(const OpSpec& spec) const {
 }
 
 void WqGemmOp::validate_config(const OpSpec& spec, const nlohmann::json& config) const {
-  const std::string p = tiled(config) ? wq_tiled_problem(shape_of(spec), WqTiledConfig::from(config))
-                                      : wq_config_problem(shape_of(spec), config_of(config));
+  const std::string p = wgmma(config)   ? wq_wgmma_problem(shape_of(spec), WqWgmmaConfig::from(config))
+                        : tiled(config) ? wq_tiled_problem(shape_of(spec), WqTiledConfig::from(config))
+                                        : wq_config_problem(shape_of(spec), config_of(config));
   if (!p.empty()) throw Error("config", "wq_gemm config " + config.dump() + " is illegal for " + spec.label() + ": " + p);
 }
 
 std::vector<Constant> WqGemmOp::constants(const OpSpec& spec, const nlohmann::json& config) const {
-  auto out = tiled(config) ? wq_tiled_constants(shape_of(spec), WqTiledConfig::from(config))
-                           : wq_constants(shape_of(spec), config_of(config));
+  auto out = wgmma(config)   ? wq_wgmma_constants(shape_of(spec), WqWgmmaConfig::from(config))
+              : tiled(config) ? wq_tiled_constants(shape_of(spec), WqTiledConfig::from(config))
+                              : wq_constants(shape_of(spec), config_of(config));
   const std::string act = spec.get_str("act");
   out.push_back({"bool", "kHasBias", spec.get_str("bias") == "yes" ? "true" : "false", "add bias[n]"});
   out.push_back({"int", "kAct", act == "none" ? "0" : act == "relu" ? "1" : "2", "0 none, 1 relu, 2 relu6"});
@@ -98,14 +106,15 @@ std::vector<Constant> WqGemmOp::constants(const OpSpec& spec, const nlohmann::js
 }
 
 LaunchGeometry WqGemmOp::launch_geometry(const OpSpec& spec, const nlohmann::json& config) const {
+  if (wgmma(config)) return wq_wgmma_geometry(shape_of(spec), WqWgmmaConfig::from(config));
   return tiled(config) ? wq_tiled_geometry(shape_of(spec), WqTiledConfig::from(config))
                        : wq_launch_geometry(shape_of(spec), config_of(config));
 }
 
 std::vector<PointerArg> WqGemmOp::pointer_args(const OpSpec& spec, const nlohmann::json& config) const {
   const WqShape s = shape_of(spec);
-  // The tiled kernel copies weights, scales and zeros in 16-byte pieces.
-  const WqAlign a = tiled(config) ? WqAlign{16, 16, 16} : wq_alignment(s, config_of(config));
+  // The large-M kernels copy weights, scales and zeros in 16-byte pieces.
+  const WqAlign a = tiled(config) || wgmma(config) ? WqAlign{16, 16, 16} : wq_alignment(s, config_of(config));
   const int xb = bytes_of(s.x);
   return {{"x", 16},
           {"qweight", a.qweight},

@@ -21,6 +21,7 @@ class WqGemmOp final : public OpDef {
   void validate(const nlohmann::json& params) const override;
   std::string template_path(const nlohmann::json& config) const override;
   std::string kernel_name() const override { return "qjit_wq_gemm"; }
+  bool needs_sm90a(const nlohmann::json& config) const override;
   std::vector<nlohmann::json> tunable_space(const OpSpec& spec) const override;
   nlohmann::json default_config(const OpSpec& spec) const override;
   void validate_config(const OpSpec& spec, const nlohmann::json& config) const override;

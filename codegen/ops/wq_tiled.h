@@ -1,6 +1,7 @@
-// Host side of the large-M wq_gemm kernel (templates/wq_gemm/wq_gemm_tiled.cu):
-// its config family "tiled", their legality, the search space, the constants
-// the template reads and the grid. The small-M family is in wq_mainloop.h;
+// Host side of the large-M wq_gemm kernels (templates/wq_gemm/wq_gemm_tiled.cu,
+// mma.sync, and wq_gemm_wgmma.cu, Hopper's wgmma): their config families
+// "tiled" and "wgmma", their legality, the search spaces, the constants the
+// templates read and the grids. The small-M family is in wq_mainloop.h;
 // wq_gemm.cpp tells them apart by the config's "family" key.
 #pragma once
 #include <cstdint>
@@ -41,5 +42,22 @@ int64_t wq_tiled_smem_bytes(const WqShape& s, const WqTiledConfig& c);
 std::vector<Constant> wq_tiled_constants(const WqShape& s, const WqTiledConfig& c);
 // x over blocks of rows of x (fastest: neighbours share weights), y over blocks of n.
 LaunchGeometry wq_tiled_geometry(const WqShape& s, const WqTiledConfig& c);
+
+// The wgmma family (templates/wq_gemm/wq_gemm_wgmma.cu, sm_90a only): a
+// block of `groups` warpgroups owns 64·groups rows of n and `rows` rows of x
+// (wgmma's n: 64, 128 or 256); the same cp.async ring of `stages` stages.
+struct WqWgmmaConfig {
+  int groups, rows, stages;
+
+  static bool is_wgmma(const nlohmann::json& j);  // "family": "wgmma"
+  static WqWgmmaConfig from(const nlohmann::json& j);
+  nlohmann::json to_json() const;
+};
+
+std::string wq_wgmma_problem(const WqShape& s, const WqWgmmaConfig& c);
+std::vector<WqWgmmaConfig> wq_wgmma_space(const WqShape& s);  // empty below m = 64
+int64_t wq_wgmma_smem_bytes(const WqShape& s, const WqWgmmaConfig& c);
+std::vector<Constant> wq_wgmma_constants(const WqShape& s, const WqWgmmaConfig& c);
+LaunchGeometry wq_wgmma_geometry(const WqShape& s, const WqWgmmaConfig& c);
 
 }  // namespace qjit::codegen

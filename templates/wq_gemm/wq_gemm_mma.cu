@@ -7,15 +7,9 @@
 // of n; blockIdx.y passes over 8·kMTiles rows of x at a time (looping when M
 // exceeds the grid, the m = 1024 bucket; every other bucket makes one pass).
 #include "qjit/wq_gemm/wq_mma_mainloop.cuh"
+#include "qjit/wq_gemm/wq_gemm_epilogue.cuh"
 
 static_assert(kMatrices == 1, "wq_gemm multiplies one matrix");
-
-__device__ __forceinline__ float epilogue(float v, const TX* __restrict__ bias, int n) {
-  if constexpr (kHasBias) v += qjit::to_f32(bias[n]);
-  if constexpr (kAct >= 1) v = fmaxf(v, 0.0f);
-  if constexpr (kAct == 2) v = fminf(v, 6.0f);
-  return v;
-}
 
 // residual may be y itself (y += X·Wᵀ): each element is read and then written
 // by the same thread, so neither pointer is __restrict__.
@@ -46,10 +40,7 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
           for (int e = 0; e < 4; ++e) {
             const int n = (first_tile + i) * 16 + gq + 8 * (e / 2), m = m0 + 8 * j + 2 * t + e % 2;
             if (m >= M) continue;
-            const long long at = static_cast<long long>(m) * kN + n;
-            float v = epilogue(acc[i][j][e], bias, n);
-            if constexpr (kHasResidual) v += qjit::to_f32(residual[at]);
-            y[at] = qjit::from_f32<TX>(v);
+            store_y(acc[i][j][e], bias, residual, y, m, n);
           }
       }
     }

@@ -18,15 +18,8 @@
 // kWarpsK-th chunk of 64 k and add their sums through shared memory at the end.
 //
 // Pipeline: a ring of kStages stages in dynamic shared memory, filled with
-// cp.async by all threads; stage i holds chunks kWarpsK·i .. kWarpsK·i +
-// kWarpsK - 1. Per chunk, in 16-byte pieces:
-//   W  kBlockTiles × 8·kBits    the tiles' native words, as in global
-//   S  kBlockTiles × G × 2      16 scales of each tile for each of the chunk's G groups
-//   Z  kBlockTiles × G × zb     their zero bytes (zb = 1) or fp16 offsets (zb = 2)
-//   X  kBlockRows × 9           x[m][64c .. 64c + 64): 8 pieces and one of padding
-// The padding makes a row 144 bytes: the 8 lanes of a 16-byte shared load
-// phase (gq = 0, 1 × t = 0..3, at 144·gq + 32t) then hit 8 distinct 4-bank
-// groups; with 128-byte rows gq = 0 and 1 would collide.
+// cp.async by all threads (wq_stage_ring.cuh); stage i holds chunks
+// kWarpsK·i .. kWarpsK·i + kWarpsK - 1.
 //
 // Per iteration: wait for stage it + 1, barrier, refill the stage freed by
 // iteration it - 1, dequantise stage it + 1 into one a_frags buffer
@@ -39,98 +32,15 @@ constexpr int kWarps = kWarpsN * kWarpsM * kWarpsK;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kBlockTiles = kWN * kWarpsN;
 constexpr int kBlockRows = 8 * kWM * kWarpsM;
-constexpr int kRowPieces = 9;  // a staged row of x: 8 pieces of 64 k and one of padding
-constexpr int kWPieces = kBlockTiles * 8 * kBits;
-constexpr int kSPieces = kBlockTiles * kGroupsPerChunk * 2;
-constexpr int kZPieces = kBlockTiles * kGroupsPerChunk * kZeroBytes;
-constexpr int kXPieces = kBlockRows * kRowPieces;
-constexpr int kChunkPieces = kWPieces + kSPieces + kZPieces + kXPieces;
-constexpr int kStagePieces = kWarpsK * kChunkPieces;
-constexpr int kIters = (kChunks + kWarpsK - 1) / kWarpsK;
+#include "qjit/wq_gemm/wq_stage_ring.cuh"
+#include "qjit/wq_gemm/wq_gemm_epilogue.cuh"
+
 constexpr int kAFragPieces = kWarpsK * kBlockTiles * 4 * 32;  // a stage's weights dequantised: 16 bytes per lane and step
 static_assert(sizeof(TX) == 2, "the tiled kernel stages 16-bit x");
 static_assert(kStages >= 3, "the ring holds the stage multiplied, the one dequantised and one in flight");
 
 using qjit::allow_next_grid;
 using qjit::wait_for_previous_grid;
-
-__device__ __forceinline__ void cp_async16(uint4* dst, const void* src, bool fill = true) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  // src-size 0 writes 16 zero bytes and reads nothing (rows of x past M).
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(fill ? 16 : 0) : "memory");
-}
-
-// Block tile i, clamped to a valid tile (the last block may stick out past n;
-// nothing is stored for the tiles past the end).
-__device__ __forceinline__ int tile_at(int first_tile, int i) { return min(first_tile + i, kNTiles - 1); }
-
-// Weights, scales and zeros of the stage's chunks (read nothing an earlier
-// kernel writes: they go before wait_for_previous_grid).
-__device__ __forceinline__ void copy_weights(const unsigned* __restrict__ qweight, const TS* __restrict__ scales,
-                                             const void* __restrict__ zeros, int first_tile, int stage_index,
-                                             uint4* stage) {
-#pragma unroll
-  for (int kk = 0; kk < kWarpsK; ++kk) {
-    const int kc = stage_index * kWarpsK + kk;
-    if (kc >= kChunks) break;
-    uint4* chunk = stage + kk * kChunkPieces;
-#pragma unroll
-    for (int r = 0; r < (kWPieces + kThreads - 1) / kThreads; ++r) {
-      const int p = r * kThreads + threadIdx.x;  // tile p / (8 kBits), piece p % (8 kBits)
-      if (kWPieces % kThreads == 0 || p < kWPieces) {
-        const int i = p / (8 * kBits), piece = p % (8 * kBits);
-        const unsigned* src = qweight + (static_cast<long long>(tile_at(first_tile, i)) * kChunks + kc) * 32 * kBits;
-        cp_async16(chunk + p, src + 4 * piece);
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < (kSPieces + kZPieces + kThreads - 1) / kThreads; ++r) {
-      const int p = r * kThreads + threadIdx.x;
-      if (p < kSPieces) {  // 8 scales: tile p / (2G), group (p / 2) % G, half p % 2
-        const int i = p / (2 * kGroupsPerChunk), gi = (p / 2) % kGroupsPerChunk, h = p % 2;
-        const long long group = kc * 64 / kGroup + gi;
-        cp_async16(chunk + kWPieces + p, scales + group * kN + tile_at(first_tile, i) * 16 + 8 * h);
-      } else if (p < kSPieces + kZPieces) {  // 16 zero bytes, or 8 of the 16 offsets
-        const int q = p - kSPieces;
-        const int i = q / (kZeroBytes * kGroupsPerChunk), gi = (q / kZeroBytes) % kGroupsPerChunk, h = q % kZeroBytes;
-        const long long group = kc * 64 / kGroup + gi;
-        const char* base = static_cast<const char*>(zeros);
-        cp_async16(chunk + kWPieces + p, base + (group * kN + tile_at(first_tile, i) * 16) * kZeroBytes + 16 * h);
-      }
-    }
-  }
-}
-
-// The stage's rows of x (rows m0 + r >= M are zero-filled).
-__device__ __forceinline__ void copy_x(const TX* __restrict__ x, int m0, int M, int stage_index, uint4* stage) {
-#pragma unroll
-  for (int kk = 0; kk < kWarpsK; ++kk) {
-    const int kc = stage_index * kWarpsK + kk;
-    if (kc >= kChunks) break;
-    uint4* rows = stage + kk * kChunkPieces + kWPieces + kSPieces + kZPieces;
-#pragma unroll
-    for (int r = 0; r < (kBlockRows * 8 + kThreads - 1) / kThreads; ++r) {
-      const int p = r * kThreads + threadIdx.x;  // row p / 8, piece p % 8
-      if ((kBlockRows * 8) % kThreads == 0 || p < kBlockRows * 8) {
-        const int row = p / 8, piece = p % 8;
-        const bool live = m0 + row < M;
-        const TX* src = x + static_cast<long long>(live ? m0 + row : 0) * kK + kc * 64 + 8 * piece;
-        cp_async16(rows + row * kRowPieces + piece, src, live);
-      }
-    }
-  }
-}
-
-// Four B fragment words of x as the mma input type TS (as they are when x
-// already has that type, else through fp32).
-__device__ __forceinline__ void to_mma_type(uint4 v, unsigned (&b)[4]) {
-  const unsigned raw[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (qjit::IsBf16<TX>::value == qjit::IsBf16<TS>::value) b[i] = raw[i];
-    else b[i] = pack2(widen16<TX>(raw[i] & 0xffffu), widen16<TX>(raw[i] >> 16));
-  }
-}
 
 // Dequantises the stage's weights once for the whole block into `a_frags`:
 // item j (tile bt, lane L, chunk kk) is lane L's 16 A registers of tile bt,
@@ -148,35 +58,11 @@ __device__ __forceinline__ void dequant_stage(const uint4* stage, int stage_inde
     if (kItems % kThreads != 0 && j >= kItems) break;
     const int kk = j / (32 * kBlockTiles), bt = (j / 32) % kBlockTiles;
     if (stage_index * kWarpsK + kk >= kChunks) break;  // past the last chunk (only kk grows with r)
-    const uint4* chunk = stage + kk * kChunkPieces;
-    unsigned w[kBits];
-    const unsigned* words = reinterpret_cast<const unsigned*>(chunk) + bt * 32 * kBits;
-#pragma unroll
-    for (int v = 0; v < kBits / kVec; ++v) {  // the lane's words, as load_tile reads them from global
-      const unsigned* p = words + (v * 32 + lane) * kVec;
-      if constexpr (kVec == 4) {
-        const uint4 q = *reinterpret_cast<const uint4*>(p);
-        w[4 * v] = q.x, w[4 * v + 1] = q.y, w[4 * v + 2] = q.z, w[4 * v + 3] = q.w;
-      } else {
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) w[kVec * v + e] = p[e];
-      }
-    }
-    RowParams rp[2];
-    const auto* s16 = reinterpret_cast<const unsigned short*>(chunk + kWPieces);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {  // rows gq and gq + 8 of the tile
-      const int at = (bt * kGroupsPerChunk + gi) * 16 + gq + 8 * h;
-      RowRaw raw{s16[at], 0};
-      if constexpr (kZeroMode == 1) raw.zo = reinterpret_cast<const unsigned char*>(chunk + kWPieces + kSPieces)[at];
-      if constexpr (kZeroMode == 2) raw.zo = reinterpret_cast<const unsigned short*>(chunk + kWPieces + kSPieces)[at];
-      rp[h] = row_params(raw);
-    }
+    unsigned a[4][4];
+    dequant_lane(stage + kk * kChunkPieces, bt, lane, a);
     uint4* out = a_frags + (kk * kBlockTiles + bt) * 4 * 32 + lane;
 #pragma unroll
-    for (int s = 0; s < 4; ++s)  // register R = 4s + r belongs to row gq + 8(r%2)
-      out[s * 32] = make_uint4(dequant2<false>(w, 4 * s, rp[0]), dequant2<false>(w, 4 * s + 1, rp[1]),
-                               dequant2<false>(w, 4 * s + 2, rp[0]), dequant2<false>(w, 4 * s + 3, rp[1]));
+    for (int st = 0; st < 4; ++st) out[st * 32] = make_uint4(a[st][0], a[st][1], a[st][2], a[st][3]);
   }
 }
 
@@ -206,13 +92,6 @@ __device__ __forceinline__ void mma_chunk(const uint4* chunk, const uint4* a_fra
   }
 }
 
-__device__ __forceinline__ float epilogue(float v, const TX* __restrict__ bias, int n) {
-  if constexpr (kHasBias) v += qjit::to_f32(bias[n]);
-  if constexpr (kAct >= 1) v = fmaxf(v, 0.0f);
-  if constexpr (kAct == 2) v = fminf(v, 6.0f);
-  return v;
-}
-
 // residual may be y itself (y += X·Wᵀ): each element is read and then written
 // by the same thread, so neither pointer is __restrict__.
 extern "C" __global__ void __launch_bounds__(kThreads)
@@ -237,18 +116,7 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
-    // Prologue: the first kStages - 1 stages, weights before waiting for the
-    // previous kernel (it may write x or the residual, never the weights).
-    // cp.async group s holds stage s's x (group 0 also every prologue weight).
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s)
-      if (s < kIters) copy_weights(qweight, scales, zeros, first_tile, s, ring + s * kStagePieces);
-    wait_for_previous_grid();
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (s < kIters) copy_x(x, m0, M, s, ring + s * kStagePieces);
-      asm volatile("cp.async.commit_group;" ::: "memory");  // empty groups keep the count uniform
-    }
+    ring_prologue(qweight, scales, zeros, x, first_tile, m0, M, ring);
 
     // Stage 0's weights dequantised before the loop; then iteration it
     // dequantises stage it + 1 into the other a_frags buffer while its warps
@@ -265,13 +133,7 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
       // with iteration it - 1 (its x stage is refilled below, its a_frags
       // buffer rewritten).
       __syncthreads();
-      const int ahead = it + kStages - 1;
-      if (ahead < kIters) {
-        uint4* stage = ring + (ahead % kStages) * kStagePieces;
-        copy_weights(qweight, scales, zeros, first_tile, ahead, stage);
-        copy_x(x, m0, M, ahead, stage);
-      }
-      asm volatile("cp.async.commit_group;" ::: "memory");
+      ring_refill(qweight, scales, zeros, x, first_tile, m0, M, it + kStages - 1, ring);
       if (it + 1 < kIters)
         dequant_stage(ring + ((it + 1) % kStages) * kStagePieces, it + 1, lane, a_frags + ((it + 1) % 2) * kAFragPieces);
       if (it * kWarpsK + wk < kChunks)
@@ -321,10 +183,7 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
         for (int e = 0; e < 4; ++e) {
           const int n = tile * 16 + gq + 8 * (e / 2), m = m0 + wm * 8 * kWM + 8 * j + 2 * t + e % 2;
           if (m >= M) continue;
-          const long long at = static_cast<long long>(m) * kN + n;
-          float v = epilogue(acc[i][j][e], bias, n);
-          if constexpr (kHasResidual) v += qjit::to_f32(residual[at]);
-          y[at] = qjit::from_f32<TX>(v);
+          store_y(acc[i][j][e], bias, residual, y, m, n);
         }
     }
   }
