@@ -169,12 +169,12 @@ TEST_CASE("wq_gemm tiled family: configs, errors, grid and shared memory", "[wq_
   CHECK(tiled_count("k=4096,n=11008,m=256") > 0);
   CHECK(tiled_count("k=4096,n=11008,m=16") == 0);
   CHECK(tiled_count("k=4096,n=11008,m=256,x=fp32") == 0);
-  // The default is tiled from m = 64 on and in the space.
+  // The default is tiled from m = 256 on and in the space.
   const auto def = op.default_config(big);
   CHECK(def.value("family", "") == "tiled");
   const auto space = op.tunable_space(big);
   CHECK(std::find(space.begin(), space.end(), def) != space.end());
-  CHECK_FALSE(op.default_config(parse_spec("wq_gemm", "k=4096,n=11008,m=16")).contains("family"));
+  CHECK_FALSE(op.default_config(parse_spec("wq_gemm", "k=4096,n=11008,m=64")).contains("family"));
   // Geometry: x over blocks of 8·wm·warps_m rows, y over 16·wn·warps_n rows of n; ring in dynamic smem.
   const nlohmann::json c = {{"family", "tiled"}, {"warps_n", 2}, {"warps_m", 2}, {"warps_k", 2},
                             {"wn", 2},           {"wm", 4},      {"stages", 3}};

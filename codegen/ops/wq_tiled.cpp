@@ -86,7 +86,10 @@ std::vector<WqTiledConfig> wq_tiled_space(const WqShape& s) {
 }
 
 std::optional<WqTiledConfig> wq_tiled_default(const WqShape& s) {
-  if (s.m < 64) return std::nullopt;
+  // From m = 256: there the tiled kernel beat the small-M one by 15-30% on
+  // 4096 x 11008 on the H100; at m = 64 it lost (BENCHMARKS.md, large M).
+  // Portable mma.sync, not wgmma: a default must run on any GPU.
+  if (s.m < 256) return std::nullopt;
   // 4 warps, 2 × 2 of 4 tiles of 16 n × 32 rows of x each; narrower for small n.
   for (const WqTiledConfig c : {WqTiledConfig{2, 2, 1, 4, 4, 3}, WqTiledConfig{1, 2, 2, 2, 4, 3},
                                 WqTiledConfig{1, 2, 2, 1, 4, 3}})

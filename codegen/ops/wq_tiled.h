@@ -34,7 +34,7 @@ struct WqTiledConfig {
 std::string wq_tiled_problem(const WqShape& s, const WqTiledConfig& c);
 // The legal configs worth timing (static pruning included); empty below m = 32.
 std::vector<WqTiledConfig> wq_tiled_space(const WqShape& s);
-// The default from m = 64 on (none below, or when no small default fits the shape).
+// The default from m = 256 on (none below, or when no small default fits the shape).
 std::optional<WqTiledConfig> wq_tiled_default(const WqShape& s);
 // Dynamic shared memory: the ring and two stages' dequantised weights, or the
 // split-k sums if larger.
