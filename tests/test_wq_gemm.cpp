@@ -210,7 +210,7 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   using codegen::parse_spec;
   const auto& op = codegen::find_op("wq_gemm");
   const auto big = parse_spec("wq_gemm", "k=4096,n=11008,m=256");
-  const nlohmann::json c = {{"family", "wgmma"}, {"groups", 2}, {"rows", 128}, {"stages", 3}};
+  const nlohmann::json c = {{"family", "wgmma"}, {"groups", 2}, {"rows", 128}, {"stages", 3}, {"chunks", 2}};
   const auto space = op.tunable_space(big);
   CHECK(std::find(space.begin(), space.end(), c) != space.end());
   // Not below m = 64 (rows of x per block are 64 at least), nor for fp32 x.
@@ -225,7 +225,7 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   CHECK(g.grid[0] == 2);
   CHECK(g.grid[1] == (11008 + 127) / 128);
   CHECK(g.block[0] == 256);
-  CHECK(g.dynamic_smem == 3 * (8 * 35 + 128 * 9) * 16 + 1024 + 2 * 128 * 128);
+  CHECK(g.dynamic_smem == 3 * 2 * (8 * 35 + 128 * 9) * 16 + 1024 + 2 * 2 * 128 * 128);
   auto bad = [&](const char* key, int value) {
     nlohmann::json j = c;
     j[key] = value;
@@ -233,6 +233,7 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   };
   CHECK_THROWS_WITH(op.validate_config(big, bad("rows", 96)), Catch::Contains("rows must be 64, 128 or 256"));
   CHECK_THROWS_WITH(op.validate_config(big, bad("groups", 3)), Catch::Contains("groups must be 1 or 2"));
+  CHECK_THROWS_WITH(op.validate_config(big, bad("chunks", 4)), Catch::Contains("chunks must be 1 or 2"));
   CHECK_THROWS_WITH(op.validate_config(parse_spec("wq_gemm", "k=4096,n=11008,m=64"), c),
                     Catch::Contains("rows=128 is more than the bucket m=64"));
   // Compiled for sm_90a (wgmma in the PTX); refused for any other target.

@@ -130,20 +130,21 @@ WqWgmmaConfig WqWgmmaConfig::from(const nlohmann::json& j) {
       throw Error("config", std::string("wq_gemm wgmma config needs integer '") + k + "': " + j.dump());
     return j[k].get<int>();
   };
-  if (!is_wgmma(j) || j.size() != 4)
-    throw Error("config", "wq_gemm wgmma config needs family, groups, rows and stages: " + j.dump());
-  return {get("groups"), get("rows"), get("stages")};
+  if (!is_wgmma(j) || j.size() != 5)
+    throw Error("config", "wq_gemm wgmma config needs family, groups, rows, stages and chunks: " + j.dump());
+  return {get("groups"), get("rows"), get("stages"), get("chunks")};
 }
 
 nlohmann::json WqWgmmaConfig::to_json() const {
-  return {{"family", "wgmma"}, {"groups", groups}, {"rows", rows}, {"stages", stages}};
+  return {{"family", "wgmma"}, {"groups", groups}, {"rows", rows}, {"stages", stages}, {"chunks", chunks}};
 }
 
 int64_t wq_wgmma_smem_bytes(const WqShape& s, const WqWgmmaConfig& c) {
-  // The ring (the tiled kernel's stage with warps_k 1), then up to 1024
-  // bytes of alignment and two chunks of x in wgmma's layout: rows × 128 bytes each.
-  const WqTiledConfig ring{c.groups, 1, 1, 4, c.rows / 8, c.stages};
-  return c.stages * stage_bytes(s, ring) + 1024 + 2 * int64_t{c.rows} * 128;
+  // The ring (the tiled kernel's stage with `chunks` chunks), then up to
+  // 1024 bytes of alignment and two stages of x in wgmma's layout: rows × 128
+  // bytes per chunk.
+  const WqTiledConfig ring{c.groups, 1, c.chunks, 4, c.rows / 8, c.stages};
+  return c.stages * stage_bytes(s, ring) + 1024 + 2 * int64_t{c.chunks} * c.rows * 128;
 }
 
 std::string wq_wgmma_problem(const WqShape& s, const WqWgmmaConfig& c) {
@@ -152,10 +153,12 @@ std::string wq_wgmma_problem(const WqShape& s, const WqWgmmaConfig& c) {
   if (!one_of(c.groups, {1, 2})) return "groups must be 1 or 2";
   if (!one_of(c.rows, {64, 128, 256})) return "rows must be 64, 128 or 256";
   if (!one_of(c.stages, {3, 4})) return "stages must be 3 or 4";
+  if (!one_of(c.chunks, {1, 2})) return "chunks must be 1 or 2";
   if (c.rows > s.m) return "rows=" + std::to_string(c.rows) + " is more than the bucket m=" + std::to_string(s.m);
   if (64 * c.groups > s.n) return "a block covers more than n";
   // 128 accumulators and two sets of A registers: ptxas spills at 128 threads (it does not at 256).
   if (c.rows == 256 && c.groups == 1) return "rows=256 needs groups=2 (one warpgroup spills)";
+  if (c.rows == 256 && c.chunks == 2) return "rows=256 takes chunks=1 (128 accumulators and 64 A registers spill)";
   const int64_t smem = wq_wgmma_smem_bytes(s, c);
   if (smem > 200 * 1024) return "needs " + std::to_string(smem / 1024) + " KB of shared memory (limit 200)";
   return "";
@@ -165,10 +168,11 @@ std::vector<WqWgmmaConfig> wq_wgmma_space(const WqShape& s) {
   std::vector<WqWgmmaConfig> out;
   for (int groups : {1, 2})
     for (int rows : {64, 128, 256})
-      for (int stages : {3, 4}) {
-        const WqWgmmaConfig c{groups, rows, stages};
-        if (wq_wgmma_problem(s, c).empty()) out.push_back(c);
-      }
+      for (int stages : {3, 4})
+        for (int chunks : {1, 2}) {
+          const WqWgmmaConfig c{groups, rows, stages, chunks};
+          if (wq_wgmma_problem(s, c).empty()) out.push_back(c);
+        }
   return out;
 }
 
@@ -177,6 +181,7 @@ std::vector<Constant> wq_wgmma_constants(const WqShape& s, const WqWgmmaConfig& 
   out.push_back({"int", "kGroups", std::to_string(c.groups), "tunable: warpgroups across n (64 rows each)"});
   out.push_back({"int", "kRows", std::to_string(c.rows), "tunable: rows of x per block (wgmma n)"});
   out.push_back({"int", "kStages", std::to_string(c.stages), "tunable: cp.async ring depth"});
+  out.push_back({"int", "kChunksPerStage", std::to_string(c.chunks), "tunable: chunks of 64 k per ring stage"});
   return out;
 }
 

@@ -45,9 +45,10 @@ LaunchGeometry wq_tiled_geometry(const WqShape& s, const WqTiledConfig& c);
 
 // The wgmma family (templates/wq_gemm/wq_gemm_wgmma.cu, sm_90a only): a
 // block of `groups` warpgroups owns 64·groups rows of n and `rows` rows of x
-// (wgmma's n: 64, 128 or 256); the same cp.async ring of `stages` stages.
+// (wgmma's n: 64, 128 or 256); the same cp.async ring of `stages` stages,
+// each `chunks` chunks of 64 k.
 struct WqWgmmaConfig {
-  int groups, rows, stages;
+  int groups, rows, stages, chunks;
 
   static bool is_wgmma(const nlohmann::json& j);  // "family": "wgmma"
   static WqWgmmaConfig from(const nlohmann::json& j);

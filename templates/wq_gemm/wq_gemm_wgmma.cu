@@ -28,11 +28,12 @@
 // applies the XOR to the address it forms); atoms of 8 rows are 1024 bytes
 // apart (the stride dimension byte offset).
 //
-// Per iteration it: issue the 4 wgmma of chunk it (A registers and sB buffer
-// it % 2), then, while the tensor cores run, wait for ring stage it + 1,
-// refill the stage freed earlier, dequantise chunk it + 1 into the other A
-// registers and write its x into the other sB buffer (fence.proxy.async: the
-// tensor cores read sB through the async proxy), barrier.
+// Per iteration it: issue the wgmma of ring stage it (kChunksPerStage chunks
+// of 64 k, 4 steps each; A registers and sB buffer it % 2), then, while the
+// tensor cores run, wait for stage it + 1, refill the stage freed earlier,
+// dequantise stage it + 1 into the other A registers and write its x into the
+// other sB buffer (fence.proxy.async: the tensor cores read sB through the
+// async proxy), barrier. Two chunks per stage halve the barriers per FLOP.
 #include "qjit/wq_gemm/wq_dequant.cuh"
 
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -42,12 +43,13 @@
 constexpr int kThreads = 128 * kGroups;
 constexpr int kBlockTiles = 4 * kGroups;
 constexpr int kBlockRows = kRows;
-constexpr int kWarpsK = 1;
+constexpr int kWarpsK = kChunksPerStage;  // the ring's chunks per stage (all warps multiply all of them)
 #include "qjit/wq_gemm/wq_stage_ring.cuh"
 #include "qjit/wq_gemm/wq_gemm_epilogue.cuh"
 
 constexpr int kAcc = kBlockRows / 2;                   // accumulators per thread: 64 × kBlockRows / 128
 constexpr int kSbBytes = kBlockRows * 128;             // one chunk of sB: rows of 64 k
+constexpr int kSbStage = kChunksPerStage * kSbBytes;   // one stage of sB
 static_assert(sizeof(TX) == 2, "the wgmma kernel stages 16-bit x");
 static_assert(kStages >= 3, "the ring holds the stage multiplied, the one prepared and one in flight");
 static_assert(kBlockRows == 64 || kBlockRows == 128 || kBlockRows == 256, "wgmma n of 64, 128 or 256");
@@ -151,26 +153,35 @@ __device__ __forceinline__ void write_sb(const uint4* chunk, unsigned char* sb) 
 
 // --- the kernel ----------------------------------------------------------------
 
-// Buffer B of sB and a[B]: one iteration, for a compile-time buffer index.
+// Buffer B of sB and a[B]: one iteration (kChunksPerStage chunks), for a
+// compile-time buffer index.
 template <int B>
 __device__ __forceinline__ void iteration(int it, const unsigned* __restrict__ qweight, const TS* __restrict__ scales,
                                           const void* __restrict__ zeros, const TX* __restrict__ x, int m0, int M,
                                           int first_tile, int bt, int lane, uint4* ring, unsigned char* sb,
-                                          unsigned (&a)[2][4][4], float (&acc)[kAcc]) {
+                                          unsigned (&a)[2][kChunksPerStage][4][4], float (&acc)[kAcc]) {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");  // orders this warp's writes of a[B] before the wgmma
 #pragma unroll
-  for (int s = 0; s < 4; ++s) wgmma_k16<kBlockRows>(acc, a[B][s], sb_descriptor(sb + B * kSbBytes + 32 * s));
+  for (int kk = 0; kk < kChunksPerStage; ++kk)
+    if (it * kChunksPerStage + kk < kChunks)  // the last stage may hold fewer chunks
+#pragma unroll
+      for (int s = 0; s < 4; ++s)
+        wgmma_k16<kBlockRows>(acc, a[B][kk][s], sb_descriptor(sb + B * kSbStage + kk * kSbBytes + 32 * s));
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 
   asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 3) : "memory");  // this thread's pieces of stage it + 1
-  // Chunk it - 1's wgmma are done (their A registers and sB buffer are reused below).
+  // Stage it - 1's wgmma are done (their A registers and sB buffer are reused below).
   asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-  __syncthreads();  // everyone's pieces of stage it + 1; every warpgroup done with chunk it - 1
+  __syncthreads();  // everyone's pieces of stage it + 1; every warpgroup done with stage it - 1
   ring_refill(qweight, scales, zeros, x, first_tile, m0, M, it + kStages - 1, ring);
   if (it + 1 < kIters) {
     const uint4* next = ring + ((it + 1) % kStages) * kStagePieces;
-    dequant_lane(next, bt, lane, a[1 - B]);
-    write_sb(next, sb + (1 - B) * kSbBytes);
+#pragma unroll
+    for (int kk = 0; kk < kChunksPerStage; ++kk)
+      if ((it + 1) * kChunksPerStage + kk < kChunks) {
+        dequant_lane(next + kk * kChunkPieces, bt, lane, a[1 - B][kk]);
+        write_sb(next + kk * kChunkPieces, sb + (1 - B) * kSbStage + kk * kSbBytes);
+      }
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // sB is read by the tensor cores
   }
   __syncthreads();  // sB buffer 1 - B is complete
@@ -197,13 +208,17 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
     fence_acc(acc);
-    unsigned a[2][4][4];
+    unsigned a[2][kChunksPerStage][4][4];
 
     ring_prologue(qweight, scales, zeros, x, first_tile, m0, M, ring);
     asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");
     __syncthreads();
-    dequant_lane(ring, bt, lane, a[0]);
-    write_sb(ring, sb);
+#pragma unroll
+    for (int kk = 0; kk < kChunksPerStage; ++kk)
+      if (kk < kChunks) {
+        dequant_lane(ring + kk * kChunkPieces, bt, lane, a[0][kk]);
+        write_sb(ring + kk * kChunkPieces, sb + kk * kSbBytes);
+      }
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncthreads();
 
