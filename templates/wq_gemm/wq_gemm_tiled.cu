@@ -40,7 +40,6 @@ static_assert(sizeof(TX) == 2, "the tiled kernel stages 16-bit x");
 static_assert(kStages >= 3, "the ring holds the stage multiplied, the one dequantised and one in flight");
 
 using qjit::allow_next_grid;
-using qjit::wait_for_previous_grid;
 
 // Dequantises the stage's weights once for the whole block into `a_frags`:
 // item j (tile bt, lane L, chunk kk) is lane L's 16 A registers of tile bt,

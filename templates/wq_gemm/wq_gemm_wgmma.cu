@@ -1,7 +1,7 @@
 // wq_gemm for large M on Hopper's warpgroup tensor-core instruction (wgmma,
-// sm_90a): same contract as wq_gemm_mma.cu. On the H100 mma.sync peaks near
-// half of the tensor cores' rate (the tiled kernel measured 33% tensor-pipe
-// use at M = 256); wgmma reaches the rest.
+// sm_90a): same contract as wq_gemm_mma.cu. On Hopper mma.sync reaches only
+// part of the tensor cores' rate (the tiled kernel: 33% tensor-pipe use at
+// M = 256 on the H100); wgmma is the instruction that can reach the rest.
 //
 // A block is kGroups warpgroups of 4 warps. Warp w of warpgroup g owns tile
 // 4g + w of the block's kBlockTiles tiles of 16 rows of n (blockIdx.y); all
@@ -55,7 +55,6 @@ static_assert(kStages >= 3, "the ring holds the stage multiplied, the one prepar
 static_assert(kBlockRows == 64 || kBlockRows == 128 || kBlockRows == 256, "wgmma n of 64, 128 or 256");
 
 using qjit::allow_next_grid;
-using qjit::wait_for_previous_grid;
 
 // --- wgmma -------------------------------------------------------------------
 
