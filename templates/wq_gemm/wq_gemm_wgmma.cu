@@ -30,7 +30,7 @@
 //
 // Per iteration it: issue the wgmma of ring stage it (kChunksPerStage chunks
 // of 64 k, 4 steps each; A registers and sB buffer it % 2), then, while the
-// tensor cores run, wait for stage it + 1, refill the stage freed earlier,
+// tensor cores run, refill the stage freed earlier, wait for stage it + 1,
 // dequantise stage it + 1 into the other A registers and write its x into the
 // other sB buffer (fence.proxy.async: the tensor cores read sB through the
 // async proxy), barrier. Two chunks per stage halve the barriers per FLOP.
@@ -168,11 +168,14 @@ __device__ __forceinline__ void iteration(int it, const unsigned* __restrict__ q
         wgmma_k16<kBlockRows>(acc, a[B][kk][s], sb_descriptor(sb + B * kSbStage + kk * kSbBytes + 32 * s));
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 
-  asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 3) : "memory");  // this thread's pieces of stage it + 1
+  // Refill the ring while the tensor cores run: its slot held stage it - 1,
+  // read by every thread before the last barrier of iteration it - 2.
+  ring_refill(qweight, scales, zeros, x, first_tile, m0, M, it + kStages - 1, ring);
+  // This thread's pieces of stage it + 1 (kStages + it groups committed, it + 2 needed).
+  asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");
   // Stage it - 1's wgmma are done (their A registers and sB buffer are reused below).
   asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
   __syncthreads();  // everyone's pieces of stage it + 1; every warpgroup done with stage it - 1
-  ring_refill(qweight, scales, zeros, x, first_tile, m0, M, it + kStages - 1, ring);
   if (it + 1 < kIters) {
     const uint4* next = ring + ((it + 1) % kStages) * kStagePieces;
 #pragma unroll
