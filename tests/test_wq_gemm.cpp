@@ -220,14 +220,12 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   };
   CHECK(wgmma_count("k=4096,n=11008,m=32") == 0);
   CHECK(wgmma_count("k=4096,n=11008,m=256,x=fp32") == 0);
-  CHECK(wgmma_count("k=4096,n=11008,m=256,x=fp16,scales=bf16") == 0);  // x is copied as the mma type
   // Grid: x over blocks of `rows` rows of x, y over 64·groups rows of n; ring, alignment and two chunks of sB.
   const auto g = op.launch_geometry(big, c);
   CHECK(g.grid[0] == 2);
   CHECK(g.grid[1] == (11008 + 127) / 128);
   CHECK(g.block[0] == 256);
-  // alignment, sX (3 stages × 2 chunks × 128 rows), sA (2 buffers × 2 warpgroups × 2 chunks), the ring of weights
-  CHECK(g.dynamic_smem == 1024 + 3 * 2 * 128 * 128 + 2 * 2 * 2 * 64 * 128 + 3 * 2 * 8 * 35 * 16);
+  CHECK(g.dynamic_smem == 3 * 2 * (8 * 35 + 128 * 9) * 16 + 1024 + 2 * 2 * 128 * 128);
   auto bad = [&](const char* key, int value) {
     nlohmann::json j = c;
     j[key] = value;

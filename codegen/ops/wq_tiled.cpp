@@ -140,27 +140,25 @@ nlohmann::json WqWgmmaConfig::to_json() const {
 }
 
 int64_t wq_wgmma_smem_bytes(const WqShape& s, const WqWgmmaConfig& c) {
-  // 1024 bytes of alignment, sX (stages × chunks × rows × 128 bytes), sA
-  // (two buffers of 64 rows × 128 bytes per warpgroup and chunk), and the
-  // ring of weights, scales and zeros (the tiled kernel's stage without x).
-  const int64_t groups = s.g < 64 ? 64 / s.g : 1, zero_pieces = s.zero == "int" ? 1 : s.zero == "float" ? 2 : 0;
-  const int64_t ring_stage = int64_t{c.chunks} * 4 * c.groups * (8 * s.bits + groups * (2 + zero_pieces)) * 16;
-  return 1024 + int64_t{c.stages} * c.chunks * c.rows * 128 + 2 * int64_t{c.groups} * c.chunks * 64 * 128 +
-         c.stages * ring_stage;
+  // The ring (the tiled kernel's stage with `chunks` chunks), then up to
+  // 1024 bytes of alignment and two stages of x in wgmma's layout: rows × 128
+  // bytes per chunk.
+  const WqTiledConfig ring{c.groups, 1, c.chunks, 4, c.rows / 8, c.stages};
+  return c.stages * stage_bytes(s, ring) + 1024 + 2 * int64_t{c.chunks} * c.rows * 128;
 }
 
 std::string wq_wgmma_problem(const WqShape& s, const WqWgmmaConfig& c) {
   if (s.x == "fp32") return "the wgmma family stages 16-bit x (fp16 or bf16)";
   if (s.matrices != 1) return "the wgmma family multiplies one matrix";
-  if (s.x != s.scales) return "the wgmma family copies x as the mma input type: x and scales must be the same type";
   if (!one_of(c.groups, {1, 2})) return "groups must be 1 or 2";
   if (!one_of(c.rows, {64, 128, 256})) return "rows must be 64, 128 or 256";
   if (!one_of(c.stages, {3, 4})) return "stages must be 3 or 4";
   if (!one_of(c.chunks, {1, 2})) return "chunks must be 1 or 2";
   if (c.rows > s.m) return "rows=" + std::to_string(c.rows) + " is more than the bucket m=" + std::to_string(s.m);
   if (64 * c.groups > s.n) return "a block covers more than n";
-  // 128 accumulators: ptxas spills at 128 threads (not at 256).
+  // 128 accumulators and two sets of A registers: ptxas spills at 128 threads (it does not at 256).
   if (c.rows == 256 && c.groups == 1) return "rows=256 needs groups=2 (one warpgroup spills)";
+  if (c.rows == 256 && c.chunks == 2) return "rows=256 takes chunks=1 (128 accumulators and 64 A registers spill)";
   const int64_t smem = wq_wgmma_smem_bytes(s, c);
   if (smem > 200 * 1024) return "needs " + std::to_string(smem / 1024) + " KB of shared memory (limit 200)";
   return "";

@@ -32,7 +32,6 @@ constexpr int kWarps = kWarpsN * kWarpsM * kWarpsK;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kBlockTiles = kWN * kWarpsN;
 constexpr int kBlockRows = 8 * kWM * kWarpsM;
-constexpr bool kRingHoldsX = true;
 #include "qjit/wq_gemm/wq_stage_ring.cuh"
 #include "qjit/wq_gemm/wq_gemm_epilogue.cuh"
 
@@ -116,8 +115,7 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
-    auto copy_x_of = [&](int stage_index) { copy_x(x, m0, M, stage_index, ring + (stage_index % kStages) * kStagePieces); };
-    ring_prologue(qweight, scales, zeros, first_tile, ring, copy_x_of);
+    ring_prologue(qweight, scales, zeros, x, first_tile, m0, M, ring);
 
     // Stage 0's weights dequantised before the loop; then iteration it
     // dequantises stage it + 1 into the other a_frags buffer while its warps
@@ -134,7 +132,7 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
       // with iteration it - 1 (its x stage is refilled below, its a_frags
       // buffer rewritten).
       __syncthreads();
-      ring_refill(qweight, scales, zeros, first_tile, it + kStages - 1, ring, copy_x_of);
+      ring_refill(qweight, scales, zeros, x, first_tile, m0, M, it + kStages - 1, ring);
       if (it + 1 < kIters)
         dequant_stage(ring + ((it + 1) % kStages) * kStagePieces, it + 1, lane, a_frags + ((it + 1) % 2) * kAFragPieces);
       if (it * kWarpsK + wk < kChunks)

@@ -10,15 +10,14 @@
 // the 8 lanes of a 16-byte shared load phase (gq = 0, 1 × t = 0..3, at
 // 144·gq + 32t) then hit 8 distinct 4-bank groups.
 //
-// The includer defines kThreads, kBlockTiles, kBlockRows, kWarpsK, kStages and
-// kRingHoldsX (false: the stage has no X part; the kernel copies x itself)
-// after wq_dequant.cuh.
+// The includer defines kThreads, kBlockTiles, kBlockRows, kWarpsK and kStages
+// (after wq_dequant.cuh).
 
 constexpr int kRowPieces = 9;  // a staged row of x: 8 pieces of 64 k and one of padding
 constexpr int kWPieces = kBlockTiles * 8 * kBits;
 constexpr int kSPieces = kBlockTiles * kGroupsPerChunk * 2;
 constexpr int kZPieces = kBlockTiles * kGroupsPerChunk * kZeroBytes;
-constexpr int kXPieces = kRingHoldsX ? kBlockRows * kRowPieces : 0;  // the wgmma kernel stages x apart
+constexpr int kXPieces = kBlockRows * kRowPieces;
 constexpr int kChunkPieces = kWPieces + kSPieces + kZPieces + kXPieces;
 constexpr int kStagePieces = kWarpsK * kChunkPieces;
 constexpr int kIters = (kChunks + kWarpsK - 1) / kWarpsK;  // stages of a pass over k
@@ -138,32 +137,30 @@ __device__ __forceinline__ void dequant_lane(const uint4* chunk, int bt, int lan
 }
 
 // Fills stages 0 .. kStages - 2 of the ring: every stage's weights first, then
-// (after waiting for the previous kernel, which may write x) its x, through
-// copy_x_of(stage index) (copy_x into the ring, or the kernel's own). cp.async
+// (after waiting for the previous kernel, which may write x) its x. cp.async
 // group s holds stage s's x (group 0 also every prologue weight).
-template <typename CopyX>
 __device__ __forceinline__ void ring_prologue(const unsigned* __restrict__ qweight, const TS* __restrict__ scales,
-                                              const void* __restrict__ zeros, int first_tile, uint4* ring,
-                                              CopyX copy_x_of) {
+                                              const void* __restrict__ zeros, const TX* __restrict__ x, int first_tile,
+                                              int m0, int M, uint4* ring) {
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s)
     if (s < kIters) copy_weights(qweight, scales, zeros, first_tile, s, ring + s * kStagePieces);
   qjit::wait_for_previous_grid();
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < kIters) copy_x_of(s);
+    if (s < kIters) copy_x(x, m0, M, s, ring + s * kStagePieces);
     asm volatile("cp.async.commit_group;" ::: "memory");  // empty groups keep the count uniform
   }
 }
 
 // Refills the ring with stage `ahead` (if it exists) as one cp.async group.
-template <typename CopyX>
 __device__ __forceinline__ void ring_refill(const unsigned* __restrict__ qweight, const TS* __restrict__ scales,
-                                            const void* __restrict__ zeros, int first_tile, int ahead, uint4* ring,
-                                            CopyX copy_x_of) {
+                                            const void* __restrict__ zeros, const TX* __restrict__ x, int first_tile,
+                                            int m0, int M, int ahead, uint4* ring) {
   if (ahead < kIters) {
-    copy_weights(qweight, scales, zeros, first_tile, ahead, ring + (ahead % kStages) * kStagePieces);
-    copy_x_of(ahead);
+    uint4* stage = ring + (ahead % kStages) * kStagePieces;
+    copy_weights(qweight, scales, zeros, first_tile, ahead, stage);
+    copy_x(x, m0, M, ahead, stage);
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
 }
