@@ -37,6 +37,8 @@ constexpr int kBlockRows = 8 * kWM * kWarpsM;
 
 constexpr int kAFragPieces = kWarpsK * kBlockTiles * 4 * 32;  // a stage's weights dequantised: 16 bytes per lane and step
 static_assert(sizeof(TX) == 2, "the tiled kernel stages 16-bit x");
+static_assert(kMatrices == 1, "wq_gemm multiplies one matrix");
+static_assert(kBlockRows <= kBucketM, "a block covers at most the bucket's rows of x");
 static_assert(kStages >= 3, "the ring holds the stage multiplied, the one dequantised and one in flight");
 
 using qjit::allow_next_grid;
@@ -49,8 +51,6 @@ using qjit::allow_next_grid;
 // the words and row parameters lane L would.
 __device__ __forceinline__ void dequant_stage(const uint4* stage, int stage_index, int lane, uint4* a_frags) {
   constexpr int kItems = kWarpsK * kBlockTiles * 32;
-  const int gq = lane / 4, t = lane % 4;
-  const int gi = kGroupsPerChunk > 1 ? (16 * t) / kGroup : 0;  // the group of the lane's 16 k
 #pragma unroll
   for (int r = 0; r < (kItems + kThreads - 1) / kThreads; ++r) {
     const int j = r * kThreads + threadIdx.x;

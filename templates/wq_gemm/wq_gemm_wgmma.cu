@@ -51,6 +51,8 @@ constexpr int kAcc = kBlockRows / 2;                   // accumulators per threa
 constexpr int kSbBytes = kBlockRows * 128;             // one chunk of sB: rows of 64 k
 constexpr int kSbStage = kChunksPerStage * kSbBytes;   // one stage of sB
 static_assert(sizeof(TX) == 2, "the wgmma kernel stages 16-bit x");
+static_assert(kMatrices == 1, "wq_gemm multiplies one matrix");
+static_assert(kBlockRows <= kBucketM, "a block covers at most the bucket's rows of x");
 static_assert(kStages >= 3, "the ring holds the stage multiplied, the one prepared and one in flight");
 static_assert(kBlockRows == 64 || kBlockRows == 128 || kBlockRows == 256, "wgmma n of 64, 128 or 256");
 
