@@ -35,12 +35,14 @@ bool x_ahead_of(const WqConfig& c) { return c.stages == 0 && c.mtiles <= 2; }
 
 }  // namespace
 
+int wq_config_int(const nlohmann::json& j, const char* key, const std::string& what) {
+  if (!j.contains(key) || !j[key].is_number_integer())
+    throw Error("config", what + " needs integer '" + key + "': " + j.dump());
+  return j[key].get<int>();
+}
+
 WqConfig WqConfig::from(const nlohmann::json& j, const std::string& op, size_t extra_keys) {
-  auto get = [&](const char* k) {
-    if (!j.contains(k) || !j[k].is_number_integer())
-      throw Error("config", op + " config needs integer '" + k + "': " + j.dump());
-    return j[k].get<int>();
-  };
+  auto get = [&](const char* k) { return wq_config_int(j, k, op + " config"); };
   if (!j.is_object() || j.size() != 6 + extra_keys)
     throw Error("config", op + " config needs warps, split_k, tiles, mtiles, unroll and stages: " + j.dump());
   return {get("warps"), get("split_k"), get("tiles"), get("mtiles"), get("unroll"), get("stages")};

@@ -7,13 +7,13 @@ namespace {
 
 bool one_of(int v, std::initializer_list<int> set) { return std::find(set.begin(), set.end(), v) != set.end(); }
 
-// Bytes of one ring stage: per chunk of 64 k (one per warps_k), the block's
-// tiles of weights, their scales and zeros for the chunk's groups, and its rows
-// of x at 144 bytes (the template's kChunkPieces).
-int64_t stage_bytes(const WqShape& s, const WqTiledConfig& c) {
+// Bytes of one ring stage (wq_stage_ring.cuh): per chunk of 64 k, `tiles`
+// tiles of weights with their scales and zeros for the chunk's groups, and
+// `rows` rows of x at 144 bytes (the template's kChunkPieces).
+int64_t stage_bytes(const WqShape& s, int64_t tiles, int64_t rows, int64_t chunks) {
   const int64_t groups = s.g < 64 ? 64 / s.g : 1, zero_pieces = s.zero == "int" ? 1 : s.zero == "float" ? 2 : 0;
-  const int64_t pieces = c.block_tiles() * (8 * s.bits + groups * (2 + zero_pieces)) + c.block_rows() * 9;
-  return c.warps_k * pieces * 16;
+  const int64_t pieces = tiles * (8 * s.bits + groups * (2 + zero_pieces)) + rows * 9;
+  return chunks * pieces * 16;
 }
 
 }  // namespace
@@ -21,11 +21,7 @@ int64_t stage_bytes(const WqShape& s, const WqTiledConfig& c) {
 bool WqTiledConfig::is_tiled(const nlohmann::json& j) { return j.is_object() && j.value("family", "") == "tiled"; }
 
 WqTiledConfig WqTiledConfig::from(const nlohmann::json& j) {
-  auto get = [&](const char* k) {
-    if (!j.contains(k) || !j[k].is_number_integer())
-      throw Error("config", std::string("wq_gemm tiled config needs integer '") + k + "': " + j.dump());
-    return j[k].get<int>();
-  };
+  auto get = [&](const char* k) { return wq_config_int(j, k, "wq_gemm tiled config"); };
   if (!is_tiled(j) || j.size() != 7)
     throw Error("config", "wq_gemm tiled config needs family, warps_n, warps_m, warps_k, wn, wm and stages: " + j.dump());
   return {get("warps_n"), get("warps_m"), get("warps_k"), get("wn"), get("wm"), get("stages")};
@@ -38,7 +34,8 @@ nlohmann::json WqTiledConfig::to_json() const {
 
 int64_t wq_tiled_smem_bytes(const WqShape& s, const WqTiledConfig& c) {
   // The ring, then two stages' weights dequantised (16 bytes per lane, step and tile).
-  const int64_t ring = c.stages * stage_bytes(s, c) + 2 * int64_t{c.warps_k} * c.block_tiles() * 4 * 32 * 16;
+  const int64_t ring = c.stages * stage_bytes(s, c.block_tiles(), c.block_rows(), c.warps_k) +
+                       2 * int64_t{c.warps_k} * c.block_tiles() * 4 * 32 * 16;
   const int64_t sums = int64_t{c.warps_k - 1} * c.warps_n * c.warps_m * c.wn * c.wm * 4 * 32 * 4;
   return std::max(ring, sums);
 }
@@ -125,11 +122,7 @@ LaunchGeometry wq_tiled_geometry(const WqShape& s, const WqTiledConfig& c) {
 bool WqWgmmaConfig::is_wgmma(const nlohmann::json& j) { return j.is_object() && j.value("family", "") == "wgmma"; }
 
 WqWgmmaConfig WqWgmmaConfig::from(const nlohmann::json& j) {
-  auto get = [&](const char* k) {
-    if (!j.contains(k) || !j[k].is_number_integer())
-      throw Error("config", std::string("wq_gemm wgmma config needs integer '") + k + "': " + j.dump());
-    return j[k].get<int>();
-  };
+  auto get = [&](const char* k) { return wq_config_int(j, k, "wq_gemm wgmma config"); };
   if (!is_wgmma(j) || j.size() != 5)
     throw Error("config", "wq_gemm wgmma config needs family, groups, rows, stages and chunks: " + j.dump());
   return {get("groups"), get("rows"), get("stages"), get("chunks")};
@@ -140,11 +133,9 @@ nlohmann::json WqWgmmaConfig::to_json() const {
 }
 
 int64_t wq_wgmma_smem_bytes(const WqShape& s, const WqWgmmaConfig& c) {
-  // The ring (the tiled kernel's stage with `chunks` chunks), then up to
-  // 1024 bytes of alignment and two stages of x in wgmma's layout: rows × 128
-  // bytes per chunk.
-  const WqTiledConfig ring{c.groups, 1, c.chunks, 4, c.rows / 8, c.stages};
-  return c.stages * stage_bytes(s, ring) + 1024 + 2 * int64_t{c.chunks} * c.rows * 128;
+  // The ring, then up to 1024 bytes of alignment and two stages of x in
+  // wgmma's layout: rows × 128 bytes per chunk.
+  return c.stages * stage_bytes(s, 4 * c.groups, c.rows, c.chunks) + 1024 + 2 * int64_t{c.chunks} * c.rows * 128;
 }
 
 std::string wq_wgmma_problem(const WqShape& s, const WqWgmmaConfig& c) {
