@@ -56,8 +56,9 @@ GeneratedSource generate_source(const OpSpec& spec, const nlohmann::json& config
       pre << "// " << c.comment << "\nstruct " << c.name << " {\n" << c.value << "};\n";
       continue;
     }
-    std::string line = c.type == "using" ? "using " + c.name + " = " + c.value + ";"
-                                         : "constexpr " + c.type + " " + c.name + " = " + c.value + ";";
+    std::string line = c.type == "using"   ? "using " + c.name + " = " + c.value + ";"
+                       : c.type == "macro" ? "#define " + c.name + " " + c.value
+                                           : "constexpr " + c.type + " " + c.name + " = " + c.value + ";";
     pre << line << std::string(width + 2 - std::min(width + 1, line.size()), ' ') << "// " << c.comment << "\n";
   }
   pre << "}  // namespace qjit_spec\n\n"
