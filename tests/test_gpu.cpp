@@ -335,7 +335,9 @@ TEST_CASE("wq_gemm: every candidate verifies (tuner); bad arguments launch nothi
                             // the tiled and wgmma families: n and k not multiples of their blocks, x converted to bf16
                             "k=320,n=80,m=64,bits=3,zero=float,scales=bf16,g=64",
                             "k=512,n=112,m=256,bits=8,x=bf16,scales=bf16,bias=yes,act=relu6,residual=yes",
-                            "k=1024,n=272,m=128,bits=4,zero=sym,g=32"}) {
+                            "k=1024,n=272,m=128,bits=4,zero=sym,g=32",
+                            // wgmma with bf16 x and scales, 3 bits, float zeros
+                            "k=320,n=80,m=64,bits=3,zero=float,scales=bf16,x=bf16,g=64"}) {
     auto spec = codegen::parse_spec("wq_gemm", shape);
     // Register estimates prune most spilling wq_gemm candidates; ptxas spills
     // a few more (fp32 x, 3 bits), which the tuner then prunes.
@@ -363,6 +365,53 @@ TEST_CASE("wq_gemm: every candidate verifies (tuner); bad arguments launch nothi
   auto v = work->verify(1.0);
   INFO(v.message);
   CHECK(v.ok);
+}
+
+TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past M (typed API)", "[gpu]") {
+  if (runtime::current_device().arch != "sm_90") {
+    WARN("not run: the wgmma family runs on compute capability 9.0 only");
+    return;
+  }
+  test::TempDir dir;
+  cache::Store store(dir.file("kernels.db"));
+  set_cache_path(dir.file("kernels.db"));
+  // The tuner verifies at the bucket's M; these run the cached wgmma kernel at
+  // M that leave rows of the last block past M (copied as zeros, not stored)
+  // and, in the 1024 bucket, loop past the grid (a split's clusters loop together).
+  struct Case {
+    nlohmann::json params, config;
+    std::vector<int> rows;
+  };
+  const auto wgmma = [](int groups, int rows, int stages, int chunks, int split = 1) {
+    nlohmann::json j{{"family", "wgmma"}, {"groups", groups}, {"rows", rows}, {"stages", stages}, {"chunks", chunks}};
+    if (split > 1) j["split"] = split;
+    return j;
+  };
+  const Case cases[] = {
+      {{{"k", 1024}, {"n", 272}, {"bits", 4}, {"zero", "int"}}, wgmma(2, 128, 4, 2), {129, 200}},
+      {{{"k", 320}, {"n", 80}, {"bits", 3}, {"zero", "float"}, {"scales", "bf16"}, {"x", "bf16"}, {"g", 64}},
+       wgmma(1, 64, 3, 1), {65, 100}},
+      {{{"k", 512}, {"n", 128}, {"bits", 8}, {"zero", "sym"}, {"bias", "yes"}, {"act", "relu"}}, wgmma(2, 256, 4, 1),
+       {1025, 1500}},
+      // split k over clusters of 2 to 4 blocks: stages past k (5 stages in 4 blocks of 2), the epilogue after the sum
+      {{{"k", 1024}, {"n", 272}, {"bits", 4}, {"zero", "int"}}, wgmma(2, 128, 4, 2, 3), {129, 256}},
+      {{{"k", 320}, {"n", 80}, {"bits", 3}, {"zero", "float"}, {"scales", "bf16"}, {"x", "bf16"}, {"g", 64}},
+       wgmma(1, 64, 3, 1, 4), {65, 128}},
+      {{{"k", 768}, {"n", 128}, {"bits", 2}, {"zero", "sym"}, {"bias", "yes"}, {"act", "relu6"}, {"residual", "yes"}},
+       wgmma(2, 256, 3, 1, 2), {1025, 1500}},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json p = c.params;
+    p["m"] = codegen::wq_gemm_bucket(c.rows.front());
+    const auto spec = codegen::make_spec("wq_gemm", p);
+    tuner::TuneOptions opt;
+    opt.seed = fresh_seed();
+    opt.only_configs = {c.config};
+    const auto rep = tuner::tune(spec, store, opt);
+    INFO(spec.label() << " " << c.config.dump());
+    REQUIRE(rep.best.config == c.config);
+    for (int rows : c.rows) check_wq_gemm(c.params, rows);
+  }
 }
 
 namespace {

@@ -213,19 +213,24 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   const nlohmann::json c = {{"family", "wgmma"}, {"groups", 2}, {"rows", 128}, {"stages", 3}, {"chunks", 2}};
   const auto space = op.tunable_space(big);
   CHECK(std::find(space.begin(), space.end(), c) != space.end());
-  // Not below m = 64 (rows of x per block are 64 at least), nor for fp32 x.
+  // Not below m = 64 (rows of x per block are 64 at least), nor for x of
+  // another type than the scales (x is copied unconverted).
   auto wgmma_count = [&](const char* shape) {
     const auto sp = op.tunable_space(parse_spec("wq_gemm", shape));
     return std::count_if(sp.begin(), sp.end(), [](const nlohmann::json& j) { return j.value("family", "") == "wgmma"; });
   };
   CHECK(wgmma_count("k=4096,n=11008,m=32") == 0);
   CHECK(wgmma_count("k=4096,n=11008,m=256,x=fp32") == 0);
-  // Grid: x over blocks of `rows` rows of x, y over 64·groups rows of n; ring, alignment and two chunks of sB.
+  CHECK(wgmma_count("k=4096,n=11008,m=256,x=bf16") == 0);
+  CHECK(wgmma_count("k=4096,n=11008,m=256,x=bf16,scales=bf16") > 0);
+  // Grid: x over blocks of `rows` rows of x, y over 64·groups rows of n.
+  // Shared memory: per stage the ring's weights, scales and zeros (35 pieces
+  // per tile and chunk) and two chunks of sB, plus 1024 bytes of alignment.
   const auto g = op.launch_geometry(big, c);
   CHECK(g.grid[0] == 2);
   CHECK(g.grid[1] == (11008 + 127) / 128);
   CHECK(g.block[0] == 256);
-  CHECK(g.dynamic_smem == 3 * 2 * (8 * 35 + 128 * 9) * 16 + 1024 + 2 * 2 * 128 * 128);
+  CHECK(g.dynamic_smem == 3 * (2 * 8 * 35 * 16 + 2 * 128 * 128) + 1024);
   auto bad = [&](const char* key, int value) {
     nlohmann::json j = c;
     j[key] = value;
@@ -234,6 +239,23 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   CHECK_THROWS_WITH(op.validate_config(big, bad("rows", 96)), Catch::Contains("rows must be 64, 128 or 256"));
   CHECK_THROWS_WITH(op.validate_config(big, bad("groups", 3)), Catch::Contains("groups must be 1 or 2"));
   CHECK_THROWS_WITH(op.validate_config(big, bad("chunks", 4)), Catch::Contains("chunks must be 1 or 2"));
+  CHECK_THROWS_WITH(op.validate_config(big, bad("split", 5)), Catch::Contains("split must be 1, 2, 3 or 4"));
+  CHECK_THROWS_WITH(op.validate_config(parse_spec("wq_gemm", "k=256,n=11008,m=256"), bad("split", 3)),
+                    Catch::Contains("split × chunks exceeds"));
+  // split: a cluster along z; the key is written only when it is not 1, so
+  // configs cached before it exist mean what they meant.
+  const auto split = bad("split", 3);
+  CHECK(std::find(space.begin(), space.end(), split) != space.end());
+  CHECK(std::find(space.begin(), space.end(), bad("split", 1)) == space.end());
+  const auto gs = op.launch_geometry(big, split);
+  CHECK(gs.grid[2] == 3);
+  CHECK(gs.dynamic_smem == g.dynamic_smem);  // the ring (126 KB) outgrows the sums (256 threads × 64 floats)
+  const nlohmann::json wide = {{"family", "wgmma"}, {"groups", 2}, {"rows", 256}, {"stages", 3}, {"chunks", 1}, {"split", 2}};
+  CHECK(op.launch_geometry(big, wide).dynamic_smem == 256 * 128 * 4);  // the sums outgrow the ring
+  const auto split_src = codegen::generate_source(big, split);
+  CHECK(split_src.text.find("kSplit = 3;") != std::string::npos);
+  CHECK(split_src.text.find("#define QJIT_WQ_CLUSTER __cluster_dims__(1, 1, kSplit)") != std::string::npos);
+  CHECK(codegen::generate_source(big, c).text.find("__cluster_dims__") == std::string::npos);  // no split, no cluster
   CHECK_THROWS_WITH(op.validate_config(parse_spec("wq_gemm", "k=4096,n=11008,m=64"), c),
                     Catch::Contains("rows=128 is more than the bucket m=64"));
   // Compiled for sm_90a (wgmma in the PTX); refused for any other target.
@@ -272,6 +294,15 @@ TEST_CASE("wq_gemm: candidates compile for sm_90 without spills", "[wq_gemm][nvr
     jobs.push_back({spec, op.default_config(spec)});
     for (size_t i = 0; i < space.size(); i += 5) jobs.push_back({spec, space[i]});
   }
+  // wgmma: a third of the main large-M space, and all of an odd number of
+  // chunks of k (a stage past k; a split's last block entirely past k).
+  for (const auto& [s, stride] : {std::pair{"k=4096,n=11008,m=256", 3},
+                                  std::pair{"k=320,n=80,bits=3,zero=float,scales=bf16,x=bf16,m=128,g=64", 1}}) {
+    const auto spec = codegen::parse_spec("wq_gemm", s);
+    int i = 0;
+    for (const auto& c : op.tunable_space(spec))
+      if (c.value("family", "") == "wgmma" && i++ % stride == 0) jobs.push_back({spec, c});
+  }
   test::compile_jobs(jobs, "sm_90", "wq_gemm");
   size_t spilling = 0;
   for (const auto& j : jobs) {
@@ -279,6 +310,9 @@ TEST_CASE("wq_gemm: candidates compile for sm_90 without spills", "[wq_gemm][nvr
     REQUIRE(j.error.empty());
     CHECK(j.result.ok);
     CHECK(j.result.ptx.find(".entry qjit_wq_gemm") != std::string::npos);
+    // ptxas serialises every wgmma of a kernel with one behind a branch it
+    // cannot prove uniform (info C7520): the wgmma kernel must have none.
+    CHECK(j.result.log.find("C7520") == std::string::npos);
     // The tuner prunes a spilling candidate before any GPU time, but the
     // default config runs untuned on a runtime miss: it must never spill.
     if (j.config == op.default_config(j.spec)) CHECK(j.result.spill_bytes == 0);

@@ -123,28 +123,37 @@ bool WqWgmmaConfig::is_wgmma(const nlohmann::json& j) { return j.is_object() && 
 
 WqWgmmaConfig WqWgmmaConfig::from(const nlohmann::json& j) {
   auto get = [&](const char* k) { return wq_config_int(j, k, "wq_gemm wgmma config"); };
-  if (!is_wgmma(j) || j.size() != 5)
-    throw Error("config", "wq_gemm wgmma config needs family, groups, rows, stages and chunks: " + j.dump());
-  return {get("groups"), get("rows"), get("stages"), get("chunks")};
+  const bool has_split = j.is_object() && j.contains("split");
+  if (!is_wgmma(j) || j.size() != (has_split ? 6u : 5u))
+    throw Error("config", "wq_gemm wgmma config needs family, groups, rows, stages, chunks and optionally split: " +
+                              j.dump());
+  return {get("groups"), get("rows"), get("stages"), get("chunks"), has_split ? get("split") : 1};
 }
 
 nlohmann::json WqWgmmaConfig::to_json() const {
-  return {{"family", "wgmma"}, {"groups", groups}, {"rows", rows}, {"stages", stages}, {"chunks", chunks}};
+  nlohmann::json j = {{"family", "wgmma"}, {"groups", groups}, {"rows", rows}, {"stages", stages}, {"chunks", chunks}};
+  if (split != 1) j["split"] = split;
+  return j;
 }
 
 int64_t wq_wgmma_smem_bytes(const WqShape& s, const WqWgmmaConfig& c) {
-  // The ring, then up to 1024 bytes of alignment and two stages of x in
-  // wgmma's layout: rows × 128 bytes per chunk.
-  return c.stages * stage_bytes(s, 4 * c.groups, c.rows, c.chunks) + 1024 + 2 * int64_t{c.chunks} * c.rows * 128;
+  // The ring without x, then up to 1024 bytes of alignment and a slot of x
+  // in wgmma's layout per stage: rows × 128 bytes per chunk. A split adds
+  // its sums through the ring: rows / 2 floats per thread.
+  const int64_t ring = c.stages * (stage_bytes(s, 4 * c.groups, 0, c.chunks) + int64_t{c.chunks} * c.rows * 128) + 1024;
+  const int64_t sums = c.split > 1 ? int64_t{128} * c.groups * (c.rows / 2) * 4 : 0;
+  return std::max(ring, sums);
 }
 
 std::string wq_wgmma_problem(const WqShape& s, const WqWgmmaConfig& c) {
-  if (s.x == "fp32") return "the wgmma family stages 16-bit x (fp16 or bf16)";
+  if (s.x != s.scales) return "the wgmma family copies x unconverted: x must have the scales' type (fp16 or bf16)";
   if (s.matrices != 1) return "the wgmma family multiplies one matrix";
   if (!one_of(c.groups, {1, 2})) return "groups must be 1 or 2";
   if (!one_of(c.rows, {64, 128, 256})) return "rows must be 64, 128 or 256";
-  if (!one_of(c.stages, {3, 4})) return "stages must be 3 or 4";
+  if (!one_of(c.stages, {3, 4, 5, 6})) return "stages must be 3 to 6";
   if (!one_of(c.chunks, {1, 2})) return "chunks must be 1 or 2";
+  if (!one_of(c.split, {1, 2, 3, 4})) return "split must be 1, 2, 3 or 4";
+  if (s.k / 64 < int64_t{c.chunks} * c.split) return "split × chunks exceeds the number of 64-wide chunks of k";
   if (c.rows > s.m) return "rows=" + std::to_string(c.rows) + " is more than the bucket m=" + std::to_string(s.m);
   if (64 * c.groups > s.n) return "a block covers more than n";
   // 128 accumulators and two sets of A registers: ptxas spills at 128 threads (it does not at 256).
@@ -159,11 +168,12 @@ std::vector<WqWgmmaConfig> wq_wgmma_space(const WqShape& s) {
   std::vector<WqWgmmaConfig> out;
   for (int groups : {1, 2})
     for (int rows : {64, 128, 256})
-      for (int stages : {3, 4})
-        for (int chunks : {1, 2}) {
-          const WqWgmmaConfig c{groups, rows, stages, chunks};
-          if (wq_wgmma_problem(s, c).empty()) out.push_back(c);
-        }
+      for (int stages : {3, 4, 5})  // 6 never won (H100, session 6)
+        for (int chunks : {1, 2})
+          for (int split : {1, 2, 3, 4}) {
+            const WqWgmmaConfig c{groups, rows, stages, chunks, split};
+            if (wq_wgmma_problem(s, c).empty()) out.push_back(c);
+          }
   return out;
 }
 
@@ -173,6 +183,10 @@ std::vector<Constant> wq_wgmma_constants(const WqShape& s, const WqWgmmaConfig& 
   out.push_back({"int", "kRows", std::to_string(c.rows), "tunable: rows of x per block (wgmma n)"});
   out.push_back({"int", "kStages", std::to_string(c.stages), "tunable: cp.async ring depth"});
   out.push_back({"int", "kChunksPerStage", std::to_string(c.chunks), "tunable: chunks of 64 k per ring stage"});
+  out.push_back({"int", "kSplit", std::to_string(c.split), "tunable: blocks of a cluster splitting k"});
+  // Only a split launches clusters: a cluster of one block schedules differently (slower, H100, session 6).
+  out.push_back({"macro", "QJIT_WQ_CLUSTER", c.split > 1 ? "__cluster_dims__(1, 1, kSplit)" : "",
+                 "the kernel's cluster: kSplit blocks along z"});
   return out;
 }
 
@@ -180,6 +194,7 @@ LaunchGeometry wq_wgmma_geometry(const WqShape& s, const WqWgmmaConfig& c) {
   LaunchGeometry g;
   g.grid[0] = static_cast<unsigned>((s.m + c.rows - 1) / c.rows);
   g.grid[1] = static_cast<unsigned>((s.n + 64 * c.groups - 1) / (64 * c.groups));
+  g.grid[2] = static_cast<unsigned>(c.split);  // one cluster along z (the kernel's __cluster_dims__)
   g.block[0] = static_cast<unsigned>(128 * c.groups);
   g.dynamic_smem = static_cast<unsigned>(wq_wgmma_smem_bytes(s, c));
   g.programmatic = true;

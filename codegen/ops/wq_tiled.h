@@ -46,9 +46,11 @@ LaunchGeometry wq_tiled_geometry(const WqShape& s, const WqTiledConfig& c);
 // The wgmma family (templates/wq_gemm/wq_gemm_wgmma.cu, sm_90a only): a
 // block of `groups` warpgroups owns 64·groups rows of n and `rows` rows of x
 // (wgmma's n: 64, 128 or 256); the same cp.async ring of `stages` stages,
-// each `chunks` chunks of 64 k.
+// each `chunks` chunks of 64 k. A cluster of `split` blocks splits k and adds
+// its sums through distributed shared memory (the key is absent when 1, so
+// configs cached before it keep their meaning).
 struct WqWgmmaConfig {
-  int groups, rows, stages, chunks;
+  int groups, rows, stages, chunks, split = 1;
 
   static bool is_wgmma(const nlohmann::json& j);  // "family": "wgmma"
   static WqWgmmaConfig from(const nlohmann::json& j);

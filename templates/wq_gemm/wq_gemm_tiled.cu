@@ -32,6 +32,7 @@ constexpr int kWarps = kWarpsN * kWarpsM * kWarpsK;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kBlockTiles = kWN * kWarpsN;
 constexpr int kBlockRows = 8 * kWM * kWarpsM;
+constexpr int kRingRows = kBlockRows;  // x is staged in the ring
 #include "qjit/wq_gemm/wq_stage_ring.cuh"
 #include "qjit/wq_gemm/wq_gemm_epilogue.cuh"
 
@@ -115,7 +116,8 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
-    ring_prologue(qweight, scales, zeros, x, first_tile, m0, M, ring);
+    const auto stage_x = [&](int stage_index, int slot) { copy_x(x, m0, M, stage_index, ring + slot * kStagePieces); };
+    ring_prologue(qweight, scales, zeros, first_tile, 0, kIters, ring, stage_x);
 
     // Stage 0's weights dequantised before the loop; then iteration it
     // dequantises stage it + 1 into the other a_frags buffer while its warps
@@ -132,7 +134,7 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
       // with iteration it - 1 (its x stage is refilled below, its a_frags
       // buffer rewritten).
       __syncthreads();
-      ring_refill(qweight, scales, zeros, x, first_tile, m0, M, it + kStages - 1, ring);
+      ring_refill(qweight, scales, zeros, first_tile, it + kStages - 1, kIters, ring, stage_x);
       if (it + 1 < kIters)
         dequant_stage(ring + ((it + 1) % kStages) * kStagePieces, it + 1, lane, a_frags + ((it + 1) % 2) * kAFragPieces);
       if (it * kWarpsK + wk < kChunks)

@@ -16,24 +16,39 @@
 // the small-M kernel does (wq_dequant.cuh), lane (gq, t) step s: physical k
 // 16t + 4s + 2(r/2) + {0, 1}.
 //
-// B in shared memory (sB), written from the ring's raw x (wq_stage_ring.cuh)
+// B in shared memory (sB), copied from global by cp.async 4 bytes at a time
 // in the order A's registers put k in: logical k 2t + e of step s is physical
 // 16t + 4s + e, logical 2t + 8 + e is 16t + 4s + 2 + e. sB is wgmma's
 // canonical K-major layout with the 128-byte swizzle: a chunk's row of x is
 // 128 bytes (64 logical k, step s at bytes 32s .. 32s + 32), 8 rows make a
 // 1024-byte atom, and 16-byte piece c of row r sits at piece c ^ (r % 8), so
-// the tensor cores' reads of one step (and the writes below) spread over all
+// the tensor cores' reads of one step (and the copies below) spread over all
 // banks; without the swizzle a step's 32-byte columns of 8 rows share 8 banks.
+// (The 4-byte permutation is why no 16-byte copy or TMA box can do this:
+// a lane's 16 physical k are contiguous, its places in sB are not.)
 // The descriptor of step s starts 32s bytes into the atom (the hardware
 // applies the XOR to the address it forms); atoms of 8 rows are 1024 bytes
-// apart (the stride dimension byte offset).
+// apart (the stride dimension byte offset). x needs no conversion on the way
+// (the family requires x of the scales' type), so no thread touches it.
 //
-// Per iteration it: issue the wgmma of ring stage it (kChunksPerStage chunks
-// of 64 k, 4 steps each; A registers and sB buffer it % 2), then, while the
-// tensor cores run, refill the stage freed earlier, wait for stage it + 1,
-// dequantise stage it + 1 into the other A registers and write its x into the
-// other sB buffer (fence.proxy.async: the tensor cores read sB through the
-// async proxy), barrier. Two chunks per stage halve the barriers per FLOP.
+// Pipeline: kStages ring slots, each holding one stage (kChunksPerStage
+// chunks of 64 k): the weights, scales and zeros in the cp.async ring of
+// wq_stage_ring.cuh, x in its sB slot. Per iteration it: issue the wgmma of
+// stage it (A registers a[it % 2]), wait for this warpgroup's wgmma of stage
+// it - 1 and for stage it + 1's copies, one barrier, refill the slot stage
+// it - 1 used with stage it + kStages - 1, and, while the tensor cores run,
+// dequantise stage it + 1 into the other A registers. One barrier per
+// iteration; two chunks per stage halve them per FLOP.
+//
+// Split k (kSplit > 1): a cluster of kSplit blocks along z shares one output
+// tile, each taking kMine consecutive stages, and adds its sums through
+// distributed shared memory at the end (below). It fills the SMs when the
+// output has few tiles: 4096 × 11008 at M = 256 has 86 tiles of 128 × 256
+// for 132 SMs.
+//
+// No wgmma may sit behind a branch: ptxas then serialises every wgmma of the
+// kernel (info C7520; a 25% loss measured on the H100). So every block runs
+// kMine iterations, a compile-time count, and stages past k run on zeros.
 #include "qjit/wq_gemm/wq_dequant.cuh"
 
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -44,13 +59,15 @@ constexpr int kThreads = 128 * kGroups;
 constexpr int kBlockTiles = 4 * kGroups;
 constexpr int kBlockRows = kRows;
 constexpr int kWarpsK = kChunksPerStage;  // the ring's chunks per stage (all warps multiply all of them)
+constexpr int kRingRows = 0;              // x goes straight to sB
 #include "qjit/wq_gemm/wq_stage_ring.cuh"
 #include "qjit/wq_gemm/wq_gemm_epilogue.cuh"
 
 constexpr int kAcc = kBlockRows / 2;                   // accumulators per thread: 64 × kBlockRows / 128
 constexpr int kSbBytes = kBlockRows * 128;             // one chunk of sB: rows of 64 k
 constexpr int kSbStage = kChunksPerStage * kSbBytes;   // one stage of sB
-static_assert(sizeof(TX) == 2, "the wgmma kernel stages 16-bit x");
+static_assert(sizeof(TX) == 2 && qjit::IsBf16<TX>::value == qjit::IsBf16<TS>::value,
+              "the wgmma kernel copies x unconverted: 16-bit, the scales' type");
 static_assert(kMatrices == 1, "wq_gemm multiplies one matrix");
 static_assert(kBlockRows <= kBucketM, "a block covers at most the bucket's rows of x");
 static_assert(kStages >= 3, "the ring holds the stage multiplied, the one prepared and one in flight");
@@ -127,82 +144,153 @@ __device__ __forceinline__ void fence_acc(float (&d)[kAcc]) {
   for (int i = 0; i < kAcc; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// --- preparing a chunk -------------------------------------------------------------
+// --- copying x ----------------------------------------------------------------
 
-// Writes the chunk's rows of x into sB in the order described at the top:
-// piece c of row m (physical k 8c .. 8c + 8, t = c / 2, steps 2(c % 2) and
-// 2(c % 2) + 1) holds, per step s, the words of logical k 2t (h = 0) and
-// 2t + 8 (h = 1): logical bytes 32s + 16h + 4t of row m, in 16-byte piece
-// (2s + h) ^ (m % 8) after the swizzle.
-__device__ __forceinline__ void write_sb(const uint4* chunk, unsigned char* sb) {
-  const uint4* rows = chunk + kWPieces + kSPieces + kZPieces;
+// Row r of a warp's rows (a constant once unrolled) exists when r < live; otherwise
+// ignore-src reads nothing and writes 4 zero bytes (rows of x past M). The
+// comparison sits in the asm so the compiler does not hoist one per row out
+// of the main loop (they would hold registers the accumulators need).
+__device__ __forceinline__ void cp_async4(unsigned char* dst, const void* src, int r, int live) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("{.reg .pred p;\n setp.le.s32 p, %2, %3;\n cp.async.ca.shared.global [%0], [%1], 4, p;\n}"
+               ::"r"(d), "l"(src), "r"(live), "r"(r) : "memory");
+}
+__device__ __forceinline__ void cp_async4(unsigned char* dst, const void* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
+}
+
+// The stage's rows of x into its sB slot. Warp w copies rows w·R .. w·R + R
+// (R = kBlockRows / warps, a multiple of 8), one row of a chunk per
+// instruction: lane j reads word j (128 contiguous bytes), physical k
+// 2j = 16t + 4s + 2h with t = j / 8, s = (j / 2) % 4, h = j % 2, and writes it
+// to logical bytes 32s + 16h + 4t of the row: offset 4t of 16-byte piece
+// (2s + h) ^ (m % 8), where m % 8 = r % 8 is a constant. The 32 words of a
+// row land in 32 distinct banks; every address is a per-thread base plus a
+// constant, so the unrolled copies hold no registers across the main loop.
+__device__ __forceinline__ void copy_x_sb(const TX* __restrict__ x, int m0, int M, int stage_index,
+                                          unsigned char* slot) {
+  constexpr int kRowsPerWarp = kBlockRows / (kThreads / 32);
+  static_assert(kRowsPerWarp % 8 == 0, "a warp's first row starts a swizzle atom");
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int piece = 2 * ((lane / 2) % 4) + lane % 2, offset = 4 * (lane / 8);
+  const int first = warp * kRowsPerWarp, live = M - m0 - first;  // rows r < live exist
+  const TX* src = x + static_cast<long long>(m0 + first) * kK + 2 * lane;
+  unsigned char* dst = slot + first * 128 + offset;
 #pragma unroll
-  for (int r = 0; r < (kBlockRows * 8 + kThreads - 1) / kThreads; ++r) {
-    const int p = r * kThreads + threadIdx.x;  // row p / 8, piece p % 8
-    if ((kBlockRows * 8) % kThreads != 0 && p >= kBlockRows * 8) break;
-    const int m = p / 8, c = p % 8, t = c / 2, s0 = 2 * (c % 2);
-    unsigned v[4];
-    to_mma_type(rows[m * kRowPieces + c], v);  // words: (s0, h0), (s0, h1), (s0 + 1, h0), (s0 + 1, h1)
-    unsigned char* row = sb + m * 128;
+  for (int kk = 0; kk < kChunksPerStage; ++kk) {
+    const int kc = stage_index * kChunksPerStage + kk;
+    const int rows = kc < kChunks ? live : 0;  // chunks past k (a split's padding stages) are zeros
+    if (rows >= kRowsPerWarp) {  // all rows exist (every block but the last along M): no predicate
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int piece = (2 * (s0 + i / 2) + i % 2) ^ (m % 8);
-      *reinterpret_cast<unsigned*>(row + piece * 16 + 4 * t) = v[i];
+      for (int r = 0; r < kRowsPerWarp; ++r)
+        cp_async4(dst + kk * kSbBytes + r * 128 + ((piece ^ (r % 8)) * 16), src + r * kK + kc * 64);
+    } else {
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r)
+        cp_async4(dst + kk * kSbBytes + r * 128 + ((piece ^ (r % 8)) * 16), src + r * kK + kc * 64, r, rows);
     }
   }
 }
 
 // --- the kernel ----------------------------------------------------------------
 
-// Buffer B of sB and a[B]: one iteration (kChunksPerStage chunks), for a
-// compile-time buffer index.
-template <int B>
-__device__ __forceinline__ void iteration(int it, const unsigned* __restrict__ qweight, const TS* __restrict__ scales,
-                                          const void* __restrict__ zeros, const TX* __restrict__ x, int m0, int M,
-                                          int first_tile, int bt, int lane, uint4* ring, unsigned char* sb,
-                                          unsigned (&a)[2][kChunksPerStage][4][4], float (&acc)[kAcc]) {
+// The A registers of stage `stage` (ring slot `at`): zeros for chunks past k,
+// whose wgmma still run (on zeros: no branch around a wgmma, which ptxas
+// would answer by serialising every wgmma, C7520).
+__device__ __forceinline__ void dequant_stage(const uint4* at, int stage, int bt, int lane,
+                                              unsigned (&a)[kChunksPerStage][4][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kChunksPerStage; ++kk) {
+    if (stage * kChunksPerStage + kk < kChunks) {
+      dequant_lane(at + kk * kChunkPieces, bt, lane, a[kk]);
+    } else {
+#pragma unroll
+      for (int s = 0; s < 4; ++s)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) a[kk][s][r] = 0;
+    }
+  }
+}
+
+// One iteration with A-register buffer B (a compile-time index); `end` is
+// one past the block's last stage.
+template <int B, class CopyX>
+__device__ __forceinline__ void iteration(int it, int end, const unsigned* __restrict__ qweight,
+                                          const TS* __restrict__ scales, const void* __restrict__ zeros,
+                                          int first_tile, int bt, int lane, uint4* ring, const unsigned char* sb,
+                                          unsigned (&a)[2][kChunksPerStage][4][4], float (&acc)[kAcc], CopyX stage_x) {
+  const unsigned char* slot = sb + (it % kStages) * kSbStage;
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");  // orders this warp's writes of a[B] before the wgmma
 #pragma unroll
   for (int kk = 0; kk < kChunksPerStage; ++kk)
-    if (it * kChunksPerStage + kk < kChunks)  // the last stage may hold fewer chunks
 #pragma unroll
-      for (int s = 0; s < 4; ++s)
-        wgmma_k16<kBlockRows>(acc, a[B][kk][s], sb_descriptor(sb + B * kSbStage + kk * kSbBytes + 32 * s));
+    for (int s = 0; s < 4; ++s) wgmma_k16<kBlockRows>(acc, a[B][kk][s], sb_descriptor(slot + kk * kSbBytes + 32 * s));
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 
-  // Refill the ring while the tensor cores run: its slot held stage it - 1,
-  // read by every thread before the last barrier of iteration it - 2.
-  ring_refill(qweight, scales, zeros, x, first_tile, m0, M, it + kStages - 1, ring);
-  // This thread's pieces of stage it + 1 (kStages + it groups committed, it + 2 needed).
-  asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");
-  // Stage it - 1's wgmma are done (their A registers and sB buffer are reused below).
+  // Stage it - 1's wgmma of this warpgroup are done (its A registers are
+  // rewritten below, its sB slot refilled after the barrier).
   asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-  __syncthreads();  // everyone's pieces of stage it + 1; every warpgroup done with stage it - 1
-  if (it + 1 < kIters) {
-    const uint4* next = ring + ((it + 1) % kStages) * kStagePieces;
-#pragma unroll
-    for (int kk = 0; kk < kChunksPerStage; ++kk)
-      if ((it + 1) * kChunksPerStage + kk < kChunks) {
-        dequant_lane(next + kk * kChunkPieces, bt, lane, a[1 - B][kk]);
-        write_sb(next + kk * kChunkPieces, sb + (1 - B) * kSbStage + kk * kSbBytes);
-      }
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // sB is read by the tensor cores
-  }
-  __syncthreads();  // sB buffer 1 - B is complete
+  // This thread's copies of stage it + 1 (kStages - 1 + it groups committed, it + 2 needed),
+  // made visible to the tensor cores, which read sB through the async proxy.
+  asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 3) : "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();  // everyone's copies of stage it + 1; every warpgroup done with stage it - 1
+  ring_refill(qweight, scales, zeros, first_tile, it + kStages - 1, end, ring, stage_x);
+  if (it + 1 < end) dequant_stage(ring + ((it + 1) % kStages) * kStagePieces, it + 1, bt, lane, a[1 - B]);
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads)
+// --- split k over a cluster ------------------------------------------------------
+
+// The kSplit blocks of a cluster (along z: the cluster rank is blockIdx.z)
+// take consecutive ranges of the stages of k for the same output tile, then
+// add their accumulators through distributed shared memory: each block writes
+// its sums into its own (free) ring, and block z adds and stores the
+// accumulators 4j..4j + 3 with j % kSplit == z, reading the other blocks'
+// sums of the same thread (PTX ISA: mapa, ld.shared::cluster, barrier.cluster).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ float4 load_from_block(const float4* local, unsigned rank) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(local));
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(remote) : "memory");
+  return v;
+}
+
+// Accumulator 4j + e of lane (gq, t) in warp w: row 16w + gq + 8(e/2) of
+// the warpgroup's 64 rows of n (the warp's tile), column 8j + 2t + e%2 of B
+// (row m of x).
+__device__ __forceinline__ void store_four(const float (&v)[4], int j, int tile, int m0, int M, int lane,
+                                           const TX* __restrict__ bias, const TX* residual, TX* y) {
+  const int gq = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int n = tile * 16 + gq + 8 * (e / 2), m = m0 + 8 * j + 2 * t + e % 2;
+    if (m < M) store_y(v[e], bias, residual, y, m, n);
+  }
+}
+
+extern "C" __global__ void QJIT_WQ_CLUSTER __launch_bounds__(kThreads)
 qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, const TS* __restrict__ scales,
              const void* __restrict__ zeros, const TX* __restrict__ bias, const TX* residual, TX* y, int M) {
-  // kStages × kStagePieces of ring, then two chunks of sB from the next
+  // kStages × kStagePieces of ring, then kStages slots of sB from the next
   // 1024-byte boundary (the swizzle atoms' alignment; the host adds 1024 bytes).
   extern __shared__ __align__(128) uint4 ring[];
   const unsigned ring_end = static_cast<unsigned>(__cvta_generic_to_shared(ring + kStages * kStagePieces));
   unsigned char* sb = reinterpret_cast<unsigned char*>(ring + kStages * kStagePieces) + ((1024 - ring_end % 1024) % 1024);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int gq = lane / 4, t = lane % 4;
   const int first_tile = blockIdx.y * kBlockTiles;
   const int bt = warp;  // the warp's tile in the block: warpgroup warp / 4, warp warp % 4 of it
+  // This block's kMine stages of k, from `begin`: the z-th of kSplit equal
+  // ranges. The last may run past kIters; those stages hold zeros, so every
+  // block runs the same, compile-time number of iterations.
+  constexpr int kMine = (kIters + kSplit - 1) / kSplit;
+  const int begin = blockIdx.z * kMine, end = begin + kMine;
   allow_next_grid();
 
   // Every bucket but 1024 covers M in one pass; 1024 loops over any M.
@@ -214,40 +302,52 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
     fence_acc(acc);
     unsigned a[2][kChunksPerStage][4][4];
 
-    ring_prologue(qweight, scales, zeros, x, first_tile, m0, M, ring);
-    asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < kChunksPerStage; ++kk)
-      if (kk < kChunks) {
-        dequant_lane(ring + kk * kChunkPieces, bt, lane, a[0][kk]);
-        write_sb(ring + kk * kChunkPieces, sb + kk * kSbBytes);
-      }
+    const auto stage_x = [&](int stage_index, int slot) { copy_x_sb(x, m0, M, stage_index, sb + slot * kSbStage); };
+    ring_prologue(qweight, scales, zeros, first_tile, begin, end, ring, stage_x);
+    asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");  // stage `begin`
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncthreads();
+    dequant_stage(ring + (begin % kStages) * kStagePieces, begin, bt, lane, a[0]);
 
-    // Unrolled by two so the A-register buffer index is a constant.
+    // Unrolled by two so the A-register buffer index is a constant; the trip
+    // count is too, so no wgmma sits behind a branch.
 #pragma unroll 1
-    for (int it = 0; it < kIters; it += 2) {
-      iteration<0>(it, qweight, scales, zeros, x, m0, M, first_tile, bt, lane, ring, sb, a, acc);
-      if (it + 1 < kIters) iteration<1>(it + 1, qweight, scales, zeros, x, m0, M, first_tile, bt, lane, ring, sb, a, acc);
+    for (int i = 0; i < kMine / 2; ++i) {
+      iteration<0>(begin + 2 * i, end, qweight, scales, zeros, first_tile, bt, lane, ring, sb, a, acc, stage_x);
+      iteration<1>(begin + 2 * i + 1, end, qweight, scales, zeros, first_tile, bt, lane, ring, sb, a, acc, stage_x);
     }
+    if constexpr (kMine % 2 == 1)
+      iteration<0>(end - 1, end, qweight, scales, zeros, first_tile, bt, lane, ring, sb, a, acc, stage_x);
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
     fence_acc(acc);
     asm volatile("cp.async.wait_all;" ::: "memory");
-
-    // Accumulator 4j + e of lane (gq, t) in warp w: row 16w + gq + 8(e/2) of
-    // the warpgroup's 64 rows of n (the warp's tile), column 8j + 2t + e%2
-    // of B (row m of x).
     const int tile = first_tile + bt;
-    if (tile < kNTiles) {
+    if constexpr (kSplit == 1) {
+      if (tile < kNTiles) {
 #pragma unroll
-      for (int j = 0; j < kBlockRows / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int n = tile * 16 + gq + 8 * (e / 2), m = m0 + 8 * j + 2 * t + e % 2;
-          if (m < M) store_y(acc[4 * j + e], bias, residual, y, m, n);
+        for (int j = 0; j < kAcc / 4; ++j) {
+          const float v[4] = {acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]};
+          store_four(v, j, tile, m0, M, lane, bias, residual, y);
         }
+      }
+    } else {
+      __syncthreads();  // every warp is done with the ring: it holds the partial sums now
+      float4* partial = reinterpret_cast<float4*>(ring);  // [kAcc / 4][kThreads]: conflict-free
+#pragma unroll
+      for (int j = 0; j < kAcc / 4; ++j)
+        partial[j * kThreads + threadIdx.x] = make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+      cluster_sync();  // every block's sums are visible to the cluster
+#pragma unroll
+      for (int j = 0; j < kAcc / 4; ++j) {
+        if (j % kSplit != static_cast<int>(blockIdx.z)) continue;
+        float v[4] = {acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]};
+        for (int other = 1; other < kSplit; ++other) {
+          const float4 p = load_from_block(partial + j * kThreads + threadIdx.x, (blockIdx.z + other) % kSplit);
+          v[0] += p.x, v[1] += p.y, v[2] += p.z, v[3] += p.w;
+        }
+        if (tile < kNTiles) store_four(v, j, tile, m0, M, lane, bias, residual, y);
+      }
+      cluster_sync();  // no block leaves, or refills its ring, while another reads its sums
     }
   }
 }

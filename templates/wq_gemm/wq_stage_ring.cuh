@@ -5,19 +5,21 @@
 //   W  kBlockTiles × 8·kBits    the block's tiles of native words, as in global
 //   S  kBlockTiles × G × 2      16 scales of each tile for each of the chunk's G groups
 //   Z  kBlockTiles × G × zb     their zero bytes (zb = 1) or fp16 offsets (zb = 2)
-//   X  kBlockRows × 9           x[m][64c .. 64c + 64): 8 pieces and one of padding
+//   X  kRingRows × 9            x[m][64c .. 64c + 64): 8 pieces and one of padding
 // all copied by every thread of the block. The padding makes a row 144 bytes:
 // the 8 lanes of a 16-byte shared load phase (gq = 0, 1 × t = 0..3, at
-// 144·gq + 32t) then hit 8 distinct 4-bank groups.
+// 144·gq + 32t) then hit 8 distinct 4-bank groups. A kernel that stages x
+// elsewhere (the wgmma kernel copies it straight into wgmma's layout) sets
+// kRingRows to 0 and passes its own copy to ring_prologue / ring_refill.
 //
-// The includer defines kThreads, kBlockTiles, kBlockRows, kWarpsK and kStages
-// (after wq_dequant.cuh).
+// The includer defines kThreads, kBlockTiles, kBlockRows, kRingRows, kWarpsK
+// and kStages (after wq_dequant.cuh).
 
 constexpr int kRowPieces = 9;  // a staged row of x: 8 pieces of 64 k and one of padding
 constexpr int kWPieces = kBlockTiles * 8 * kBits;
 constexpr int kSPieces = kBlockTiles * kGroupsPerChunk * 2;
 constexpr int kZPieces = kBlockTiles * kGroupsPerChunk * kZeroBytes;
-constexpr int kXPieces = kBlockRows * kRowPieces;
+constexpr int kXPieces = kRingRows * kRowPieces;
 constexpr int kChunkPieces = kWPieces + kSPieces + kZPieces + kXPieces;
 constexpr int kStagePieces = kWarpsK * kChunkPieces;
 constexpr int kIters = (kChunks + kWarpsK - 1) / kWarpsK;  // stages of a pass over k
@@ -69,7 +71,7 @@ __device__ __forceinline__ void copy_weights(const unsigned* __restrict__ qweigh
   }
 }
 
-// The stage's rows of x (rows m0 + r >= M are zero-filled).
+// The stage's rows of x into the ring (rows m0 + r >= M are zero-filled).
 __device__ __forceinline__ void copy_x(const TX* __restrict__ x, int m0, int M, int stage_index, uint4* stage) {
 #pragma unroll
   for (int kk = 0; kk < kWarpsK; ++kk) {
@@ -136,31 +138,35 @@ __device__ __forceinline__ void dequant_lane(const uint4* chunk, int bt, int lan
     for (int r = 0; r < 4; ++r) a[s][r] = dequant2<false>(w, 4 * s + r, rp[r % 2]);
 }
 
-// Fills stages 0 .. kStages - 2 of the ring: every stage's weights first, then
-// (after waiting for the previous kernel, which may write x) its x. cp.async
-// group s holds stage s's x (group 0 also every prologue weight).
+// Fills the ring with stages first .. first + kStages - 2 of those before
+// `end` (stage i in slot i % kStages): every stage's weights first, then
+// (after waiting for the previous kernel, which may write x) its x, through
+// copy_x_stage(stage index, slot). cp.async group s holds stage first + s's x
+// (group 0 also every prologue weight).
+template <class CopyX>
 __device__ __forceinline__ void ring_prologue(const unsigned* __restrict__ qweight, const TS* __restrict__ scales,
-                                              const void* __restrict__ zeros, const TX* __restrict__ x, int first_tile,
-                                              int m0, int M, uint4* ring) {
+                                              const void* __restrict__ zeros, int first_tile, int first, int end,
+                                              uint4* ring, CopyX copy_x_stage) {
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s)
-    if (s < kIters) copy_weights(qweight, scales, zeros, first_tile, s, ring + s * kStagePieces);
+    if (first + s < end)
+      copy_weights(qweight, scales, zeros, first_tile, first + s, ring + ((first + s) % kStages) * kStagePieces);
   qjit::wait_for_previous_grid();
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < kIters) copy_x(x, m0, M, s, ring + s * kStagePieces);
+    if (first + s < end) copy_x_stage(first + s, (first + s) % kStages);
     asm volatile("cp.async.commit_group;" ::: "memory");  // empty groups keep the count uniform
   }
 }
 
-// Refills the ring with stage `ahead` (if it exists) as one cp.async group.
+// Refills the ring with stage `ahead` (if it is before `end`) as one cp.async group.
+template <class CopyX>
 __device__ __forceinline__ void ring_refill(const unsigned* __restrict__ qweight, const TS* __restrict__ scales,
-                                            const void* __restrict__ zeros, const TX* __restrict__ x, int first_tile,
-                                            int m0, int M, int ahead, uint4* ring) {
-  if (ahead < kIters) {
-    uint4* stage = ring + (ahead % kStages) * kStagePieces;
-    copy_weights(qweight, scales, zeros, first_tile, ahead, stage);
-    copy_x(x, m0, M, ahead, stage);
+                                            const void* __restrict__ zeros, int first_tile, int ahead, int end,
+                                            uint4* ring, CopyX copy_x_stage) {
+  if (ahead < end) {
+    copy_weights(qweight, scales, zeros, first_tile, ahead, ring + (ahead % kStages) * kStagePieces);
+    copy_x_stage(ahead, ahead % kStages);
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
 }
