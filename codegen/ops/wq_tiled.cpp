@@ -184,7 +184,7 @@ std::vector<Constant> wq_wgmma_constants(const WqShape& s, const WqWgmmaConfig& 
   out.push_back({"int", "kStages", std::to_string(c.stages), "tunable: cp.async ring depth"});
   out.push_back({"int", "kChunksPerStage", std::to_string(c.chunks), "tunable: chunks of 64 k per ring stage"});
   out.push_back({"int", "kSplit", std::to_string(c.split), "tunable: blocks of a cluster splitting k"});
-  // Only a split launches clusters: a cluster of one block schedules differently (slower, H100, session 6).
+  // Only a split launches clusters: configs without one launch exactly as before the key existed.
   out.push_back({"macro", "QJIT_WQ_CLUSTER", c.split > 1 ? "__cluster_dims__(1, 1, kSplit)" : "",
                  "the kernel's cluster: kSplit blocks along z"});
   return out;
