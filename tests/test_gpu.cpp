@@ -373,18 +373,18 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
     return;
   }
   test::TempDir dir;
-  cache::Store store(dir.file("kernels.db"));
-  set_cache_path(dir.file("kernels.db"));
   // The tuner verifies at the bucket's M; these run the cached wgmma kernel at
   // M that leave rows of the last block past M (copied as zeros, not stored)
-  // and, in the 1024 bucket, loop past the grid (a split's clusters loop together).
+  // and, in the 1024 bucket, loop past the grid (a split's clusters loop
+  // together). One cache per case: cases may share a spec.
   struct Case {
     nlohmann::json params, config;
     std::vector<int> rows;
   };
-  const auto wgmma = [](int groups, int rows, int stages, int chunks, int split = 1) {
+  const auto wgmma = [](int groups, int rows, int stages, int chunks, int split = 1, int producer = 0) {
     nlohmann::json j{{"family", "wgmma"}, {"groups", groups}, {"rows", rows}, {"stages", stages}, {"chunks", chunks}};
     if (split > 1) j["split"] = split;
+    if (producer) j["producer"] = producer;
     return j;
   };
   const Case cases[] = {
@@ -399,8 +399,18 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
        wgmma(1, 64, 3, 1, 4), {65, 128}},
       {{{"k", 768}, {"n", 128}, {"bits", 2}, {"zero", "sym"}, {"bias", "yes"}, {"act", "relu6"}, {"residual", "yes"}},
        wgmma(2, 256, 3, 1, 2), {1025, 1500}},
+      // a producer warpgroup issuing the copies, alone and with a split
+      {{{"k", 1024}, {"n", 272}, {"bits", 4}, {"zero", "int"}}, wgmma(2, 128, 4, 1, 1, 1), {129, 256}},
+      {{{"k", 320}, {"n", 80}, {"bits", 3}, {"zero", "float"}, {"scales", "bf16"}, {"x", "bf16"}, {"g", 64}},
+       wgmma(1, 64, 3, 2, 2, 1), {65, 128}},
+      {{{"k", 768}, {"n", 128}, {"bits", 8}, {"zero", "int"}, {"bias", "yes"}, {"residual", "yes"}},
+       wgmma(1, 128, 3, 1, 3, 1), {1025, 1500}},
   };
+  int n = 0;
   for (const Case& c : cases) {
+    const std::string db = dir.file("kernels_" + std::to_string(n++) + ".db");
+    cache::Store store(db);
+    set_cache_path(db);
     nlohmann::json p = c.params;
     p["m"] = codegen::wq_gemm_bucket(c.rows.front());
     const auto spec = codegen::make_spec("wq_gemm", p);

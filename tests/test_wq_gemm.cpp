@@ -240,6 +240,15 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   CHECK_THROWS_WITH(op.validate_config(big, bad("groups", 3)), Catch::Contains("groups must be 1 or 2"));
   CHECK_THROWS_WITH(op.validate_config(big, bad("chunks", 4)), Catch::Contains("chunks must be 1 or 2"));
   CHECK_THROWS_WITH(op.validate_config(big, bad("split", 5)), Catch::Contains("split must be 1, 2, 3 or 4"));
+  CHECK_THROWS_WITH(op.validate_config(big, bad("producer", 2)), Catch::Contains("producer must be 0 or 1"));
+  CHECK_THROWS_WITH(op.validate_config(big, bad("producer", 1)), Catch::Contains("takes rows <= 128 and chunks=1"));
+  // producer: a third warpgroup (the block grows by 128 threads); absent when 0.
+  nlohmann::json producer = bad("producer", 1);
+  producer["chunks"] = 1;
+  CHECK(std::find(space.begin(), space.end(), producer) != space.end());
+  CHECK(std::find(space.begin(), space.end(), bad("producer", 0)) == space.end());
+  CHECK(op.launch_geometry(big, producer).block[0] == 384);
+  CHECK(codegen::generate_source(big, producer).text.find("kProducer = 1;") != std::string::npos);
   CHECK_THROWS_WITH(op.validate_config(parse_spec("wq_gemm", "k=256,n=11008,m=256"), bad("split", 3)),
                     Catch::Contains("split × chunks exceeds"));
   // split: a cluster along z; the key is written only when it is not 1, so

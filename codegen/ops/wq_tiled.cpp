@@ -123,16 +123,19 @@ bool WqWgmmaConfig::is_wgmma(const nlohmann::json& j) { return j.is_object() && 
 
 WqWgmmaConfig WqWgmmaConfig::from(const nlohmann::json& j) {
   auto get = [&](const char* k) { return wq_config_int(j, k, "wq_gemm wgmma config"); };
-  const bool has_split = j.is_object() && j.contains("split");
-  if (!is_wgmma(j) || j.size() != (has_split ? 6u : 5u))
-    throw Error("config", "wq_gemm wgmma config needs family, groups, rows, stages, chunks and optionally split: " +
-                              j.dump());
-  return {get("groups"), get("rows"), get("stages"), get("chunks"), has_split ? get("split") : 1};
+  const bool has_split = j.is_object() && j.contains("split"), has_producer = j.is_object() && j.contains("producer");
+  if (!is_wgmma(j) || j.size() != 5u + has_split + has_producer)
+    throw Error("config",
+                "wq_gemm wgmma config needs family, groups, rows, stages, chunks and optionally split and producer: " +
+                    j.dump());
+  return {get("groups"), get("rows"), get("stages"), get("chunks"), has_split ? get("split") : 1,
+          has_producer ? get("producer") : 0};
 }
 
 nlohmann::json WqWgmmaConfig::to_json() const {
   nlohmann::json j = {{"family", "wgmma"}, {"groups", groups}, {"rows", rows}, {"stages", stages}, {"chunks", chunks}};
   if (split != 1) j["split"] = split;
+  if (producer != 0) j["producer"] = producer;
   return j;
 }
 
@@ -154,6 +157,10 @@ std::string wq_wgmma_problem(const WqShape& s, const WqWgmmaConfig& c) {
   if (!one_of(c.chunks, {1, 2})) return "chunks must be 1 or 2";
   if (!one_of(c.split, {1, 2, 3, 4})) return "split must be 1, 2, 3 or 4";
   if (s.k / 64 < int64_t{c.chunks} * c.split) return "split × chunks exceeds the number of 64-wide chunks of k";
+  if (!one_of(c.producer, {0, 1})) return "producer must be 0 or 1";
+  // A third warpgroup leaves 168 registers per thread: not enough for 128 accumulators.
+  if (c.producer == 1 && c.groups == 2 && (c.rows == 256 || c.chunks == 2))
+    return "producer=1 with groups=2 takes rows <= 128 and chunks=1 (168 registers per thread: ptxas spills)";
   if (c.rows > s.m) return "rows=" + std::to_string(c.rows) + " is more than the bucket m=" + std::to_string(s.m);
   if (64 * c.groups > s.n) return "a block covers more than n";
   // 128 accumulators and two sets of A registers: ptxas spills at 128 threads (it does not at 256).
@@ -168,12 +175,13 @@ std::vector<WqWgmmaConfig> wq_wgmma_space(const WqShape& s) {
   std::vector<WqWgmmaConfig> out;
   for (int groups : {1, 2})
     for (int rows : {64, 128, 256})
-      for (int stages : {3, 4, 5})  // 6 never won (H100, session 6)
+      for (int stages : {3, 4})  // 5 and 6 were within noise of 4 (H100, session 6)
         for (int chunks : {1, 2})
-          for (int split : {1, 2, 3, 4}) {
-            const WqWgmmaConfig c{groups, rows, stages, chunks, split};
-            if (wq_wgmma_problem(s, c).empty()) out.push_back(c);
-          }
+          for (int split : {1, 2, 3, 4})
+            for (int producer : {0, 1}) {
+              const WqWgmmaConfig c{groups, rows, stages, chunks, split, producer};
+              if (wq_wgmma_problem(s, c).empty()) out.push_back(c);
+            }
   return out;
 }
 
@@ -184,6 +192,7 @@ std::vector<Constant> wq_wgmma_constants(const WqShape& s, const WqWgmmaConfig& 
   out.push_back({"int", "kStages", std::to_string(c.stages), "tunable: cp.async ring depth"});
   out.push_back({"int", "kChunksPerStage", std::to_string(c.chunks), "tunable: chunks of 64 k per ring stage"});
   out.push_back({"int", "kSplit", std::to_string(c.split), "tunable: blocks of a cluster splitting k"});
+  out.push_back({"int", "kProducer", std::to_string(c.producer), "tunable: 1 = a warpgroup that only copies"});
   // Only a split launches clusters: configs without one launch exactly as before the key existed.
   out.push_back({"macro", "QJIT_WQ_CLUSTER", c.split > 1 ? "__cluster_dims__(1, 1, kSplit)" : "",
                  "the kernel's cluster: kSplit blocks along z"});
@@ -195,7 +204,7 @@ LaunchGeometry wq_wgmma_geometry(const WqShape& s, const WqWgmmaConfig& c) {
   g.grid[0] = static_cast<unsigned>((s.m + c.rows - 1) / c.rows);
   g.grid[1] = static_cast<unsigned>((s.n + 64 * c.groups - 1) / (64 * c.groups));
   g.grid[2] = static_cast<unsigned>(c.split);  // one cluster along z (the kernel's __cluster_dims__)
-  g.block[0] = static_cast<unsigned>(128 * c.groups);
+  g.block[0] = static_cast<unsigned>(128 * (c.groups + c.producer));
   g.dynamic_smem = static_cast<unsigned>(wq_wgmma_smem_bytes(s, c));
   g.programmatic = true;
   return g;

@@ -47,10 +47,11 @@ LaunchGeometry wq_tiled_geometry(const WqShape& s, const WqTiledConfig& c);
 // block of `groups` warpgroups owns 64·groups rows of n and `rows` rows of x
 // (wgmma's n: 64, 128 or 256); the same cp.async ring of `stages` stages,
 // each `chunks` chunks of 64 k. A cluster of `split` blocks splits k and adds
-// its sums through distributed shared memory (the key is absent when 1, so
-// configs cached before it keep their meaning).
+// its sums through distributed shared memory; with `producer` 1, one more
+// warpgroup issues every copy. Both keys are absent at their defaults (1 and
+// 0), so configs cached before them keep their meaning.
 struct WqWgmmaConfig {
-  int groups, rows, stages, chunks, split = 1;
+  int groups, rows, stages, chunks, split = 1, producer = 0;
 
   static bool is_wgmma(const nlohmann::json& j);  // "family": "wgmma"
   static WqWgmmaConfig from(const nlohmann::json& j);

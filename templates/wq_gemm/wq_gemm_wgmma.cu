@@ -49,13 +49,22 @@
 // No wgmma may sit behind a branch: ptxas then serialises every wgmma of the
 // kernel (info C7520; a 25% loss measured on the H100). So every block runs
 // kMine iterations, a compile-time count, and stages past k run on zeros.
+//
+// Producer (kProducer = 1): one more warpgroup issues every copy (weights
+// and x), so the warpgroups that multiply only dequantise and issue wgmma;
+// the one barrier per iteration still orders them. The roles are branched on
+// a shuffled (so provably warp-uniform) warpgroup index, which ptxas accepts
+// around wgmma.
 #include "qjit/wq_gemm/wq_dequant.cuh"
 
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "wq_gemm's wgmma family needs the sm_90a target (compute capability 9.0)"
 #endif
 
-constexpr int kThreads = 128 * kGroups;
+constexpr int kMmaThreads = 128 * kGroups;                 // the warpgroups that dequantise and multiply
+constexpr int kThreads = kMmaThreads + 128 * kProducer;     // and the producer warpgroup, if any
+constexpr int kCopyThreads = kProducer ? 128 : kThreads;    // who issues the cp.async copies (wq_stage_ring.cuh)
+constexpr int kCopyFirst = kProducer ? kMmaThreads : 0;
 constexpr int kBlockTiles = 4 * kGroups;
 constexpr int kBlockRows = kRows;
 constexpr int kWarpsK = kChunksPerStage;  // the ring's chunks per stage (all warps multiply all of them)
@@ -160,8 +169,8 @@ __device__ __forceinline__ void cp_async4(unsigned char* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
 }
 
-// The stage's rows of x into its sB slot. Warp w copies rows w·R .. w·R + R
-// (R = kBlockRows / warps, a multiple of 8), one row of a chunk per
+// The stage's rows of x into its sB slot. Copying warp w copies rows w·R ..
+// w·R + R (R = kBlockRows / copying warps, a multiple of 8), one row of a chunk per
 // instruction: lane j reads word j (128 contiguous bytes), physical k
 // 2j = 16t + 4s + 2h with t = j / 8, s = (j / 2) % 4, h = j % 2, and writes it
 // to logical bytes 32s + 16h + 4t of the row: offset 4t of 16-byte piece
@@ -170,9 +179,9 @@ __device__ __forceinline__ void cp_async4(unsigned char* dst, const void* src) {
 // constant, so the unrolled copies hold no registers across the main loop.
 __device__ __forceinline__ void copy_x_sb(const TX* __restrict__ x, int m0, int M, int stage_index,
                                           unsigned char* slot) {
-  constexpr int kRowsPerWarp = kBlockRows / (kThreads / 32);
+  constexpr int kRowsPerWarp = kBlockRows / (kCopyThreads / 32);
   static_assert(kRowsPerWarp % 8 == 0, "a warp's first row starts a swizzle atom");
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp = copy_thread() / 32, lane = threadIdx.x % 32;
   const int piece = 2 * ((lane / 2) % 4) + lane % 2, offset = 4 * (lane / 8);
   const int first = warp * kRowsPerWarp, live = M - m0 - first;  // rows r < live exist
   const TX* src = x + static_cast<long long>(m0 + first) * kK + 2 * lane;
@@ -216,28 +225,31 @@ __device__ __forceinline__ void dequant_stage(const uint4* at, int stage, int bt
 // One iteration with A-register buffer B (a compile-time index); `end` is
 // one past the block's last stage.
 template <int B, class CopyX>
-__device__ __forceinline__ void iteration(int it, int end, const unsigned* __restrict__ qweight,
+__device__ __forceinline__ void iteration(int it, int end, bool mma, bool copier, const unsigned* __restrict__ qweight,
                                           const TS* __restrict__ scales, const void* __restrict__ zeros,
                                           int first_tile, int bt, int lane, uint4* ring, const unsigned char* sb,
                                           unsigned (&a)[2][kChunksPerStage][4][4], float (&acc)[kAcc], CopyX stage_x) {
-  const unsigned char* slot = sb + (it % kStages) * kSbStage;
-  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");  // orders this warp's writes of a[B] before the wgmma
+  if (mma) {
+    const unsigned char* slot = sb + (it % kStages) * kSbStage;
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");  // orders this warp's writes of a[B] before the wgmma
 #pragma unroll
-  for (int kk = 0; kk < kChunksPerStage; ++kk)
+    for (int kk = 0; kk < kChunksPerStage; ++kk)
 #pragma unroll
-    for (int s = 0; s < 4; ++s) wgmma_k16<kBlockRows>(acc, a[B][kk][s], sb_descriptor(slot + kk * kSbBytes + 32 * s));
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-
-  // Stage it - 1's wgmma of this warpgroup are done (its A registers are
-  // rewritten below, its sB slot refilled after the barrier).
-  asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-  // This thread's copies of stage it + 1 (kStages - 1 + it groups committed, it + 2 needed),
-  // made visible to the tensor cores, which read sB through the async proxy.
-  asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 3) : "memory");
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      for (int s = 0; s < 4; ++s) wgmma_k16<kBlockRows>(acc, a[B][kk][s], sb_descriptor(slot + kk * kSbBytes + 32 * s));
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    // Stage it - 1's wgmma of this warpgroup are done (its A registers are
+    // rewritten below, its sB slot refilled after the barrier).
+    asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+  }
+  if (copier) {
+    // This thread's copies of stage it + 1 (kStages - 1 + it groups committed, it + 2 needed),
+    // made visible to the tensor cores, which read sB through the async proxy.
+    asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 3) : "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
   __syncthreads();  // everyone's copies of stage it + 1; every warpgroup done with stage it - 1
-  ring_refill(qweight, scales, zeros, first_tile, it + kStages - 1, end, ring, stage_x);
-  if (it + 1 < end) dequant_stage(ring + ((it + 1) % kStages) * kStagePieces, it + 1, bt, lane, a[1 - B]);
+  if (copier) ring_refill(qweight, scales, zeros, first_tile, it + kStages - 1, end, ring, stage_x);
+  if (mma && it + 1 < end) dequant_stage(ring + ((it + 1) % kStages) * kStagePieces, it + 1, bt, lane, a[1 - B]);
 }
 
 // --- split k over a cluster ------------------------------------------------------
@@ -291,7 +303,11 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
   // block runs the same, compile-time number of iterations.
   constexpr int kMine = (kIters + kSplit - 1) / kSplit;
   const int begin = blockIdx.z * kMine, end = begin + kMine;
+  // Roles: every thread does both without a producer warpgroup.
+  const bool mma = kProducer == 0 || __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0) < kGroups;
+  const bool copier = kProducer == 0 || !mma;
   allow_next_grid();
+  if (!copier) qjit::wait_for_previous_grid();  // the copiers wait inside ring_prologue; y is written after
 
   // Every bucket but 1024 covers M in one pass; 1024 loops over any M.
   for (int m0 = blockIdx.x * kBlockRows; m0 < M; m0 += gridDim.x * kBlockRows) {
@@ -303,27 +319,29 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
     unsigned a[2][kChunksPerStage][4][4];
 
     const auto stage_x = [&](int stage_index, int slot) { copy_x_sb(x, m0, M, stage_index, sb + slot * kSbStage); };
-    ring_prologue(qweight, scales, zeros, first_tile, begin, end, ring, stage_x);
-    asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");  // stage `begin`
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    if (copier) {
+      ring_prologue(qweight, scales, zeros, first_tile, begin, end, ring, stage_x);
+      asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");  // stage `begin`
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    }
     __syncthreads();
-    dequant_stage(ring + (begin % kStages) * kStagePieces, begin, bt, lane, a[0]);
+    if (mma) dequant_stage(ring + (begin % kStages) * kStagePieces, begin, bt, lane, a[0]);
 
     // Unrolled by two so the A-register buffer index is a constant; the trip
     // count is too, so no wgmma sits behind a branch.
 #pragma unroll 1
     for (int i = 0; i < kMine / 2; ++i) {
-      iteration<0>(begin + 2 * i, end, qweight, scales, zeros, first_tile, bt, lane, ring, sb, a, acc, stage_x);
-      iteration<1>(begin + 2 * i + 1, end, qweight, scales, zeros, first_tile, bt, lane, ring, sb, a, acc, stage_x);
+      iteration<0>(begin + 2 * i, end, mma, copier, qweight, scales, zeros, first_tile, bt, lane, ring, sb, a, acc, stage_x);
+      iteration<1>(begin + 2 * i + 1, end, mma, copier, qweight, scales, zeros, first_tile, bt, lane, ring, sb, a, acc, stage_x);
     }
     if constexpr (kMine % 2 == 1)
-      iteration<0>(end - 1, end, qweight, scales, zeros, first_tile, bt, lane, ring, sb, a, acc, stage_x);
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+      iteration<0>(end - 1, end, mma, copier, qweight, scales, zeros, first_tile, bt, lane, ring, sb, a, acc, stage_x);
+    if (mma) asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
     fence_acc(acc);
-    asm volatile("cp.async.wait_all;" ::: "memory");
+    if (copier) asm volatile("cp.async.wait_all;" ::: "memory");
     const int tile = first_tile + bt;
     if constexpr (kSplit == 1) {
-      if (tile < kNTiles) {
+      if (mma && tile < kNTiles) {
 #pragma unroll
         for (int j = 0; j < kAcc / 4; ++j) {
           const float v[4] = {acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]};
@@ -332,17 +350,18 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
       }
     } else {
       __syncthreads();  // every warp is done with the ring: it holds the partial sums now
-      float4* partial = reinterpret_cast<float4*>(ring);  // [kAcc / 4][kThreads]: conflict-free
+      float4* partial = reinterpret_cast<float4*>(ring);  // [kAcc / 4][kMmaThreads]: conflict-free
+      if (mma)
 #pragma unroll
-      for (int j = 0; j < kAcc / 4; ++j)
-        partial[j * kThreads + threadIdx.x] = make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
+        for (int j = 0; j < kAcc / 4; ++j)
+          partial[j * kMmaThreads + threadIdx.x] = make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
       cluster_sync();  // every block's sums are visible to the cluster
 #pragma unroll
       for (int j = 0; j < kAcc / 4; ++j) {
-        if (j % kSplit != static_cast<int>(blockIdx.z)) continue;
+        if (!mma || j % kSplit != static_cast<int>(blockIdx.z)) continue;
         float v[4] = {acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]};
         for (int other = 1; other < kSplit; ++other) {
-          const float4 p = load_from_block(partial + j * kThreads + threadIdx.x, (blockIdx.z + other) % kSplit);
+          const float4 p = load_from_block(partial + j * kMmaThreads + threadIdx.x, (blockIdx.z + other) % kSplit);
           v[0] += p.x, v[1] += p.y, v[2] += p.z, v[3] += p.w;
         }
         if (tile < kNTiles) store_four(v, j, tile, m0, M, lane, bias, residual, y);

@@ -6,14 +6,15 @@
 //   S  kBlockTiles × G × 2      16 scales of each tile for each of the chunk's G groups
 //   Z  kBlockTiles × G × zb     their zero bytes (zb = 1) or fp16 offsets (zb = 2)
 //   X  kRingRows × 9            x[m][64c .. 64c + 64): 8 pieces and one of padding
-// all copied by every thread of the block. The padding makes a row 144 bytes:
+// all copied by the kCopyThreads threads from kCopyFirst on (the whole block,
+// or a producer warpgroup). The padding makes a row 144 bytes:
 // the 8 lanes of a 16-byte shared load phase (gq = 0, 1 × t = 0..3, at
 // 144·gq + 32t) then hit 8 distinct 4-bank groups. A kernel that stages x
 // elsewhere (the wgmma kernel copies it straight into wgmma's layout) sets
 // kRingRows to 0 and passes its own copy to ring_prologue / ring_refill.
 //
-// The includer defines kThreads, kBlockTiles, kBlockRows, kRingRows, kWarpsK
-// and kStages (after wq_dequant.cuh).
+// The includer defines kCopyThreads, kCopyFirst, kBlockTiles, kBlockRows,
+// kRingRows, kWarpsK and kStages (after wq_dequant.cuh).
 
 constexpr int kRowPieces = 9;  // a staged row of x: 8 pieces of 64 k and one of padding
 constexpr int kWPieces = kBlockTiles * 8 * kBits;
@@ -30,6 +31,9 @@ __device__ __forceinline__ void cp_async16(uint4* dst, const void* src, bool fil
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(fill ? 16 : 0) : "memory");
 }
 
+// This thread's index among the copying threads.
+__device__ __forceinline__ int copy_thread() { return static_cast<int>(threadIdx.x) - kCopyFirst; }
+
 // Block tile i, clamped to a valid tile (the last block may stick out past n;
 // nothing is stored for the tiles past the end).
 __device__ __forceinline__ int tile_at(int first_tile, int i) { return min(first_tile + i, kNTiles - 1); }
@@ -45,17 +49,17 @@ __device__ __forceinline__ void copy_weights(const unsigned* __restrict__ qweigh
     if (kc >= kChunks) break;
     uint4* chunk = stage + kk * kChunkPieces;
 #pragma unroll
-    for (int r = 0; r < (kWPieces + kThreads - 1) / kThreads; ++r) {
-      const int p = r * kThreads + threadIdx.x;  // tile p / (8 kBits), piece p % (8 kBits)
-      if (kWPieces % kThreads == 0 || p < kWPieces) {
+    for (int r = 0; r < (kWPieces + kCopyThreads - 1) / kCopyThreads; ++r) {
+      const int p = r * kCopyThreads + copy_thread();  // tile p / (8 kBits), piece p % (8 kBits)
+      if (kWPieces % kCopyThreads == 0 || p < kWPieces) {
         const int i = p / (8 * kBits), piece = p % (8 * kBits);
         const unsigned* src = qweight + (static_cast<long long>(tile_at(first_tile, i)) * kChunks + kc) * 32 * kBits;
         cp_async16(chunk + p, src + 4 * piece);
       }
     }
 #pragma unroll
-    for (int r = 0; r < (kSPieces + kZPieces + kThreads - 1) / kThreads; ++r) {
-      const int p = r * kThreads + threadIdx.x;
+    for (int r = 0; r < (kSPieces + kZPieces + kCopyThreads - 1) / kCopyThreads; ++r) {
+      const int p = r * kCopyThreads + copy_thread();
       if (p < kSPieces) {  // 8 scales: tile p / (2G), group (p / 2) % G, half p % 2
         const int i = p / (2 * kGroupsPerChunk), gi = (p / 2) % kGroupsPerChunk, h = p % 2;
         const long long group = kc * 64 / kGroup + gi;
@@ -79,9 +83,9 @@ __device__ __forceinline__ void copy_x(const TX* __restrict__ x, int m0, int M, 
     if (kc >= kChunks) break;
     uint4* rows = stage + kk * kChunkPieces + kWPieces + kSPieces + kZPieces;
 #pragma unroll
-    for (int r = 0; r < (kBlockRows * 8 + kThreads - 1) / kThreads; ++r) {
-      const int p = r * kThreads + threadIdx.x;  // row p / 8, piece p % 8
-      if ((kBlockRows * 8) % kThreads == 0 || p < kBlockRows * 8) {
+    for (int r = 0; r < (kBlockRows * 8 + kCopyThreads - 1) / kCopyThreads; ++r) {
+      const int p = r * kCopyThreads + copy_thread();  // row p / 8, piece p % 8
+      if ((kBlockRows * 8) % kCopyThreads == 0 || p < kBlockRows * 8) {
         const int row = p / 8, piece = p % 8;
         const bool live = m0 + row < M;
         const TX* src = x + static_cast<long long>(live ? m0 + row : 0) * kK + kc * 64 + 8 * piece;
