@@ -38,6 +38,12 @@ PlainQuant constant_quant(int64_t k, int64_t n, int bits, uint8_t q) {
   return p;
 }
 
+// `config` with one key set to `value` (for the config-error checks).
+nlohmann::json with_key(nlohmann::json config, const char* key, int value) {
+  config[key] = value;
+  return config;
+}
+
 }  // namespace
 
 TEST_CASE("native layout: hand-computed words", "[wq_gemm]") {
@@ -187,11 +193,7 @@ TEST_CASE("wq_gemm tiled family: configs, errors, grid and shared memory", "[wq_
   // then two stages of 2 chunks' 4 tiles dequantised, 4 pieces per lane
   CHECK(g.dynamic_smem == 3 * 2 * (4 * 35 + 64 * 9) * 16 + 2 * 2 * 4 * 4 * 32 * 16);
   // Errors name the bad key or value.
-  auto bad = [&](const char* key, int value) {
-    nlohmann::json j = c;
-    j[key] = value;
-    return j;
-  };
+  auto bad = [&](const char* key, int value) { return with_key(c, key, value); };
   CHECK_THROWS_WITH(op.validate_config(big, bad("wn", 3)), Catch::Contains("wn must be 1, 2 or 4"));
   CHECK_THROWS_WITH(op.validate_config(big, bad("stages", 6)), Catch::Contains("stages must be 3 or 4"));
   CHECK_THROWS_WITH(op.validate_config(parse_spec("wq_gemm", "k=4096,n=11008,m=32"), bad("wm", 8)),
@@ -231,11 +233,7 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   CHECK(g.grid[1] == (11008 + 127) / 128);
   CHECK(g.block[0] == 256);
   CHECK(g.dynamic_smem == 3 * (2 * 8 * 35 * 16 + 2 * 128 * 128) + 1024);
-  auto bad = [&](const char* key, int value) {
-    nlohmann::json j = c;
-    j[key] = value;
-    return j;
-  };
+  auto bad = [&](const char* key, int value) { return with_key(c, key, value); };
   CHECK_THROWS_WITH(op.validate_config(big, bad("rows", 96)), Catch::Contains("rows must be 64, 128 or 256"));
   CHECK_THROWS_WITH(op.validate_config(big, bad("groups", 3)), Catch::Contains("groups must be 1 or 2"));
   CHECK_THROWS_WITH(op.validate_config(big, bad("chunks", 4)), Catch::Contains("chunks must be 1 or 2"));
