@@ -381,10 +381,11 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
     nlohmann::json params, config;
     std::vector<int> rows;
   };
-  const auto wgmma = [](int groups, int rows, int stages, int chunks, int split = 1, int producer = 0) {
+  const auto wgmma = [](int groups, int rows, int stages, int chunks, int split = 1, int producer = 0, int a_smem = 0) {
     nlohmann::json j{{"family", "wgmma"}, {"groups", groups}, {"rows", rows}, {"stages", stages}, {"chunks", chunks}};
     if (split > 1) j["split"] = split;
     if (producer) j["producer"] = producer;
+    if (a_smem) j["a_smem"] = a_smem;
     return j;
   };
   const Case cases[] = {
@@ -405,6 +406,15 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
        wgmma(1, 64, 3, 2, 2, 1), {65, 128}},
       {{{"k", 768}, {"n", 128}, {"bits", 8}, {"zero", "int"}, {"bias", "yes"}, {"residual", "yes"}},
        wgmma(1, 128, 3, 1, 3, 1), {1025, 1500}},
+      // the dequantised weights through shared memory (x copied in natural order): with a split, a
+      // producer, one warpgroup of 256 rows, and two chunks per stage
+      {{{"k", 1024}, {"n", 272}, {"bits", 4}, {"zero", "int"}}, wgmma(2, 128, 3, 2, 3, 0, 1), {129, 256}},
+      {{{"k", 320}, {"n", 80}, {"bits", 3}, {"zero", "float"}, {"scales", "bf16"}, {"x", "bf16"}, {"g", 64}},
+       wgmma(1, 64, 3, 2, 2, 1, 1), {65, 100}},
+      {{{"k", 768}, {"n", 128}, {"bits", 8}, {"zero", "sym"}, {"bias", "yes"}, {"act", "relu"}},
+       wgmma(1, 256, 3, 1, 1, 0, 1), {1025, 1500}},
+      {{{"k", 768}, {"n", 128}, {"bits", 2}, {"zero", "int"}, {"residual", "yes"}, {"g", 32}},
+       wgmma(1, 256, 4, 1, 2, 1, 1), {257, 512}},
   };
   int n = 0;
   for (const Case& c : cases) {

@@ -239,6 +239,7 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   CHECK_THROWS_WITH(op.validate_config(big, bad("chunks", 4)), Catch::Contains("chunks must be 1 or 2"));
   CHECK_THROWS_WITH(op.validate_config(big, bad("split", 5)), Catch::Contains("split must be 1, 2, 3 or 4"));
   CHECK_THROWS_WITH(op.validate_config(big, bad("producer", 2)), Catch::Contains("producer must be 0 or 1"));
+  CHECK_THROWS_WITH(op.validate_config(big, bad("a_smem", 2)), Catch::Contains("a_smem must be 0 or 1"));
   CHECK_THROWS_WITH(op.validate_config(big, bad("producer", 1)), Catch::Contains("takes rows <= 128 and chunks=1"));
   // producer: a third warpgroup (the block grows by 128 threads); absent when 0.
   nlohmann::json producer = bad("producer", 1);
@@ -259,6 +260,18 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   CHECK(gs.dynamic_smem == g.dynamic_smem);  // the ring (126 KB) outgrows the sums (256 threads × 64 floats)
   const nlohmann::json wide = {{"family", "wgmma"}, {"groups", 2}, {"rows", 256}, {"stages", 3}, {"chunks", 1}, {"split", 2}};
   CHECK(op.launch_geometry(big, wide).dynamic_smem == 256 * 128 * 4);  // the sums outgrow the ring
+  // a_smem: two stages of sA per warpgroup (64 rows × 128 bytes per chunk)
+  // on top of the ring; absent when 0. With A out of registers, one
+  // warpgroup holds 256 rows of accumulators.
+  const auto a_smem = bad("a_smem", 1);
+  CHECK(std::find(space.begin(), space.end(), a_smem) != space.end());
+  CHECK(std::find(space.begin(), space.end(), bad("a_smem", 0)) == space.end());
+  CHECK(op.launch_geometry(big, a_smem).dynamic_smem == g.dynamic_smem + 2 * 2 * 2 * 64 * 128);
+  CHECK(codegen::generate_source(big, a_smem).text.find("kASmem = true;") != std::string::npos);
+  nlohmann::json one_group_256 = {{"family", "wgmma"}, {"groups", 1}, {"rows", 256}, {"stages", 3}, {"chunks", 1}};
+  CHECK_THROWS_WITH(op.validate_config(big, one_group_256), Catch::Contains("rows=256 with A in registers needs groups=2"));
+  one_group_256["a_smem"] = 1;
+  CHECK(std::find(space.begin(), space.end(), one_group_256) != space.end());
   const auto split_src = codegen::generate_source(big, split);
   CHECK(split_src.text.find("kSplit = 3;") != std::string::npos);
   CHECK(split_src.text.find("#define QJIT_WQ_CLUSTER __cluster_dims__(1, 1, kSplit)") != std::string::npos);

@@ -123,27 +123,34 @@ bool WqWgmmaConfig::is_wgmma(const nlohmann::json& j) { return j.is_object() && 
 
 WqWgmmaConfig WqWgmmaConfig::from(const nlohmann::json& j) {
   auto get = [&](const char* k) { return wq_config_int(j, k, "wq_gemm wgmma config"); };
-  const bool has_split = j.is_object() && j.contains("split"), has_producer = j.is_object() && j.contains("producer");
-  if (!is_wgmma(j) || j.size() != 5u + has_split + has_producer)
+  // Keys added after the family existed are optional and written only when
+  // they differ from their default, so cached configs keep their meaning.
+  auto optional = [&](const char* k, int fallback) { return j.is_object() && j.contains(k) ? get(k) : fallback; };
+  const size_t optional_keys = j.is_object() ? j.count("split") + j.count("producer") + j.count("a_smem") : 0;
+  if (!is_wgmma(j) || j.size() != 5u + optional_keys)
     throw Error("config",
-                "wq_gemm wgmma config needs family, groups, rows, stages, chunks and optionally split and producer: " +
+                "wq_gemm wgmma config needs family, groups, rows, stages, chunks and optionally split, producer and "
+                "a_smem: " +
                     j.dump());
-  return {get("groups"), get("rows"), get("stages"), get("chunks"), has_split ? get("split") : 1,
-          has_producer ? get("producer") : 0};
+  return {get("groups"), get("rows"), get("stages"), get("chunks"), optional("split", 1), optional("producer", 0),
+          optional("a_smem", 0)};
 }
 
 nlohmann::json WqWgmmaConfig::to_json() const {
   nlohmann::json j = {{"family", "wgmma"}, {"groups", groups}, {"rows", rows}, {"stages", stages}, {"chunks", chunks}};
   if (split != 1) j["split"] = split;
   if (producer != 0) j["producer"] = producer;
+  if (a_smem != 0) j["a_smem"] = a_smem;
   return j;
 }
 
 int64_t wq_wgmma_smem_bytes(const WqShape& s, const WqWgmmaConfig& c) {
-  // The ring without x, then up to 1024 bytes of alignment and a slot of x
-  // in wgmma's layout per stage: rows × 128 bytes per chunk. A split adds
-  // its sums through the ring: rows / 2 floats per thread.
-  const int64_t ring = c.stages * (stage_bytes(s, 4 * c.groups, 0, c.chunks) + int64_t{c.chunks} * c.rows * 128) + 1024;
+  // The ring without x, then up to 1024 bytes of alignment, a slot of x in
+  // wgmma's layout per stage (rows × 128 bytes per chunk) and, with a_smem,
+  // two stages of dequantised weights per warpgroup (64 rows × 128 bytes per
+  // chunk). A split adds its sums through the ring: rows / 2 floats per thread.
+  const int64_t ring = c.stages * (stage_bytes(s, 4 * c.groups, 0, c.chunks) + int64_t{c.chunks} * c.rows * 128) +
+                       int64_t{c.a_smem} * c.groups * 2 * c.chunks * 64 * 128 + 1024;
   const int64_t sums = c.split > 1 ? int64_t{128} * c.groups * (c.rows / 2) * 4 : 0;
   return std::max(ring, sums);
 }
@@ -158,14 +165,19 @@ std::string wq_wgmma_problem(const WqShape& s, const WqWgmmaConfig& c) {
   if (!one_of(c.split, {1, 2, 3, 4})) return "split must be 1, 2, 3 or 4";
   if (s.k / 64 < int64_t{c.chunks} * c.split) return "split × chunks exceeds the number of 64-wide chunks of k";
   if (!one_of(c.producer, {0, 1})) return "producer must be 0 or 1";
-  // A third warpgroup leaves 168 registers per thread: not enough for 128 accumulators.
+  if (!one_of(c.a_smem, {0, 1})) return "a_smem must be 0 or 1";
+  // Register limits (ptxas spills past them): a third warpgroup leaves 168
+  // registers per thread, short of 128 accumulators and tight for two chunks
+  // per stage; A in registers takes 16 more per chunk of a stage, twice (the
+  // stage multiplied and the next).
   if (c.producer == 1 && c.groups == 2 && (c.rows == 256 || c.chunks == 2))
     return "producer=1 with groups=2 takes rows <= 128 and chunks=1 (168 registers per thread: ptxas spills)";
+  if (c.a_smem == 0 && c.rows == 256 && c.groups == 1)
+    return "rows=256 with A in registers needs groups=2 (one warpgroup spills)";
+  if (c.a_smem == 0 && c.rows == 256 && c.chunks == 2)
+    return "rows=256 with A in registers takes chunks=1 (128 accumulators and 64 A registers spill)";
   if (c.rows > s.m) return "rows=" + std::to_string(c.rows) + " is more than the bucket m=" + std::to_string(s.m);
   if (64 * c.groups > s.n) return "a block covers more than n";
-  // 128 accumulators and two sets of A registers: ptxas spills at 128 threads (it does not at 256).
-  if (c.rows == 256 && c.groups == 1) return "rows=256 needs groups=2 (one warpgroup spills)";
-  if (c.rows == 256 && c.chunks == 2) return "rows=256 takes chunks=1 (128 accumulators and 64 A registers spill)";
   const int64_t smem = wq_wgmma_smem_bytes(s, c);
   if (smem > 200 * 1024) return "needs " + std::to_string(smem / 1024) + " KB of shared memory (limit 200)";
   return "";
@@ -178,10 +190,11 @@ std::vector<WqWgmmaConfig> wq_wgmma_space(const WqShape& s) {
       for (int stages : {3, 4})  // 5 and 6 were within noise of 4 (H100, session 6)
         for (int chunks : {1, 2})
           for (int split : {1, 2, 3, 4})
-            for (int producer : {0, 1}) {
-              const WqWgmmaConfig c{groups, rows, stages, chunks, split, producer};
-              if (wq_wgmma_problem(s, c).empty()) out.push_back(c);
-            }
+            for (int producer : {0, 1})
+              for (int a_smem : {0, 1}) {
+                const WqWgmmaConfig c{groups, rows, stages, chunks, split, producer, a_smem};
+                if (wq_wgmma_problem(s, c).empty()) out.push_back(c);
+              }
   return out;
 }
 
@@ -193,6 +206,7 @@ std::vector<Constant> wq_wgmma_constants(const WqShape& s, const WqWgmmaConfig& 
   out.push_back({"int", "kChunksPerStage", std::to_string(c.chunks), "tunable: chunks of 64 k per ring stage"});
   out.push_back({"int", "kSplit", std::to_string(c.split), "tunable: blocks of a cluster splitting k"});
   out.push_back({"int", "kProducer", std::to_string(c.producer), "tunable: 1 = a warpgroup that only copies"});
+  out.push_back({"bool", "kASmem", c.a_smem ? "true" : "false", "tunable: dequantised weights through shared memory"});
   // Only a split launches clusters: configs without one launch exactly as before the key existed.
   out.push_back({"macro", "QJIT_WQ_CLUSTER", c.split > 1 ? "__cluster_dims__(1, 1, kSplit)" : "",
                  "the kernel's cluster: kSplit blocks along z"});

@@ -48,10 +48,13 @@ LaunchGeometry wq_tiled_geometry(const WqShape& s, const WqTiledConfig& c);
 // (wgmma's n: 64, 128 or 256); the same cp.async ring of `stages` stages,
 // each `chunks` chunks of 64 k. A cluster of `split` blocks splits k and adds
 // its sums through distributed shared memory; with `producer` 1, one more
-// warpgroup issues every copy. Both keys are absent at their defaults (1 and
-// 0), so configs cached before them keep their meaning.
+// warpgroup issues every copy; with `a_smem` 1, the dequantised weights reach
+// wgmma through shared memory instead of registers, so x is copied in natural
+// order. These three keys are absent at their defaults (1, 0 and 0), so
+// configs cached before them keep their meaning.
 struct WqWgmmaConfig {
   int groups, rows, stages, chunks, split = 1, producer = 0;
+  int a_smem = 0;  // 1: dequantised weights go through shared memory (x copied 16 bytes at a time)
 
   static bool is_wgmma(const nlohmann::json& j);  // "family": "wgmma"
   static WqWgmmaConfig from(const nlohmann::json& j);

@@ -7,38 +7,48 @@
 // 4g + w of the block's kBlockTiles tiles of 16 rows of n (blockIdx.y); all
 // multiply the same kBlockRows rows of x (blockIdx.x, the fastest-varying).
 // Per chunk of 64 k and step s of 16 k, each warpgroup issues one
-// wgmma.m64n<kBlockRows>k16: A (64 rows of n × 16 k) from registers, B
-// (16 k × kBlockRows rows of x) from shared memory.
+// wgmma.m64n<kBlockRows>k16: A (64 rows of n × 16 k, dequantised weights)
+// and B (16 k × kBlockRows rows of x).
 //
-// A from registers: wgmma's A fragment of warp w is mma.m16n8k16's A fragment
-// of rows 16w .. 16w + 15 (PTX ISA, "Register fragments: matrix A" of
-// wgmma .m64nNk16), so a warp dequantises its tile's native words exactly as
-// the small-M kernel does (wq_dequant.cuh), lane (gq, t) step s: physical k
-// 16t + 4s + 2(r/2) + {0, 1}.
+// Shared memory holds its operands in wgmma's canonical K-major layout with
+// the 128-byte swizzle: a chunk's row (of x for B, of n for A) is 128 bytes
+// (64 k, step s at bytes 32s .. 32s + 32), 8 rows make a 1024-byte atom, and
+// 16-byte piece c of row r sits at piece c ^ (r % 8), so a step's reads (and
+// the writes below) spread over all banks; without the swizzle a step's
+// 32-byte columns of 8 rows share 8 banks. A step's descriptor starts 32s
+// bytes into the atom (the hardware applies the XOR to the address it forms);
+// atoms are 1024 bytes apart (the stride dimension byte offset). x needs no
+// conversion on the way (the family requires x of the scales' type), so no
+// thread touches it.
 //
-// B in shared memory (sB), copied from global by cp.async 4 bytes at a time
-// in the order A's registers put k in: logical k 2t + e of step s is physical
-// 16t + 4s + e, logical 2t + 8 + e is 16t + 4s + 2 + e. sB is wgmma's
-// canonical K-major layout with the 128-byte swizzle: a chunk's row of x is
-// 128 bytes (64 logical k, step s at bytes 32s .. 32s + 32), 8 rows make a
-// 1024-byte atom, and 16-byte piece c of row r sits at piece c ^ (r % 8), so
-// the tensor cores' reads of one step (and the copies below) spread over all
-// banks; without the swizzle a step's 32-byte columns of 8 rows share 8 banks.
-// (The 4-byte permutation is why no 16-byte copy or TMA box can do this:
-// a lane's 16 physical k are contiguous, its places in sB are not.)
-// The descriptor of step s starts 32s bytes into the atom (the hardware
-// applies the XOR to the address it forms); atoms of 8 rows are 1024 bytes
-// apart (the stride dimension byte offset). x needs no conversion on the way
-// (the family requires x of the scales' type), so no thread touches it.
+// Each warp dequantises its tile's native words as the small-M kernel does
+// (wq_dequant.cuh): lane (gq, t) holds rows gq and gq + 8 of the tile at
+// physical k 16t .. 16t + 15. Where A goes is the config's choice (kASmem):
+//   - Registers (kASmem = 0). wgmma's A fragment of warp w is mma.m16n8k16's
+//     A fragment of rows 16w .. 16w + 15 (PTX ISA, "Register fragments:
+//     matrix A" of wgmma .m64nNk16), which holds k 2t, 2t + 1, 2t + 8, 2t + 9
+//     of each step in lane t: lane t's step s is physical k 16t + 4s + 2(r/2)
+//     + {0, 1}. So x is copied into sB 4 bytes at a time in that order:
+//     logical k 2t + e of step s is physical 16t + 4s + e, logical 2t + 8 + e
+//     is 16t + 4s + 2 + e (no 16-byte copy can do that permutation). Cheap
+//     in shared memory and barriers; one copy instruction per 4 bytes of x.
+//   - Shared memory (kASmem = 1, sA). A lane's 16 physical k of a row are 32
+//     contiguous bytes in natural order, so it stores them with two 16-byte
+//     stores per row, and x is copied in natural order 16 bytes at a time.
+//     Costs 16 KB of sA per warpgroup and chunk of a stage (two buffers:
+//     the warps dequantise stage it + 1 while the tensor cores read stage it)
+//     and a warpgroup barrier per iteration. It wins at 256 rows, where the
+//     4-byte copies of x cost more than the wgmma work (H100, session 7).
 //
 // Pipeline: kStages ring slots, each holding one stage (kChunksPerStage
 // chunks of 64 k): the weights, scales and zeros in the cp.async ring of
-// wq_stage_ring.cuh, x in its sB slot. Per iteration it: issue the wgmma of
-// stage it (A registers a[it % 2]), wait for this warpgroup's wgmma of stage
-// it - 1 and for stage it + 1's copies, one barrier, refill the slot stage
+// wq_stage_ring.cuh, x in its sB slot. Per iteration it: (sA: wait for the
+// warpgroup's stores of stage it, a 128-thread barrier) issue the wgmma of
+// stage it (A buffer it % 2), wait for this warpgroup's wgmma of stage it - 1
+// and for stage it + 1's copies, one block barrier, refill the slot stage
 // it - 1 used with stage it + kStages - 1, and, while the tensor cores run,
-// dequantise stage it + 1 into the other A registers. One barrier per
-// iteration; two chunks per stage halve them per FLOP.
+// dequantise stage it + 1 into the other A buffer. Two chunks per stage
+// halve the block barriers per FLOP.
 //
 // Split k (kSplit > 1): a cluster of kSplit blocks along z shares one output
 // tile, each taking kMine consecutive stages, and adds its sums through
@@ -52,7 +62,7 @@
 //
 // Producer (kProducer = 1): one more warpgroup issues every copy (weights
 // and x), so the warpgroups that multiply only dequantise and issue wgmma;
-// the one barrier per iteration still orders them. The roles are branched on
+// the one block barrier per iteration still orders them. The roles are branched on
 // a shuffled (so provably warp-uniform) warpgroup index, which ptxas accepts
 // around wgmma.
 #include "qjit/wq_gemm/wq_dequant.cuh"
@@ -75,6 +85,8 @@ constexpr int kRingRows = 0;              // x goes straight to sB
 constexpr int kAcc = kBlockRows / 2;                   // accumulators per thread: 64 × kBlockRows / 128
 constexpr int kSbBytes = kBlockRows * 128;             // one chunk of sB: rows of 64 k
 constexpr int kSbStage = kChunksPerStage * kSbBytes;   // one stage of sB
+constexpr int kSaBytes = 64 * 128;                     // one chunk of a warpgroup's sA (kASmem): 64 rows of n
+constexpr int kSaStage = kChunksPerStage * kSaBytes;   // one stage of it (one of its two buffers)
 static_assert(sizeof(TX) == 2 && qjit::IsBf16<TX>::value == qjit::IsBf16<TS>::value,
               "the wgmma kernel copies x unconverted: 16-bit, the scales' type");
 static_assert(kMatrices == 1, "wq_gemm multiplies one matrix");
@@ -91,57 +103,100 @@ using qjit::allow_next_grid;
 // swizzled K-major layouts; 1), stride dimension byte offset 1024 >> 4 (bits
 // 32-45), swizzle mode 1 = 128 bytes (bits 62-63). The atom is 1024-byte
 // aligned, so the matrix base offset (bits 49-51) is 0.
-__device__ __forceinline__ unsigned long long sb_descriptor(const unsigned char* step) {
+__device__ __forceinline__ unsigned long long smem_descriptor(const unsigned char* step) {
   const unsigned long long addr = static_cast<unsigned>(__cvta_generic_to_shared(step));
   return ((addr & 0x3ffff) >> 4) | 1ull << 16 | (1024ull >> 4) << 32 | 1ull << 62;
 }
 
-// d += A · B for one step of 16 k: A the warp's 4 registers, B at desc.
+// d += A · B for one step of 16 k, B at desc_b in shared memory, A either
+// the warp's 4 registers (a) or at desc_a in shared memory.
 template <int N>
-__device__ __forceinline__ void wgmma_k16(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long desc);
+__device__ __forceinline__ void wgmma_k16(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long desc_b);
+template <int N>
+__device__ __forceinline__ void wgmma_k16(float (&d)[N / 2], unsigned long long desc_a, unsigned long long desc_b);
 
-// Operands: the kAcc accumulators, A's 4 registers, B's descriptor, and 1
-// for scale-d (D = A·B + D). T is the input type's PTX name.
+// Operands: the kAcc accumulators, A (4 registers or a descriptor), B's
+// descriptor, and 1 for scale-d (D = A·B + D); B K-major (trans-b = 0), and
+// A too when in shared memory (trans-a = 0). T is the input type's PTX name.
 #define QJIT_ACC8(i) \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
-#define QJIT_WGMMA_N64(T)                                                                  \
+#define QJIT_WGMMA_RS64(T)                                                                  \
   asm volatile(                                                                              \
       "{.reg .pred p;\n setp.ne.b32 p, %37, 0;\n wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T \
       " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}"                    \
       : QJIT_ACC8(0), QJIT_ACC8(8), QJIT_ACC8(16), QJIT_ACC8(24)                                                                               \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1))
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1))
 template <>
-__device__ __forceinline__ void wgmma_k16<64>(float (&d)[32], const unsigned (&a)[4], unsigned long long desc) {
-  if constexpr (kHalf) QJIT_WGMMA_N64("f16");
-  else QJIT_WGMMA_N64("bf16");
+__device__ __forceinline__ void wgmma_k16<64>(float (&d)[32], const unsigned (&a)[4], unsigned long long desc_b) {
+  if constexpr (kHalf) QJIT_WGMMA_RS64("f16");
+  else QJIT_WGMMA_RS64("bf16");
 }
-#undef QJIT_WGMMA_N64
+#undef QJIT_WGMMA_RS64
 
-#define QJIT_WGMMA_N128(T)                                                                  \
+#define QJIT_WGMMA_SS64(T)                                                                  \
+  asm volatile(                                                                              \
+      "{.reg .pred p;\n setp.ne.b32 p, %34, 0;\n wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T \
+      " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}"                    \
+      : QJIT_ACC8(0), QJIT_ACC8(8), QJIT_ACC8(16), QJIT_ACC8(24)                                                                               \
+      : "l"(desc_a), "l"(desc_b), "r"(1))
+template <>
+__device__ __forceinline__ void wgmma_k16<64>(float (&d)[32], unsigned long long desc_a, unsigned long long desc_b) {
+  if constexpr (kHalf) QJIT_WGMMA_SS64("f16");
+  else QJIT_WGMMA_SS64("bf16");
+}
+#undef QJIT_WGMMA_SS64
+
+#define QJIT_WGMMA_RS128(T)                                                                  \
   asm volatile(                                                                              \
       "{.reg .pred p;\n setp.ne.b32 p, %69, 0;\n wgmma.mma_async.sync.aligned.m64n128k16.f32." T "." T \
       " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}"                    \
       : QJIT_ACC8(0), QJIT_ACC8(8), QJIT_ACC8(16), QJIT_ACC8(24), QJIT_ACC8(32), QJIT_ACC8(40), QJIT_ACC8(48), QJIT_ACC8(56)                                                                               \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1))
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1))
 template <>
-__device__ __forceinline__ void wgmma_k16<128>(float (&d)[64], const unsigned (&a)[4], unsigned long long desc) {
-  if constexpr (kHalf) QJIT_WGMMA_N128("f16");
-  else QJIT_WGMMA_N128("bf16");
+__device__ __forceinline__ void wgmma_k16<128>(float (&d)[64], const unsigned (&a)[4], unsigned long long desc_b) {
+  if constexpr (kHalf) QJIT_WGMMA_RS128("f16");
+  else QJIT_WGMMA_RS128("bf16");
 }
-#undef QJIT_WGMMA_N128
+#undef QJIT_WGMMA_RS128
 
-#define QJIT_WGMMA_N256(T)                                                                  \
+#define QJIT_WGMMA_SS128(T)                                                                  \
+  asm volatile(                                                                              \
+      "{.reg .pred p;\n setp.ne.b32 p, %66, 0;\n wgmma.mma_async.sync.aligned.m64n128k16.f32." T "." T \
+      " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}"                    \
+      : QJIT_ACC8(0), QJIT_ACC8(8), QJIT_ACC8(16), QJIT_ACC8(24), QJIT_ACC8(32), QJIT_ACC8(40), QJIT_ACC8(48), QJIT_ACC8(56)                                                                               \
+      : "l"(desc_a), "l"(desc_b), "r"(1))
+template <>
+__device__ __forceinline__ void wgmma_k16<128>(float (&d)[64], unsigned long long desc_a, unsigned long long desc_b) {
+  if constexpr (kHalf) QJIT_WGMMA_SS128("f16");
+  else QJIT_WGMMA_SS128("bf16");
+}
+#undef QJIT_WGMMA_SS128
+
+#define QJIT_WGMMA_RS256(T)                                                                  \
   asm volatile(                                                                              \
       "{.reg .pred p;\n setp.ne.b32 p, %133, 0;\n wgmma.mma_async.sync.aligned.m64n256k16.f32." T "." T \
       " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}"                    \
       : QJIT_ACC8(0), QJIT_ACC8(8), QJIT_ACC8(16), QJIT_ACC8(24), QJIT_ACC8(32), QJIT_ACC8(40), QJIT_ACC8(48), QJIT_ACC8(56), QJIT_ACC8(64), QJIT_ACC8(72), QJIT_ACC8(80), QJIT_ACC8(88), QJIT_ACC8(96), QJIT_ACC8(104), QJIT_ACC8(112), QJIT_ACC8(120)                                                                               \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1))
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1))
 template <>
-__device__ __forceinline__ void wgmma_k16<256>(float (&d)[128], const unsigned (&a)[4], unsigned long long desc) {
-  if constexpr (kHalf) QJIT_WGMMA_N256("f16");
-  else QJIT_WGMMA_N256("bf16");
+__device__ __forceinline__ void wgmma_k16<256>(float (&d)[128], const unsigned (&a)[4], unsigned long long desc_b) {
+  if constexpr (kHalf) QJIT_WGMMA_RS256("f16");
+  else QJIT_WGMMA_RS256("bf16");
 }
-#undef QJIT_WGMMA_N256
+#undef QJIT_WGMMA_RS256
+
+#define QJIT_WGMMA_SS256(T)                                                                  \
+  asm volatile(                                                                              \
+      "{.reg .pred p;\n setp.ne.b32 p, %130, 0;\n wgmma.mma_async.sync.aligned.m64n256k16.f32." T "." T \
+      " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}"                    \
+      : QJIT_ACC8(0), QJIT_ACC8(8), QJIT_ACC8(16), QJIT_ACC8(24), QJIT_ACC8(32), QJIT_ACC8(40), QJIT_ACC8(48), QJIT_ACC8(56), QJIT_ACC8(64), QJIT_ACC8(72), QJIT_ACC8(80), QJIT_ACC8(88), QJIT_ACC8(96), QJIT_ACC8(104), QJIT_ACC8(112), QJIT_ACC8(120)                                                                               \
+      : "l"(desc_a), "l"(desc_b), "r"(1))
+template <>
+__device__ __forceinline__ void wgmma_k16<256>(float (&d)[128], unsigned long long desc_a, unsigned long long desc_b) {
+  if constexpr (kHalf) QJIT_WGMMA_SS256("f16");
+  else QJIT_WGMMA_SS256("bf16");
+}
+#undef QJIT_WGMMA_SS256
 #undef QJIT_ACC8
 
 // Orders the accumulators' other uses (zeroing, the epilogue) around the
@@ -155,11 +210,11 @@ __device__ __forceinline__ void fence_acc(float (&d)[kAcc]) {
 
 // --- copying x ----------------------------------------------------------------
 
-// Row r of a warp's rows (a constant once unrolled) exists when r < live; otherwise
-// ignore-src reads nothing and writes 4 zero bytes (rows of x past M). The
+// cp.async of 4 or 16 bytes of the row of x that exists when r < live;
+// otherwise ignore-src reads nothing and writes zeros (rows of x past M). The
 // comparison sits in the asm so the compiler does not hoist one per row out
 // of the main loop (they would hold registers the accumulators need).
-__device__ __forceinline__ void cp_async4(unsigned char* dst, const void* src, int r, int live) {
+__device__ __forceinline__ void cp_async4_row(unsigned char* dst, const void* src, int r, int live) {
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("{.reg .pred p;\n setp.le.s32 p, %2, %3;\n cp.async.ca.shared.global [%0], [%1], 4, p;\n}"
                ::"r"(d), "l"(src), "r"(live), "r"(r) : "memory");
@@ -168,17 +223,21 @@ __device__ __forceinline__ void cp_async4(unsigned char* dst, const void* src) {
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
 }
+__device__ __forceinline__ void cp_async16_row(unsigned char* dst, const void* src, int r, int live) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("{.reg .pred p;\n setp.le.s32 p, %2, %3;\n cp.async.cg.shared.global [%0], [%1], 16, p;\n}"
+               ::"r"(d), "l"(src), "r"(live), "r"(r) : "memory");
+}
 
-// The stage's rows of x into its sB slot. Copying warp w copies rows w·R ..
-// w·R + R (R = kBlockRows / copying warps, a multiple of 8), one row of a chunk per
-// instruction: lane j reads word j (128 contiguous bytes), physical k
-// 2j = 16t + 4s + 2h with t = j / 8, s = (j / 2) % 4, h = j % 2, and writes it
-// to logical bytes 32s + 16h + 4t of the row: offset 4t of 16-byte piece
-// (2s + h) ^ (m % 8), where m % 8 = r % 8 is a constant. The 32 words of a
-// row land in 32 distinct banks; every address is a per-thread base plus a
-// constant, so the unrolled copies hold no registers across the main loop.
-__device__ __forceinline__ void copy_x_sb(const TX* __restrict__ x, int m0, int M, int stage_index,
-                                          unsigned char* slot) {
+// The stage's rows of x into its sB slot, permuted for A in registers.
+// Copying warp w copies rows w·R .. w·R + R (R = kBlockRows / copying warps,
+// a multiple of 8), one row of a chunk per instruction: lane j reads word j
+// (128 contiguous bytes), physical k 2j = 16t + 4s + 2h with t = j / 8, s =
+// (j / 2) % 4, h = j % 2, and writes it to logical bytes 32s + 16h + 4t of
+// the row: offset 4t of 16-byte piece (2s + h) ^ (m % 8), where m % 8 = r % 8
+// is a constant. The 32 words of a row land in 32 distinct banks.
+__device__ __forceinline__ void copy_x_permuted(const TX* __restrict__ x, int m0, int M, int stage_index,
+                                                unsigned char* slot) {
   constexpr int kRowsPerWarp = kBlockRows / (kCopyThreads / 32);
   static_assert(kRowsPerWarp % 8 == 0, "a warp's first row starts a swizzle atom");
   const int warp = copy_thread() / 32, lane = threadIdx.x % 32;
@@ -197,47 +256,122 @@ __device__ __forceinline__ void copy_x_sb(const TX* __restrict__ x, int m0, int 
     } else {
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r)
-        cp_async4(dst + kk * kSbBytes + r * 128 + ((piece ^ (r % 8)) * 16), src + r * kK + kc * 64, r, rows);
+        cp_async4_row(dst + kk * kSbBytes + r * 128 + ((piece ^ (r % 8)) * 16), src + r * kK + kc * 64, r, rows);
     }
   }
 }
 
-// --- the kernel ----------------------------------------------------------------
-
-// The A registers of stage `stage` (ring slot `at`): zeros for chunks past k,
-// whose wgmma still run (on zeros: no branch around a wgmma, which ptxas
-// would answer by serialising every wgmma, C7520).
-__device__ __forceinline__ void dequant_stage(const uint4* at, int stage, int bt, int lane,
-                                              unsigned (&a)[kChunksPerStage][4][4]) {
+// The stage's rows of x into its sB slot in natural order, for A in shared
+// memory. Copying thread c copies piece c % 8 (8 values of k) of rows c / 8
+// + j·R for j < kBlockRows / R, R = kCopyThreads / 8 (a multiple of 8, so all
+// rows of a thread have the same r % 8 and the same swizzled place): every
+// address is a per-thread base plus a constant. The 8 threads of a row write
+// its 8 pieces to 8 distinct 16-byte bank groups.
+__device__ __forceinline__ void copy_x_natural(const TX* __restrict__ x, int m0, int M, int stage_index,
+                                               unsigned char* slot) {
+  constexpr int kRowStep = kCopyThreads / 8, kPerThread = kBlockRows / kRowStep;
+  static_assert(kRowStep % 8 == 0 && kBlockRows % kRowStep == 0, "a thread's rows share their place in the swizzle");
+  const int row = copy_thread() / 8, piece = copy_thread() % 8;
+  const int live = M - m0 - row;  // rows row + r with r < live exist
+  const TX* src = x + static_cast<long long>(m0 + row) * kK + 8 * piece;
+  unsigned char* dst = slot + row * 128 + (piece ^ (row % 8)) * 16;
+  const bool full = m0 + kBlockRows <= M;  // every block but the last along M: no predicate
 #pragma unroll
   for (int kk = 0; kk < kChunksPerStage; ++kk) {
+    const int kc = stage_index * kChunksPerStage + kk;
+    const int rows = kc < kChunks ? live : 0;  // chunks past k (a split's padding stages) are zeros
+    if (full && kc < kChunks) {
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j)
+        cp_async16(reinterpret_cast<uint4*>(dst + kk * kSbBytes + j * kRowStep * 128), src + j * kRowStep * kK + kc * 64);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j)
+        cp_async16_row(dst + kk * kSbBytes + j * kRowStep * 128, src + j * kRowStep * kK + kc * 64, j * kRowStep, rows);
+    }
+  }
+}
+
+// --- A: dequantised weights -----------------------------------------------------
+
+// The two A buffers of a warpgroup: registers, or sA (kASmem).
+struct ABuffers {
+  unsigned reg[2][kChunksPerStage][4][4];
+  unsigned char* smem;  // this warpgroup's two stages of sA
+};
+
+// Writes lane (gq, t)'s dequantised registers of one chunk (a[s][r]: rows gq
+// + 8(r%2) of warp tile w, physical k 16t + 4s + 2(r/2) + {0, 1}) to the
+// warpgroup's sA chunk: row 16w + gq + 8h, k 16t .. 16t + 7 in piece 2t and
+// 16t + 8 .. 16t + 15 in piece 2t + 1, each at its swizzled place (the row's
+// r % 8 is gq). A store's 8 lanes of a phase (gq 0 or 1 × t) hit 8 distinct
+// 16-byte bank groups.
+__device__ __forceinline__ void store_a(unsigned char* chunk, int w, int lane, const unsigned (&a)[4][4]) {
+  const int gq = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    unsigned char* row = chunk + (16 * w + gq + 8 * h) * 128;
+    *reinterpret_cast<uint4*>(row + ((2 * t) ^ gq) * 16) = make_uint4(a[0][h], a[0][2 + h], a[1][h], a[1][2 + h]);
+    *reinterpret_cast<uint4*>(row + ((2 * t + 1) ^ gq) * 16) = make_uint4(a[2][h], a[2][2 + h], a[3][h], a[3][2 + h]);
+  }
+}
+
+// Stage `stage` (ring slot `at`) dequantised into A buffer B. Chunks past k
+// are zeros: their wgmma still run (no branch around a wgmma, which ptxas
+// would answer by serialising every wgmma, C7520). sA is made visible to the
+// tensor cores, which read through the async proxy (the warpgroup's barrier
+// before its wgmma completes the ordering).
+template <int B>
+__device__ __forceinline__ void dequant_stage(const uint4* at, int stage, int bt, int lane, ABuffers& a) {
+#pragma unroll
+  for (int kk = 0; kk < kChunksPerStage; ++kk) {
+    unsigned scratch[4][4];  // sA: the registers only carry the values to the stores
+    unsigned(&r)[4][4] = kASmem ? scratch : a.reg[B][kk];
     if (stage * kChunksPerStage + kk < kChunks) {
-      dequant_lane(at + kk * kChunkPieces, bt, lane, a[kk]);
+      dequant_lane(at + kk * kChunkPieces, bt, lane, r);
     } else {
 #pragma unroll
       for (int s = 0; s < 4; ++s)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) a[kk][s][r] = 0;
+        for (int i = 0; i < 4; ++i) r[s][i] = 0;
     }
+    if constexpr (kASmem) store_a(a.smem + B * kSaStage + kk * kSaBytes, bt % 4, lane, r);
   }
+  if constexpr (kASmem) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-// One iteration with A-register buffer B (a compile-time index); `end` is
-// one past the block's last stage.
+// Waits for the 128 threads of warpgroup g (named barrier 1 + g; 0 is the block's).
+__device__ __forceinline__ void warpgroup_sync(int g) { asm volatile("bar.sync %0, 128;" ::"r"(1 + g) : "memory"); }
+
+// The wgmma of one stage from A buffer B and sB slot `slot`.
+template <int B>
+__device__ __forceinline__ void multiply_stage(const ABuffers& a, const unsigned char* slot, float (&acc)[kAcc]) {
+#pragma unroll
+  for (int kk = 0; kk < kChunksPerStage; ++kk)
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const unsigned long long desc_b = smem_descriptor(slot + kk * kSbBytes + 32 * s);
+      if constexpr (kASmem)
+        wgmma_k16<kBlockRows>(acc, smem_descriptor(a.smem + B * kSaStage + kk * kSaBytes + 32 * s), desc_b);
+      else
+        wgmma_k16<kBlockRows>(acc, a.reg[B][kk][s], desc_b);
+    }
+}
+
+// One iteration with A buffer B (a compile-time index); `end` is one past
+// the block's last stage.
 template <int B, class CopyX>
 __device__ __forceinline__ void iteration(int it, int end, bool mma, bool copier, const unsigned* __restrict__ qweight,
                                           const TS* __restrict__ scales, const void* __restrict__ zeros,
                                           int first_tile, int bt, int lane, uint4* ring, const unsigned char* sb,
-                                          unsigned (&a)[2][kChunksPerStage][4][4], float (&acc)[kAcc], CopyX stage_x) {
+                                          ABuffers& a, float (&acc)[kAcc], CopyX stage_x) {
   if (mma) {
-    const unsigned char* slot = sb + (it % kStages) * kSbStage;
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");  // orders this warp's writes of a[B] before the wgmma
-#pragma unroll
-    for (int kk = 0; kk < kChunksPerStage; ++kk)
-#pragma unroll
-      for (int s = 0; s < 4; ++s) wgmma_k16<kBlockRows>(acc, a[B][kk][s], sb_descriptor(slot + kk * kSbBytes + 32 * s));
+    if constexpr (kASmem) warpgroup_sync(bt / 4);  // the warpgroup's stores of stage it into sA
+    // Orders this warp's writes of the A registers (and accumulators) before the wgmma.
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+    multiply_stage<B>(a, sb + (it % kStages) * kSbStage, acc);
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-    // Stage it - 1's wgmma of this warpgroup are done (its A registers are
+    // Stage it - 1's wgmma of this warpgroup are done (its A buffer is
     // rewritten below, its sB slot refilled after the barrier).
     asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
   }
@@ -249,7 +383,7 @@ __device__ __forceinline__ void iteration(int it, int end, bool mma, bool copier
   }
   __syncthreads();  // everyone's copies of stage it + 1; every warpgroup done with stage it - 1
   if (copier) ring_refill(qweight, scales, zeros, first_tile, it + kStages - 1, end, ring, stage_x);
-  if (mma && it + 1 < end) dequant_stage(ring + ((it + 1) % kStages) * kStagePieces, it + 1, bt, lane, a[1 - B]);
+  if (mma && it + 1 < end) dequant_stage<1 - B>(ring + ((it + 1) % kStages) * kStagePieces, it + 1, bt, lane, a);
 }
 
 // --- split k over a cluster ------------------------------------------------------
@@ -290,8 +424,9 @@ __device__ __forceinline__ void store_four(const float (&v)[4], int j, int tile,
 extern "C" __global__ void QJIT_WQ_CLUSTER __launch_bounds__(kThreads)
 qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, const TS* __restrict__ scales,
              const void* __restrict__ zeros, const TX* __restrict__ bias, const TX* residual, TX* y, int M) {
-  // kStages × kStagePieces of ring, then kStages slots of sB from the next
-  // 1024-byte boundary (the swizzle atoms' alignment; the host adds 1024 bytes).
+  // kStages × kStagePieces of ring, then from the next 1024-byte boundary
+  // (the swizzle atoms' alignment; the host adds 1024 bytes) kStages slots of
+  // sB and each warpgroup's two sA buffers.
   extern __shared__ __align__(128) uint4 ring[];
   const unsigned ring_end = static_cast<unsigned>(__cvta_generic_to_shared(ring + kStages * kStagePieces));
   unsigned char* sb = reinterpret_cast<unsigned char*>(ring + kStages * kStagePieces) + ((1024 - ring_end % 1024) % 1024);
@@ -316,18 +451,22 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
     fence_acc(acc);
-    unsigned a[2][kChunksPerStage][4][4];
 
-    const auto stage_x = [&](int stage_index, int slot) { copy_x_sb(x, m0, M, stage_index, sb + slot * kSbStage); };
+    ABuffers a;
+    a.smem = sb + kStages * kSbStage + (bt / 4) * 2 * kSaStage;  // unused by the producer and without kASmem
+    const auto stage_x = [&](int stage_index, int slot) {
+      if constexpr (kASmem) copy_x_natural(x, m0, M, stage_index, sb + slot * kSbStage);
+      else copy_x_permuted(x, m0, M, stage_index, sb + slot * kSbStage);
+    };
     if (copier) {
       ring_prologue(qweight, scales, zeros, first_tile, begin, end, ring, stage_x);
       asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");  // stage `begin`
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     }
     __syncthreads();
-    if (mma) dequant_stage(ring + (begin % kStages) * kStagePieces, begin, bt, lane, a[0]);
+    if (mma) dequant_stage<0>(ring + (begin % kStages) * kStagePieces, begin, bt, lane, a);
 
-    // Unrolled by two so the A-register buffer index is a constant; the trip
+    // Unrolled by two so the A buffer index is a constant; the trip
     // count is too, so no wgmma sits behind a branch.
 #pragma unroll 1
     for (int i = 0; i < kMine / 2; ++i) {
