@@ -1,5 +1,6 @@
 #include "tuner/timing.h"
 #include <algorithm>
+#include <chrono>
 #include <vector>
 #include "runtime/device.h"
 #include "runtime/driver.h"
@@ -30,15 +31,71 @@ struct Event {
   Event() { QJIT_CU(cuEventCreate(&e, CU_EVENT_DEFAULT)); }
   ~Event() { runtime::driver().cuEventDestroy(e); }
 };
+
+// A kernel that spins for `ns` nanoseconds of %globaltimer. Written in PTX
+// and JIT-compiled by the driver, so the harness needs no NVRTC; sm_80 PTX
+// runs on every GPU qjit supports.
+constexpr char kSpinPtx[] = R"(.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry qjit_spin(.param .u64 ns)
+{
+  .reg .u64 %start, %now, %limit;
+  .reg .pred %wait;
+  ld.param.u64 %limit, [ns];
+  mov.u64 %start, %globaltimer;
+SPIN:
+  mov.u64 %now, %globaltimer;
+  sub.u64 %now, %now, %start;
+  setp.lt.u64 %wait, %now, %limit;
+  @%wait bra SPIN;
+  ret;
+}
+)";
+
+// The spin kernel of the current context (tuning runs on one device).
+CUfunction spin_kernel() {
+  static CUfunction f = [] {
+    CUmodule m = nullptr;
+    QJIT_CU(cuModuleLoadData(&m, kSpinPtx));
+    CUfunction fn = nullptr;
+    QJIT_CU(cuModuleGetFunction(&fn, m, "qjit_spin"));
+    return fn;
+  }();
+  return f;
+}
+
+void spin(CUstream stream, double us) {
+  unsigned long long ns = static_cast<unsigned long long>(us * 1e3);
+  void* args[] = {&ns};
+  QJIT_CU(cuLaunchKernel(spin_kernel(), 1, 1, 1, 32, 1, 1, 0, stream, args, nullptr));
+}
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 }  // namespace
 
 Timing time_launches(const std::function<void(int)>& launch, CUstream stream, int warmup, int reps, int per_sample) {
   int i = 0;
-  for (; i < warmup; ++i) launch(i);
+  // The warm-up also measures how long the host takes to enqueue a launch
+  // (the median: a first call may set up a library).
+  std::vector<double> enqueue_us;
+  for (; i < warmup; ++i) {
+    const double t0 = seconds_now();
+    launch(i);
+    enqueue_us.push_back((seconds_now() - t0) * 1e6);
+  }
   QJIT_CU(cuStreamSynchronize(stream));
+  std::sort(enqueue_us.begin(), enqueue_us.end());
+  const double enqueue = enqueue_us.empty() ? 10.0 : enqueue_us[enqueue_us.size() / 2];
+  // Twice the host's time to enqueue a sample, within [20 µs, 2 ms]: the
+  // launches are all queued before the GPU reaches the start event.
+  const double gate_us = std::clamp(2.0 * enqueue * (per_sample + 2), 20.0, 2000.0);
   Event start, stop;
   std::vector<double> us;
   for (int r = 0; r < reps; ++r) {
+    spin(stream, gate_us);
     QJIT_CU(cuEventRecord(start.e, stream));
     for (int k = 0; k < per_sample; ++k) launch(i++);
     QJIT_CU(cuEventRecord(stop.e, stream));
