@@ -38,7 +38,7 @@ struct Event {
 constexpr char kSpinPtx[] = R"(.version 7.0
 .target sm_80
 .address_size 64
-.visible .entry qjit_spin(.param .u64 ns)
+.visible .entry timing_gate_spin(.param .u64 ns)
 {
   .reg .u64 %start, %now, %limit;
   .reg .pred %wait;
@@ -59,7 +59,7 @@ CUfunction spin_kernel() {
     CUmodule m = nullptr;
     QJIT_CU(cuModuleLoadData(&m, kSpinPtx));
     CUfunction fn = nullptr;
-    QJIT_CU(cuModuleGetFunction(&fn, m, "qjit_spin"));
+    QJIT_CU(cuModuleGetFunction(&fn, m, "timing_gate_spin"));
     return fn;
   }();
   return f;
