@@ -137,4 +137,19 @@ __device__ __forceinline__ void allow_next_grid() {
 #endif
 }
 
+
+// A loop whose index is a constant expression in its body: static_for<N>(f)
+// calls f(Int<0>{}), ..., f(Int<N - 1>{}); the body reads decltype(i)::value.
+// For offsets that must be immediates of an asm operand ("n").
+template <int V> struct Int {
+  static constexpr int value = V;
+};
+template <int I, int N, typename F> __device__ __forceinline__ void static_for_from(F&& f) {
+  if constexpr (I < N) {
+    f(Int<I>{});
+    static_for_from<I + 1, N>(f);
+  }
+}
+template <int N, typename F> __device__ __forceinline__ void static_for(F&& f) { static_for_from<0, N>(f); }
+
 }  // namespace qjit

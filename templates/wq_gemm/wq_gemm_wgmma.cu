@@ -210,23 +210,30 @@ __device__ __forceinline__ void fence_acc(float (&d)[kAcc]) {
 
 // --- copying x ----------------------------------------------------------------
 
-// cp.async of 4 or 16 bytes of the row of x that exists when r < live;
-// otherwise ignore-src reads nothing and writes zeros (rows of x past M). The
-// comparison sits in the asm so the compiler does not hoist one per row out
-// of the main loop (they would hold registers the accumulators need).
-__device__ __forceinline__ void cp_async4_row(unsigned char* dst, const void* src, int r, int live) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("{.reg .pred p;\n setp.le.s32 p, %2, %3;\n cp.async.ca.shared.global [%0], [%1], 4, p;\n}"
-               ::"r"(d), "l"(src), "r"(live), "r"(r) : "memory");
+// cp.async of 4 or 16 bytes from src + kSrc bytes to shared address dst +
+// kDst, both offsets immediates of the instruction. Written as pointers plus
+// constants, ptxas formed every 64-bit source address with its own IADD3 +
+// IMAD.X and every destination with two more: five integer instructions per
+// 4-byte copy of x, a third of the 64-row kernel's instructions (H100 SASS,
+// session 8). The _row forms copy only when row r of x exists (r < live);
+// otherwise ignore-src writes zeros (rows of x past M). The comparison sits
+// in the asm so the compiler does not hoist one per row out of the main loop
+// (they would hold registers the accumulators need).
+template <int kBytes, int kSrc, int kDst>
+__device__ __forceinline__ void cp_async_at(unsigned dst, const void* src) {
+  if constexpr (kBytes == 16)
+    asm volatile("cp.async.cg.shared.global [%0+%2], [%1+%3], 16;" ::"r"(dst), "l"(src), "n"(kDst), "n"(kSrc) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0+%2], [%1+%3], 4;" ::"r"(dst), "l"(src), "n"(kDst), "n"(kSrc) : "memory");
 }
-__device__ __forceinline__ void cp_async4(unsigned char* dst, const void* src) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async16_row(unsigned char* dst, const void* src, int r, int live) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("{.reg .pred p;\n setp.le.s32 p, %2, %3;\n cp.async.cg.shared.global [%0], [%1], 16, p;\n}"
-               ::"r"(d), "l"(src), "r"(live), "r"(r) : "memory");
+template <int kBytes, int kSrc, int kDst, int kRow>
+__device__ __forceinline__ void cp_async_row_at(unsigned dst, const void* src, int live) {
+  if constexpr (kBytes == 16)
+    asm volatile("{.reg .pred p;\n setp.le.s32 p, %2, %4;\n cp.async.cg.shared.global [%0+%3], [%1+%5], 16, p;\n}"
+                 ::"r"(dst), "l"(src), "r"(live), "n"(kDst), "n"(kRow), "n"(kSrc) : "memory");
+  else
+    asm volatile("{.reg .pred p;\n setp.le.s32 p, %2, %4;\n cp.async.ca.shared.global [%0+%3], [%1+%5], 4, p;\n}"
+                 ::"r"(dst), "l"(src), "r"(live), "n"(kDst), "n"(kRow), "n"(kSrc) : "memory");
 }
 
 // The stage's rows of x into its sB slot, permuted for A in registers.
@@ -244,21 +251,31 @@ __device__ __forceinline__ void copy_x_permuted(const TX* __restrict__ x, int m0
   const int piece = 2 * ((lane / 2) % 4) + lane % 2, offset = 4 * (lane / 8);
   const int first = warp * kRowsPerWarp, live = M - m0 - first;  // rows r < live exist
   const TX* src = x + static_cast<long long>(m0 + first) * kK + 2 * lane;
-  unsigned char* dst = slot + first * 128 + offset;
+  // Row r's word goes to (piece ^ r % 8) · 16 + offset past the row's start.
+  // slot and first · 128 are multiples of 1024, so that is row_base + r·128
+  // with bits 4-6 of row_base (= piece) XORed by r % 8: eight registers per
+  // stage, one per r % 8, and r·128 an immediate.
+  const unsigned row_base = static_cast<unsigned>(__cvta_generic_to_shared(slot)) + first * 128 + piece * 16 + offset;
+  unsigned swizzled[8];
 #pragma unroll
-  for (int kk = 0; kk < kChunksPerStage; ++kk) {
+  for (int c = 0; c < 8; ++c) swizzled[c] = row_base ^ (c << 4);
+  qjit::static_for<kChunksPerStage>([&](auto kk_) {
+    constexpr int kk = decltype(kk_)::value;
     const int kc = stage_index * kChunksPerStage + kk;
     const int rows = kc < kChunks ? live : 0;  // chunks past k (a split's padding stages) are zeros
+    const TX* chunk = src + kc * 64;
     if (rows >= kRowsPerWarp) {  // all rows exist (every block but the last along M): no predicate
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r)
-        cp_async4(dst + kk * kSbBytes + r * 128 + ((piece ^ (r % 8)) * 16), src + r * kK + kc * 64);
+      qjit::static_for<kRowsPerWarp>([&](auto r_) {
+        constexpr int r = decltype(r_)::value;
+        cp_async_at<4, r * kK * int(sizeof(TX)), kk * kSbBytes + r * 128>(swizzled[r % 8], chunk);
+      });
     } else {
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r)
-        cp_async4_row(dst + kk * kSbBytes + r * 128 + ((piece ^ (r % 8)) * 16), src + r * kK + kc * 64, r, rows);
+      qjit::static_for<kRowsPerWarp>([&](auto r_) {
+        constexpr int r = decltype(r_)::value;
+        cp_async_row_at<4, r * kK * int(sizeof(TX)), kk * kSbBytes + r * 128, r>(swizzled[r % 8], chunk, rows);
+      });
     }
-  }
+  });
 }
 
 // The stage's rows of x into its sB slot in natural order, for A in shared
@@ -274,22 +291,26 @@ __device__ __forceinline__ void copy_x_natural(const TX* __restrict__ x, int m0,
   const int row = copy_thread() / 8, piece = copy_thread() % 8;
   const int live = M - m0 - row;  // rows row + r with r < live exist
   const TX* src = x + static_cast<long long>(m0 + row) * kK + 8 * piece;
-  unsigned char* dst = slot + row * 128 + (piece ^ (row % 8)) * 16;
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(slot)) + row * 128 + (piece ^ (row % 8)) * 16;
   const bool full = m0 + kBlockRows <= M;  // every block but the last along M: no predicate
-#pragma unroll
-  for (int kk = 0; kk < kChunksPerStage; ++kk) {
+  qjit::static_for<kChunksPerStage>([&](auto kk_) {
+    constexpr int kk = decltype(kk_)::value;
     const int kc = stage_index * kChunksPerStage + kk;
     const int rows = kc < kChunks ? live : 0;  // chunks past k (a split's padding stages) are zeros
+    const TX* chunk = src + kc * 64;
     if (full && kc < kChunks) {
-#pragma unroll
-      for (int j = 0; j < kPerThread; ++j)
-        cp_async16(reinterpret_cast<uint4*>(dst + kk * kSbBytes + j * kRowStep * 128), src + j * kRowStep * kK + kc * 64);
+      qjit::static_for<kPerThread>([&](auto j_) {
+        constexpr int j = decltype(j_)::value;
+        cp_async_at<16, j * kRowStep * kK * int(sizeof(TX)), kk * kSbBytes + j * kRowStep * 128>(dst, chunk);
+      });
     } else {
-#pragma unroll
-      for (int j = 0; j < kPerThread; ++j)
-        cp_async16_row(dst + kk * kSbBytes + j * kRowStep * 128, src + j * kRowStep * kK + kc * 64, j * kRowStep, rows);
+      qjit::static_for<kPerThread>([&](auto j_) {
+        constexpr int j = decltype(j_)::value;
+        cp_async_row_at<16, j * kRowStep * kK * int(sizeof(TX)), kk * kSbBytes + j * kRowStep * 128, j * kRowStep>(
+            dst, chunk, rows);
+      });
     }
-  }
+  });
 }
 
 // --- A: dequantised weights -----------------------------------------------------
