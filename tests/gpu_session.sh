@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU-machine session: builds nothing. Runs the [gpu] tests, tunes and
-# benchmarks the shapes, the launch probe and the PyTorch peers, and
+# benchmarks the shapes, the launch and read probes and the PyTorch peers, and
 # prints a short table last. Logs and JSON go to $OUT.
 #   usage (repo root on the GPU machine): bash tests/gpu_session.sh [PART]
 #   PART: all (default), tests (only the [gpu] tests), ffn or lut (tests
@@ -77,6 +77,12 @@ if [ "$PART" = all ] || [ "$PART" = ffn ] || [ "$PART" = ffn+tests ]; then
   echo "== launch probe (warm cache, new processes)"
   for k in 1 2 3; do "$DIST/bin/qjit_launch_probe" 4096 11008 1 fp16; done | tee "$OUT/probe.jsonl"
 fi
+
+case "$PART" in
+  all|wq|wq+tests|qffn|qffn+tests)
+    echo "== read probe (the ceiling for weight-streaming kernels in this launch pattern)"
+    "$DIST/bin/qjit_read_probe" 8.9 23.6 47 | tee "$OUT/read_probe.jsonl" | grep fit ;;
+esac
 
 # NCU="op shape args;op shape args": Nsight Compute on one launch of each
 # cached kernel (clocks left alone, as the device notes ask).
