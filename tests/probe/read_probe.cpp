@@ -4,15 +4,15 @@
 // For each size it times a kernel that reads `bytes` with 16-byte loads
 // (`unroll` independent loads in flight per thread, a grid-stride loop over
 // `blocks` blocks per SM) and writes nothing the loads could be dropped for.
-// Launches go back to back with programmatic dependent launch, as qjit's
-// wq_gemm and fused_ffn do: the kernel lets the next grid start at entry and
-// waits for the previous one only before its final (never-taken) write.
-// Inputs rotate over enough copies to defeat L2, and the timer is qjit's
-// (tuner/timing.h). The best of the grid shapes per size is printed as a
-// JSON line, then a least-squares fit: time = fixed µs + bytes / rate.
+// Launches go back to back in three patterns (WAIT below): with programmatic
+// dependent launch, waiting for the previous grid only at the end or after
+// the first loads (as wq_gemm and fused_ffn wait for x after their first
+// weights), and without PDL. Inputs rotate over enough copies to defeat L2,
+// and the timer is qjit's (tuner/timing.h). Per pattern, the best grid shape
+// per size is printed as a JSON line, then a least-squares fit: time = fixed
+// µs + bytes / rate.
 //
 // Usage: qjit_read_probe [MB ...]   (default: 8 16 23.6 33.5 47 90)
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
