@@ -4,10 +4,14 @@
 // For each size it times a kernel that reads `bytes` with 16-byte loads
 // (`unroll` independent loads in flight per thread, a grid-stride loop over
 // `blocks` blocks per SM) and writes nothing the loads could be dropped for.
-// Launches go back to back in three patterns (WAIT below): with programmatic
+// Launches go back to back in five patterns (WAIT below): with programmatic
 // dependent launch, waiting for the previous grid only at the end or after
 // the first loads (as wq_gemm and fused_ffn wait for x after their first
-// weights), and without PDL. Inputs rotate over enough copies to defeat L2,
+// weights); the latter again with blocks that fill their SM (dynamic shared
+// memory sized so that exactly `blocks` fit, as a register-bound kernel
+// fills it: the next grid's blocks cannot be resident before the previous
+// grid's leave); without PDL; and waiting after the first loads, then making
+// one read that only the wait allows, as wq_gemm reads x. Inputs rotate over enough copies to defeat L2,
 // and the timer is qjit's (tuner/timing.h). Per pattern, the best grid shape
 // per size is printed as a JSON line, then a least-squares fit: time = fixed
 // µs + bytes / rate.
@@ -27,7 +31,8 @@ using namespace qjit;
 //   0 at the end: nothing depends on it, so consecutive grids overlap fully;
 //   1 after issuing its first UNROLL loads, as wq_gemm waits for x after its
 //     first chunks of weights (the pattern of a real chain of kernels);
-//   2 at entry, and launched without PDL (the plain stream order).
+//   2 at entry, and launched without PDL (the plain stream order);
+//   3 as 1, then one load that depends on nothing but the wait (x's role).
 static const char* kSource = R"(
 extern "C" __global__ void __launch_bounds__(256) read_stream(const uint4* __restrict__ p, long long n, unsigned* out) {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -35,7 +40,7 @@ extern "C" __global__ void __launch_bounds__(256) read_stream(const uint4* __res
   unsigned acc = 0;
   const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
   long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  bool waited = WAIT != 1;
+  bool waited = WAIT != 1 && WAIT != 3;
   for (; i + (UNROLL - 1) * stride < n; i += UNROLL * stride) {
     uint4 v[UNROLL];
 #pragma unroll
@@ -43,6 +48,10 @@ extern "C" __global__ void __launch_bounds__(256) read_stream(const uint4* __res
     if (!waited) {
       asm volatile("griddepcontrol.wait;" ::: "memory");
       waited = true;
+      // WAIT 3: one load that only the wait allows (as wq_gemm reads x), from
+      // the far end of the buffer, which this grid reads last: its latency
+      // delays the loads of the next iteration, as x delays wq_gemm's.
+      if (WAIT == 3) acc ^= __ldcg(&p[n - 1 - (threadIdx.x % 256)].x);
     }
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
@@ -87,13 +96,24 @@ int main(int argc, char** argv) {
     std::printf("{\"device\": \"%s\", \"copy_gbps\": %.0f}\n", dev.identity.name.c_str(), copy_gbps);
     const int sms = dev.identity.sm_count;
     const int unrolls[] = {4, 8, 16};
-    const char* wait_names[] = {"pdl, wait at end", "pdl, wait after first loads", "no pdl"};
+    const char* names[] = {"pdl, wait at end", "pdl, wait after first loads",
+                           "pdl, wait after first loads, blocks fill the SM", "no pdl",
+                           "pdl, wait after first loads, then a read that needed the wait"};
+    int smem_per_sm = 0;
+    QJIT_CU(cuDeviceGetAttribute(&smem_per_sm, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, dev.handle));
     tuner::DeviceBuffer out(16);
     CUstream stream = nullptr;
     QJIT_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-    for (int wait = 0; wait < 3; ++wait) {
+    for (int pattern = 0; pattern < 5; ++pattern) {
+      const int wait = pattern < 2 ? pattern : pattern == 4 ? 3 : pattern - 1;  // the filling pattern is WAIT 1 with more shared memory
+      const bool fill = pattern == 2;
       std::vector<Probe> probes;
-      for (int u : unrolls) probes.push_back(build(u, wait));
+      for (int u : unrolls) {
+        probes.push_back(build(u, wait));
+        if (fill)
+          QJIT_CU(cuFuncSetAttribute(probes.back().fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                     smem_per_sm / 2 - 1024));
+      }
       std::vector<double> xs, ys;
       for (double mb : mbs) {
         const size_t bytes = static_cast<size_t>(mb * 1e6) / 16 * 16;
@@ -105,6 +125,8 @@ int main(int argc, char** argv) {
         for (size_t pi = 0; pi < probes.size(); ++pi)
           for (int blocks : {2, 4, 8}) {
             const unsigned grid = static_cast<unsigned>(sms * blocks);
+            // Filling: the SM's shared memory over `blocks`, less the 1 KB the driver reserves per block.
+            const unsigned smem = fill ? static_cast<unsigned>(smem_per_sm / blocks - 1024) : 0;
             const auto t = tuner::time_launches(
                 [&](int i) {
                   CUdeviceptr p = data.ptr() + (i % copies) * bytes;
@@ -117,6 +139,7 @@ int main(int argc, char** argv) {
                   CUlaunchConfig cfg{};
                   cfg.gridDimX = grid, cfg.gridDimY = 1, cfg.gridDimZ = 1;
                   cfg.blockDimX = 256, cfg.blockDimY = 1, cfg.blockDimZ = 1;
+                  cfg.sharedMemBytes = smem;
                   cfg.hStream = stream;
                   cfg.attrs = &pdl, cfg.numAttrs = wait == 2 ? 0 : 1;
                   QJIT_CU(cuLaunchKernelEx(&cfg, probes[pi].fn, args, nullptr));
@@ -127,7 +150,7 @@ int main(int argc, char** argv) {
         const double floor_us = bytes / (copy_gbps * 1e3);
         std::printf("{\"launch\": \"%s\", \"mb\": %.1f, \"us\": %.2f, \"pct_of_floor\": %.1f, \"gbps\": %.0f, "
                     "\"blocks_per_sm\": %d, \"unroll\": %d}\n",
-                    wait_names[wait], bytes / 1e6, best, 100 * floor_us / best, bytes / (best * 1e3), best_blocks,
+                    names[pattern], bytes / 1e6, best, 100 * floor_us / best, bytes / (best * 1e3), best_blocks,
                     best_unroll);
         std::fflush(stdout);
         xs.push_back(bytes / 1e6), ys.push_back(best);
@@ -138,7 +161,7 @@ int main(int argc, char** argv) {
         double sxy = 0, sxx = 0;
         for (size_t i = 0; i < xs.size(); ++i) sxy += (xs[i] - mx) * (ys[i] - my), sxx += (xs[i] - mx) * (xs[i] - mx);
         const double slope = sxy / sxx, fixed = my - slope * mx;
-        std::printf("{\"launch\": \"%s\", \"fit_fixed_us\": %.2f, \"fit_marginal_gbps\": %.0f}\n", wait_names[wait],
+        std::printf("{\"launch\": \"%s\", \"fit_fixed_us\": %.2f, \"fit_marginal_gbps\": %.0f}\n", names[pattern],
                     fixed, 1e3 / slope);
       }
       for (auto& p : probes) runtime::driver().cuModuleUnload(p.module);
