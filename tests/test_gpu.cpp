@@ -330,6 +330,8 @@ TEST_CASE("wq_gemm: every candidate verifies (tuner); bad arguments launch nothi
   test::TempDir dir;
   cache::Store store(dir.file("kernels.db"));
   for (const char* shape : {"k=1024,n=528,m=1", "k=320,n=48,m=16,bits=3,zero=float,scales=bf16,g=64",
+                            // the L2 look-ahead's line-by-line path (2 bits), two groups per chunk, fp32 x's two lines
+                            "k=256,n=48,m=2,bits=2,g=32,x=fp32",
                             "k=256,n=64,m=64,bits=8,x=fp32,zero=sym,bias=yes,act=relu",
                             "k=512,n=32,m=1024,bits=2,x=bf16,g=32",
                             // the tiled and wgmma families: n and k not multiples of their blocks, x converted to bf16

@@ -163,6 +163,31 @@ TEST_CASE("wq_gemm specs: bad values are named", "[wq_gemm]") {
   CHECK(codegen::wq_gemm_bucket(100000) == 1024);
 }
 
+TEST_CASE("wq_gemm mma family: the L2 look-ahead key", "[wq_gemm]") {
+  using codegen::parse_spec;
+  const auto& op = codegen::find_op("wq_gemm");
+  const auto small = parse_spec("wq_gemm", "k=4096,n=11008,m=1");
+  const nlohmann::json plain = {{"warps", 4}, {"split_k", 4}, {"tiles", 2}, {"mtiles", 1}, {"unroll", 3}, {"stages", 0}};
+  const auto ahead = with_key(plain, "l2ahead", 2);
+  // Searched with 2 and 4 chunks ahead at small M, beside every plain config; not beyond m = 16.
+  auto count = [&](const char* shape, int value) {
+    const auto space = op.tunable_space(parse_spec("wq_gemm", shape));
+    return std::count_if(space.begin(), space.end(), [&](const nlohmann::json& c) { return c.value("l2ahead", 0) == value; });
+  };
+  CHECK(count("k=4096,n=11008,m=1", 2) == count("k=4096,n=11008,m=1", 0));
+  CHECK(count("k=4096,n=11008,m=16", 4) == count("k=4096,n=11008,m=16", 0));
+  CHECK(count("k=4096,n=11008,m=32", 2) + count("k=4096,n=11008,m=32", 4) == 0);
+  const auto space = op.tunable_space(small);
+  CHECK(std::find(space.begin(), space.end(), ahead) != space.end());
+  CHECK(std::find(space.begin(), space.end(), plain) != space.end());
+  // The key reaches the kernel as kL2Ahead; a config without it means 0 (as cached before the key existed).
+  op.validate_config(small, ahead);
+  CHECK(codegen::generate_source(small, ahead).text.find("kL2Ahead = 2;") != std::string::npos);
+  CHECK(codegen::generate_source(small, plain).text.find("kL2Ahead = 0;") != std::string::npos);
+  CHECK_THROWS_WITH(op.validate_config(small, with_key(plain, "l2ahead", 3)), Catch::Contains("l2ahead must be 0, 2, 4 or 8"));
+  CHECK_THROWS_WITH(op.validate_config(small, with_key(plain, "l2ahed", 2)), Catch::Contains("may have l2ahead"));
+}
+
 TEST_CASE("wq_gemm tiled family: configs, errors, grid and shared memory", "[wq_gemm]") {
   using codegen::parse_spec;
   const auto& op = codegen::find_op("wq_gemm");

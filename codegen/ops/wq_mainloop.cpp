@@ -43,14 +43,19 @@ int wq_config_int(const nlohmann::json& j, const char* key, const std::string& w
 
 WqConfig WqConfig::from(const nlohmann::json& j, const std::string& op, size_t extra_keys) {
   auto get = [&](const char* k) { return wq_config_int(j, k, op + " config"); };
-  if (!j.is_object() || j.size() != 6 + extra_keys)
-    throw Error("config", op + " config needs warps, split_k, tiles, mtiles, unroll and stages: " + j.dump());
-  return {get("warps"), get("split_k"), get("tiles"), get("mtiles"), get("unroll"), get("stages")};
+  const bool l2ahead = j.is_object() && j.contains("l2ahead");
+  if (!j.is_object() || j.size() != 6 + extra_keys + (l2ahead ? 1 : 0))
+    throw Error("config",
+                op + " config needs warps, split_k, tiles, mtiles, unroll and stages (and may have l2ahead): " + j.dump());
+  return {get("warps"), get("split_k"), get("tiles"), get("mtiles"), get("unroll"), get("stages"),
+          l2ahead ? get("l2ahead") : 0};
 }
 
 nlohmann::json WqConfig::to_json() const {
-  return {{"warps", warps},   {"split_k", split_k}, {"tiles", tiles},
-          {"mtiles", mtiles}, {"unroll", unroll},   {"stages", stages}};
+  nlohmann::json j = {{"warps", warps},   {"split_k", split_k}, {"tiles", tiles},
+                      {"mtiles", mtiles}, {"unroll", unroll},   {"stages", stages}};
+  if (l2ahead > 0) j["l2ahead"] = l2ahead;
+  return j;
 }
 
 int wq_mtiles_needed(int64_t m) { return static_cast<int>(std::min<int64_t>((m + 7) / 8, 8)); }
@@ -64,6 +69,7 @@ std::string wq_config_problem(const WqShape& s, const WqConfig& c) {
   if (!one_of(c.unroll, {1, 2, 3, 4})) return "unroll must be 1, 2, 3 or 4";
   if (!one_of(c.stages, {0, 2, 4, 8})) return "stages must be 0, 2, 4 or 8";
   if (c.stages > 0 && c.unroll != 1) return "the cp.async ring (stages > 0) takes unroll 1";
+  if (!one_of(c.l2ahead, {0, 2, 4, 8})) return "l2ahead must be 0, 2, 4 or 8";
   // Chunks in flight matter where loads, not the mma, set the pace: small M.
   if (c.unroll > 2 && c.mtiles > 2) return "unroll above 2 is for at most 2 tiles of x";
   if (x_ahead_of(c) && (c.unroll + 1) * c.tiles > 8) return "more than 8 tile-chunks of weights live in registers";
@@ -105,7 +111,16 @@ std::vector<WqConfig> wq_tunable_space(const WqShape& s) {
               // 16 warps only to split k further: a 16-warp block of row groups is an 8-warp one twice.
               if (warps == 16 && split < 8) continue;
               const WqConfig c{warps, split, per_matrix * s.matrices, mt, unroll, stages};
-              if (wq_config_problem(s, c).empty()) out.push_back(c);
+              if (!wq_config_problem(s, c).empty()) continue;
+              out.push_back(c);
+              // L2 look-ahead where loads set the pace: the small-M buckets
+              // (8 chunks ahead never won on an H100 where 2 or 4 did).
+              if (s.m <= 16)
+                for (int ahead : {2, 4}) {
+                  WqConfig a = c;
+                  a.l2ahead = ahead;
+                  out.push_back(a);
+                }
             }
         }
   return out;
@@ -149,6 +164,7 @@ std::vector<Constant> wq_constants(const WqShape& s, const WqConfig& c) {
       {"int", "kMTiles", num(c.mtiles), "tunable: 8-row tiles of x per pass"},
       {"int", "kUnroll", num(c.unroll), "tunable: chunks of 64 k in flight ahead of the mma (register pipeline)"},
       {"int", "kStages", num(c.stages), "tunable: 0 register pipeline, else cp.async ring depth"},
+      {"int", "kL2Ahead", num(c.l2ahead), "tunable: chunks beyond the loads whose weights are prefetched to L2"},
   };
   out.insert(out.end(), tunables.begin(), tunables.end());
   return out;

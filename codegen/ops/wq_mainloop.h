@@ -25,12 +25,14 @@ struct WqShape {
 // chunks of 64 k shared round-robin by split_k warps and summed through
 // shared memory. A block covers 8·mtiles rows of x per pass. Loads run
 // `unroll` chunks ahead in registers (stages 0) or through a cp.async ring of
-// `stages` slots per warp.
+// `stages` slots per warp; with l2ahead > 0 each warp also asks L2 for the
+// weights l2ahead chunks beyond its own loads.
 struct WqConfig {
   int warps, split_k, tiles, mtiles, unroll;
   int stages = 0;
+  int l2ahead = 0;  // key "l2ahead", absent when 0 (configs cached before it keep their meaning)
 
-  // Reads the six keys; `extra_keys` names keys the caller owns (fused_ffn's "family").
+  // Reads the six keys and l2ahead; `extra_keys` names keys the caller owns (fused_ffn's "family").
   static WqConfig from(const nlohmann::json& j, const std::string& op, size_t extra_keys = 0);
   nlohmann::json to_json() const;
 };

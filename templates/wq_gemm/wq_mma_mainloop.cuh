@@ -8,7 +8,7 @@
 //
 // Reads from the generated qjit_spec: TX, TS, kK, kN, kBucketM, kBits, kGroup,
 // kZeroMode, kMatrices and the tunables kWarps, kSplitK, kTiles, kMTiles,
-// kUnroll, kStages (codegen/ops/wq_mainloop.cpp).
+// kUnroll, kStages, kL2Ahead (codegen/ops/wq_mainloop.cpp).
 //
 // W is the A operand, so even M = 1 fills a tile's rows with weights and only
 // the 8 columns of B are partly idle: reading W, not multiplying, is the cost
@@ -22,13 +22,15 @@
 // are software-pipelined in registers (kUnroll chunks ahead in rotating
 // buffers with x for M <= 16, groups of kUnroll chunks beyond; see
 // wq_accumulate), or (kStages > 0) streamed with x and the scales through a
-// cp.async ring.
+// cp.async ring; either may ask L2 for the weights kL2Ahead chunks further
+// ahead (prefetch_chunk_l2).
 #include "qjit/wq_gemm/wq_dequant.cuh"
 
 constexpr int kThreads = kWarps * 32;
 constexpr int kGroupsPerBlock = kWarps / kSplitK;
 constexpr int kTilesPerMatrix = kTiles / kMatrices;  // 16-row tiles of n a row group computes
 constexpr int kMBlock = 8 * kMTiles;
+constexpr int kXRows = kBucketM < kMBlock ? kBucketM : kMBlock;  // rows of x one pass can use
 static_assert(kWarps % kSplitK == 0, "kSplitK must divide kWarps");
 static_assert(kTiles % kMatrices == 0, "a row group has the same tiles of every matrix");
 static_assert(kMBlock <= (kBucketM < 8 ? 8 : kBucketM), "a pass covers at most the bucket's rows");
@@ -157,6 +159,70 @@ __device__ __forceinline__ void load_x_chunk(const TX* __restrict__ x, int kc, i
   for (int j = 0; j < kMTiles; ++j) load_x(x, m0 + 8 * j + lane / 4, M, kc * 64 + 16 * (lane % 4), c.b[j]);
 }
 
+// tile[i] for an i known only at run time (indexing the array would put it in local memory).
+__device__ __forceinline__ int tile_of(const int (&tile)[kTiles], int i) {
+  return min(tile[0] + i / kMatrices, kNTiles - 1);
+}
+
+// --- L2 look-ahead (kL2Ahead > 0) ---------------------------------------------
+
+// Asks L2 for chunk kc's weights, scales and zeros without waiting for them
+// or holding a register: lane i < kTiles takes tile slot i's weights (32·kBits
+// contiguous words in the native layout), lane kTiles + i the line of its
+// scales and lane 2·kTiles + i the line of its zeros (per group of the chunk).
+// The pipelines call it kL2Ahead chunks ahead of their own loads, so loads
+// find their bytes on chip: more bytes in flight per SM than registers or
+// shared memory hold, and DRAM keeps streaming while a warp waits for x after
+// the previous grid.
+__device__ __forceinline__ void prefetch_chunk_l2(const Operands& op, const int (&tile)[kTiles], int kc, int lane) {
+  const int i = lane % kTiles, what = lane / kTiles;
+  const int t = tile_of(tile, i);
+  if (what == 0) {
+    const unsigned* w = qweight_of(op, i) + (static_cast<long long>(t) * kChunks + kc) * 32 * kBits;
+    if constexpr (kBits % 4 == 0) {  // 16-byte aligned (the runtime checks qweight), 128·kBits bytes
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w), "n"(128 * kBits) : "memory");
+    } else {
+#pragma unroll
+      for (int l = 0; l < kBits; ++l) asm volatile("prefetch.global.L2 [%0];" ::"l"(w + 32 * l) : "memory");
+    }
+  } else if (what == 1 || (what == 2 && kZeroMode != 0)) {
+#pragma unroll
+    for (int gi = 0; gi < kGroupsPerChunk; ++gi) {
+      const long long at = static_cast<long long>(kc * 64 / kGroup + gi) * kN + t * 16;
+      const void* p = what == 1 ? static_cast<const void*>(scales_of(op, i) + at)
+                                : static_cast<const void*>(static_cast<const unsigned char*>(zeros_of(op, i)) + at * kZeroBytes);
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(p) : "memory");
+    }
+  }
+}
+
+// Before the grid waits for its predecessor: asks L2 for the lines of x that
+// the warp's chunks number [0, n) will read after the wait. x may still be
+// being written by the previous grid, but L2 is where global writes land, so
+// the values read after the wait are the new ones (nothing is loaded into L1
+// or registers here). The first multiply then waits for an L2 hit, not DRAM,
+// while the weights loaded before the wait sit idle.
+__device__ __forceinline__ void prefetch_x_l2(const TX* __restrict__ x, int part, int n, int count, int m0, int M,
+                                              int lane) {
+  if constexpr (kL2Ahead > 0) {
+    constexpr int kLines = 64 * int(sizeof(TX)) / 128;  // 128-byte lines per row of a chunk
+    const int rows = min(kXRows, M - m0), chunks = min(n, count);
+    for (int p = lane; p < chunks * rows * kLines; p += 32) {
+      const int j = p / (rows * kLines), r = p / kLines % rows, h = p % kLines;
+      const TX* line = x + static_cast<long long>(m0 + r) * kK + (part + j * kSplitK) * 64 + h * (128 / int(sizeof(TX)));
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(line) : "memory");
+    }
+  }
+}
+
+// Prefetches the warp's chunks number [from, to) (chunk part + j·kSplitK for number j) that exist.
+__device__ __forceinline__ void prefetch_chunks_l2(const Operands& op, const int (&tile)[kTiles], int part, int from,
+                                                   int to, int count, int lane) {
+  if constexpr (kL2Ahead > 0) {
+    for (int j = from; j < to && j < count; ++j) prefetch_chunk_l2(op, tile, part + j * kSplitK, lane);
+  }
+}
+
 // --- cp.async ring (kStages > 0) -----------------------------------------------
 
 // Each warp streams everything a chunk needs through a kStages-deep ring of
@@ -174,7 +240,6 @@ __device__ __forceinline__ void load_x_chunk(const TX* __restrict__ x, int kc, i
 // the rest spread over the warp; a lane reads what others copied only after
 // cp.async.wait_group and __syncwarp.
 constexpr int kRingStages = kStages > 0 ? kStages : 1;
-constexpr int kXRows = kBucketM < 8 * kMTiles ? kBucketM : 8 * kMTiles;  // rows of x one pass can use
 constexpr int kXPieces = 64 * int(sizeof(TX)) / 16;                        // 16-byte pieces per row of a chunk
 constexpr int kSlotW = kTiles * kBits * 32;
 constexpr int kSlotS = kTiles * kGroupsPerChunk * 16 * 2 / 4;
@@ -187,11 +252,6 @@ constexpr int kParamPieces = kSPieces + kZPieces + kXRows * kXPieces;
 __device__ __forceinline__ void cp_async16(unsigned* dst, const void* src) {
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
-
-// tile[i] for an i known only at run time (indexing the array would put it in local memory).
-__device__ __forceinline__ int tile_of(const int (&tile)[kTiles], int i) {
-  return min(tile[0] + i / kMatrices, kNTiles - 1);
 }
 
 // What copy_chunk copies: everything, or the part that does not depend on
@@ -312,6 +372,8 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
 #pragma unroll
   for (int s = 0; s < kRingStages - 1; ++s)
     if (s < count) copy_chunk<kCopyWeights>(op, tile, part + s * kSplitK, m0, M, lane, ring[warp][s]);
+  prefetch_chunks_l2(op, tile, part, kRingStages - 1, kRingStages - 1 + kL2Ahead, count, lane);
+  prefetch_x_l2(op.x, part, kRingStages - 1, count, m0, M, lane);
   wait_for_previous_grid();
 #pragma unroll
   for (int s = 0; s < kRingStages - 1; ++s) {
@@ -325,6 +387,7 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
     const int ahead = i + kRingStages - 1;
     if (ahead < count)
       copy_chunk(op, tile, part + ahead * kSplitK, m0, M, lane, ring[warp][ahead % kRingStages]);
+    prefetch_chunks_l2(op, tile, part, ahead + kL2Ahead, ahead + kL2Ahead + 1, count, lane);
     asm volatile("cp.async.commit_group;" ::: "memory");
     asm volatile("cp.async.wait_group %0;" ::"n"(kRingStages - 1) : "memory");  // this lane's part of chunk i landed
     __syncwarp();                                                               // and every other lane's
@@ -375,6 +438,8 @@ __device__ __forceinline__ void wq_accumulate(const Operands& op, const int (&ti
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
         if (u < count) load_chunk(op, tile, part + u * kSplitK, lane, buf[u]);
+      prefetch_chunks_l2(op, tile, part, kUnroll, kUnroll + kL2Ahead, count, lane);
+      prefetch_x_l2(op.x, part, kUnroll, count, m0, M, lane);
       wait_for_previous_grid();
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
@@ -389,6 +454,7 @@ __device__ __forceinline__ void wq_accumulate(const Operands& op, const int (&ti
           if (ahead < count) {
             load_chunk(op, tile, part + ahead * kSplitK, lane, buf[(b + kUnroll) % kBuffers]);
             load_x_chunk(op.x, part + ahead * kSplitK, m0, M, lane, buf[(b + kUnroll) % kBuffers]);
+            prefetch_chunks_l2(op, tile, part, ahead + kL2Ahead, ahead + kL2Ahead + 1, count, lane);
           }
           mma_chunk(buf[b], acc);
         }
@@ -398,12 +464,15 @@ __device__ __forceinline__ void wq_accumulate(const Operands& op, const int (&ti
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
         if (u < count) load_chunk(op, tile, part + u * kSplitK, lane, cur[u]);
+      prefetch_chunks_l2(op, tile, part, kUnroll, kUnroll + kL2Ahead, count, lane);
+      prefetch_x_l2(op.x, part, kUnroll, count, m0, M, lane);
       wait_for_previous_grid();
       for (int i0 = 0; i0 < count; i0 += kUnroll) {
         Chunk next[kUnroll];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
           if (i0 + kUnroll + u < count) load_chunk(op, tile, part + (i0 + kUnroll + u) * kSplitK, lane, next[u]);
+        prefetch_chunks_l2(op, tile, part, i0 + kUnroll + kL2Ahead, i0 + 2 * kUnroll + kL2Ahead, count, lane);
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
           if (i0 + u < count) {
