@@ -169,13 +169,14 @@ TEST_CASE("wq_gemm mma family: the L2 look-ahead key", "[wq_gemm]") {
   const auto small = parse_spec("wq_gemm", "k=4096,n=11008,m=1");
   const nlohmann::json plain = {{"warps", 4}, {"split_k", 4}, {"tiles", 2}, {"mtiles", 1}, {"unroll", 3}, {"stages", 0}};
   const auto ahead = with_key(plain, "l2ahead", 2);
-  // Searched with 2 and 4 chunks ahead at small M, beside every plain config; not beyond m = 16.
+  // Searched 2 chunks ahead at small M, beside every plain config; not beyond m = 16.
   auto count = [&](const char* shape, int value) {
     const auto space = op.tunable_space(parse_spec("wq_gemm", shape));
     return std::count_if(space.begin(), space.end(), [&](const nlohmann::json& c) { return c.value("l2ahead", 0) == value; });
   };
   CHECK(count("k=4096,n=11008,m=1", 2) == count("k=4096,n=11008,m=1", 0));
-  CHECK(count("k=4096,n=11008,m=16", 4) == count("k=4096,n=11008,m=16", 0));
+  CHECK(count("k=4096,n=11008,m=16", 2) == count("k=4096,n=11008,m=16", 0));
+  CHECK(count("k=4096,n=11008,m=16", 4) == 0);
   CHECK(count("k=4096,n=11008,m=32", 2) + count("k=4096,n=11008,m=32", 4) == 0);
   const auto space = op.tunable_space(small);
   CHECK(std::find(space.begin(), space.end(), ahead) != space.end());
@@ -186,6 +187,34 @@ TEST_CASE("wq_gemm mma family: the L2 look-ahead key", "[wq_gemm]") {
   CHECK(codegen::generate_source(small, plain).text.find("kL2Ahead = 0;") != std::string::npos);
   CHECK_THROWS_WITH(op.validate_config(small, with_key(plain, "l2ahead", 3)), Catch::Contains("l2ahead must be 0, 2, 4 or 8"));
   CHECK_THROWS_WITH(op.validate_config(small, with_key(plain, "l2ahed", 2)), Catch::Contains("may have l2ahead"));
+}
+
+TEST_CASE("wq_gemm mma family: the zero after the mma", "[wq_gemm]") {
+  using codegen::parse_spec;
+  const auto& op = codegen::find_op("wq_gemm");
+  const auto small = parse_spec("wq_gemm", "k=4096,n=11008,m=1");
+  const nlohmann::json plain = {{"warps", 4}, {"split_k", 4}, {"tiles", 2}, {"mtiles", 1}, {"unroll", 3}, {"stages", 0}};
+  const auto after = with_key(plain, "zero_after", 1);
+  // Searched at small M where it applies (fp16 scales, one group per chunk, an
+  // integer zero, 4 or 8 bits), with and without the L2 look-ahead.
+  auto count = [&](const char* shape) {
+    const auto space = op.tunable_space(parse_spec("wq_gemm", shape));
+    return std::count_if(space.begin(), space.end(), [](const nlohmann::json& c) { return c.value("zero_after", 0) == 1; });
+  };
+  CHECK(count("k=4096,n=11008,m=1") > 0);
+  CHECK(count("k=4096,n=11008,m=16,bits=8,zero=sym") > 0);
+  for (const char* no : {"k=4096,n=11008,m=32", "k=4096,n=11008,m=1,g=32", "k=4096,n=11008,m=1,zero=float",
+                         "k=4096,n=11008,m=1,bits=3", "k=4096,n=11008,m=1,bits=2", "k=4096,n=11008,m=1,scales=bf16"})
+    CHECK(count(no) == 0);
+  const auto space = op.tunable_space(small);
+  CHECK(std::find(space.begin(), space.end(), after) != space.end());
+  CHECK(std::find(space.begin(), space.end(), with_key(after, "l2ahead", 2)) != space.end());
+  op.validate_config(small, after);
+  CHECK(codegen::generate_source(small, after).text.find("kZeroAfter = 1;") != std::string::npos);
+  CHECK(codegen::generate_source(small, plain).text.find("kZeroAfter = 0;") != std::string::npos);
+  CHECK_THROWS_WITH(op.validate_config(parse_spec("wq_gemm", "k=4096,n=11008,m=1,g=32"), after),
+                    Catch::Contains("zero_after needs fp16 scales"));
+  CHECK_THROWS_WITH(op.validate_config(small, with_key(plain, "zero_after", 2)), Catch::Contains("zero_after must be 0 or 1"));
 }
 
 TEST_CASE("wq_gemm tiled family: configs, errors, grid and shared memory", "[wq_gemm]") {
@@ -318,11 +347,14 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
 
 TEST_CASE("wq_gemm: candidates compile for sm_90 without spills", "[wq_gemm][nvrtc]") {
   const auto& op = codegen::find_op("wq_gemm");
-  // The full space of the main shape at M = 1 and 16; then every bit width,
-  // zero mode and type through each spec's default and a spread of its space.
+  // The full space of the main shape at M = 1 and every other config at
+  // M = 16 (both hold every key); then every bit width, zero mode and type
+  // through each spec's default and a spread of its space.
   std::vector<test::CompileJob> jobs;
-  for (const char* s : {"k=4096,n=11008,m=1", "k=4096,n=11008,m=16"})
-    for (auto& c : op.tunable_space(codegen::parse_spec("wq_gemm", s))) jobs.push_back({codegen::parse_spec("wq_gemm", s), c});
+  for (const auto& [s, stride] : {std::pair{"k=4096,n=11008,m=1", 1}, std::pair{"k=4096,n=11008,m=16", 2}}) {
+    const auto space = op.tunable_space(codegen::parse_spec("wq_gemm", s));
+    for (size_t i = 0; i < space.size(); i += stride) jobs.push_back({codegen::parse_spec("wq_gemm", s), space[i]});
+  }
   // The large-M buckets: a spread of both families.
   for (const char* s : {"k=4096,n=11008,m=64", "k=11008,n=4096,m=256"}) {
     const auto spec = codegen::parse_spec("wq_gemm", s);

@@ -29,6 +29,13 @@ int64_t slot_bytes(const WqShape& s, const WqConfig& c) {
   return c.tiles * s.bits * 32 * 4 + c.tiles * groups * 16 * (2 + zero_bytes) + x_rows * 64 * bytes_of(s.x);
 }
 
+// Where the mma may take the magic values and subtract the zero after it
+// (the template's kZeroAfter): fp16, one scale per chunk (g >= 64, an
+// integer zero) and one shift per row (4 or 8 bits).
+bool zero_after_applies(const WqShape& s) {
+  return s.scales == "fp16" && s.g >= 64 && s.zero != "float" && (s.bits == 4 || s.bits == 8);
+}
+
 // The register pipeline loads x with the weights (ahead of the mma) for at
 // most two tiles of x (the template's kXAhead).
 bool x_ahead_of(const WqConfig& c) { return c.stages == 0 && c.mtiles <= 2; }
@@ -43,18 +50,20 @@ int wq_config_int(const nlohmann::json& j, const char* key, const std::string& w
 
 WqConfig WqConfig::from(const nlohmann::json& j, const std::string& op, size_t extra_keys) {
   auto get = [&](const char* k) { return wq_config_int(j, k, op + " config"); };
-  const bool l2ahead = j.is_object() && j.contains("l2ahead");
-  if (!j.is_object() || j.size() != 6 + extra_keys + (l2ahead ? 1 : 0))
-    throw Error("config",
-                op + " config needs warps, split_k, tiles, mtiles, unroll and stages (and may have l2ahead): " + j.dump());
-  return {get("warps"), get("split_k"), get("tiles"), get("mtiles"), get("unroll"), get("stages"),
-          l2ahead ? get("l2ahead") : 0};
+  const bool l2ahead = j.is_object() && j.contains("l2ahead"), zero_after = j.is_object() && j.contains("zero_after");
+  if (!j.is_object() || j.size() != 6 + extra_keys + l2ahead + zero_after)
+    throw Error("config", op + " config needs warps, split_k, tiles, mtiles, unroll and stages (and may have l2ahead, "
+                               "zero_after): " + j.dump());
+  return {get("warps"), get("split_k"),          get("tiles"),
+          get("mtiles"), get("unroll"),          get("stages"),
+          l2ahead ? get("l2ahead") : 0, zero_after ? get("zero_after") : 0};
 }
 
 nlohmann::json WqConfig::to_json() const {
   nlohmann::json j = {{"warps", warps},   {"split_k", split_k}, {"tiles", tiles},
                       {"mtiles", mtiles}, {"unroll", unroll},   {"stages", stages}};
   if (l2ahead > 0) j["l2ahead"] = l2ahead;
+  if (zero_after > 0) j["zero_after"] = zero_after;
   return j;
 }
 
@@ -70,6 +79,9 @@ std::string wq_config_problem(const WqShape& s, const WqConfig& c) {
   if (!one_of(c.stages, {0, 2, 4, 8})) return "stages must be 0, 2, 4 or 8";
   if (c.stages > 0 && c.unroll != 1) return "the cp.async ring (stages > 0) takes unroll 1";
   if (!one_of(c.l2ahead, {0, 2, 4, 8})) return "l2ahead must be 0, 2, 4 or 8";
+  if (!one_of(c.zero_after, {0, 1})) return "zero_after must be 0 or 1";
+  if (c.zero_after && !zero_after_applies(s))
+    return "zero_after needs fp16 scales, an integer or symmetric zero, g >= 64 and 4 or 8 bits";
   // Chunks in flight matter where loads, not the mma, set the pace: small M.
   if (c.unroll > 2 && c.mtiles > 2) return "unroll above 2 is for at most 2 tiles of x";
   if (x_ahead_of(c) && (c.unroll + 1) * c.tiles > 8) return "more than 8 tile-chunks of weights live in registers";
@@ -113,14 +125,17 @@ std::vector<WqConfig> wq_tunable_space(const WqShape& s) {
               const WqConfig c{warps, split, per_matrix * s.matrices, mt, unroll, stages};
               if (!wq_config_problem(s, c).empty()) continue;
               out.push_back(c);
-              // L2 look-ahead where loads set the pace: the small-M buckets
-              // (8 chunks ahead never won on an H100 where 2 or 4 did).
+              // Where loads and the instructions between them set the pace
+              // (the small-M buckets): the L2 look-ahead (2 chunks: 4 and 8
+              // never won on an H100) and the zero after the mma.
               if (s.m <= 16)
-                for (int ahead : {2, 4}) {
-                  WqConfig a = c;
-                  a.l2ahead = ahead;
-                  out.push_back(a);
-                }
+                for (int ahead : {0, 2})
+                  for (int after : {0, 1}) {
+                    if ((ahead == 0 && after == 0) || (after && !zero_after_applies(s))) continue;
+                    WqConfig a = c;
+                    a.l2ahead = ahead, a.zero_after = after;
+                    out.push_back(a);
+                  }
             }
         }
   return out;
@@ -165,6 +180,7 @@ std::vector<Constant> wq_constants(const WqShape& s, const WqConfig& c) {
       {"int", "kUnroll", num(c.unroll), "tunable: chunks of 64 k in flight ahead of the mma (register pipeline)"},
       {"int", "kStages", num(c.stages), "tunable: 0 register pipeline, else cp.async ring depth"},
       {"int", "kL2Ahead", num(c.l2ahead), "tunable: chunks beyond the loads whose weights are prefetched to L2"},
+      {"int", "kZeroAfter", num(c.zero_after), "tunable: 1 multiplies the magic values, the zero subtracted after"},
   };
   out.insert(out.end(), tunables.begin(), tunables.end());
   return out;

@@ -26,13 +26,16 @@ struct WqShape {
 // shared memory. A block covers 8·mtiles rows of x per pass. Loads run
 // `unroll` chunks ahead in registers (stages 0) or through a cp.async ring of
 // `stages` slots per warp; with l2ahead > 0 each warp also asks L2 for the
-// weights l2ahead chunks beyond its own loads.
+// weights l2ahead chunks beyond its own loads. zero_after = 1 multiplies the
+// undequantised magic values and subtracts 1024 + zero from each row's sum.
 struct WqConfig {
   int warps, split_k, tiles, mtiles, unroll;
   int stages = 0;
-  int l2ahead = 0;  // key "l2ahead", absent when 0 (configs cached before it keep their meaning)
+  // Optional keys, absent when 0 (configs cached before them keep their meaning).
+  int l2ahead = 0;
+  int zero_after = 0;
 
-  // Reads the six keys and l2ahead; `extra_keys` names keys the caller owns (fused_ffn's "family").
+  // Reads the six keys, l2ahead and zero_after; `extra_keys` names keys the caller owns (fused_ffn's "family").
   static WqConfig from(const nlohmann::json& j, const std::string& op, size_t extra_keys = 0);
   nlohmann::json to_json() const;
 };

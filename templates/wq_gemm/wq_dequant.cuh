@@ -106,6 +106,13 @@ __device__ __forceinline__ unsigned fields(const unsigned (&w)[kBits], int R) {
   }
 }
 
+// The r of register R in magic_fields (known at compile time).
+__device__ constexpr int magic_shift(int R) {
+  if (kBits == 8 || kBits == 3) return 0;
+  const int sh = kBits * (R % kPer);
+  return sh <= kInPlace ? sh : sh - kPreShift;
+}
+
 // fp16 only: register R as two fp16 numbers 1024 + q·2^r; returns r.
 __device__ __forceinline__ int magic_fields(const unsigned (&w)[kBits], int R, unsigned& v) {
   if constexpr (kBits == 8) {
@@ -172,6 +179,7 @@ __device__ __forceinline__ RowParams row_params(RowRaw r) {
     }
     p.s2 = r.s * 0x00010001u;
     p.o2 = o * 0x00010001u;
+    p.zf = static_cast<float>(zero);  // for kZeroAfter (unused, and dropped, otherwise)
   } else {
     p.zf = static_cast<float>(zero);
     p.of = widen16<TS>(o);

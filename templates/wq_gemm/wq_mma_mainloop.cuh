@@ -8,7 +8,7 @@
 //
 // Reads from the generated qjit_spec: TX, TS, kK, kN, kBucketM, kBits, kGroup,
 // kZeroMode, kMatrices and the tunables kWarps, kSplitK, kTiles, kMTiles,
-// kUnroll, kStages, kL2Ahead (codegen/ops/wq_mainloop.cpp).
+// kUnroll, kStages, kL2Ahead, kZeroAfter (codegen/ops/wq_mainloop.cpp).
 //
 // W is the A operand, so even M = 1 fills a tile's rows with weights and only
 // the 8 columns of B are partly idle: reading W, not multiplying, is the cost
@@ -93,6 +93,24 @@ __device__ __forceinline__ void load_x(const T* __restrict__ x, int m, int M, in
 // (a chunk spans two groups) scale each weight as the reference does.
 constexpr bool kScaleAfter = kGroup >= 64 && kZeroMode != 2;
 
+// Zero after the mma (kZeroAfter, fp16 with 4 or 8 bits and kScaleAfter):
+// the tensor cores multiply the magic values v = 1024 + q·2^r of
+// magic_fields as they are, which saves the fma per register that makes
+// them q - z. With X = Σ_k x[k] over the chunk (four more mma per chunk with
+// A = 1, shared by every tile) each row's sum is then corrected once:
+//   Σ (q - z)·x = 2^-r · Σ v·x - (1024·2^-r + z) · X.
+// r is one value per row: registers R = 4s + r' with r' even are row gq and
+// have r = magic_shift(0), the odd ones row gq + 8 and magic_shift(1) (0 and
+// 4 for 4 bits, 0 for 8). v < 2048 is exact in fp16 and v·x in fp32; the fp32
+// sums of v·x are about 1024/|q - z| times larger than the result, so their
+// rounding weighs that much more (measured in the tuner's verification, like
+// every candidate's).
+constexpr bool kZeroAfterMode = kZeroAfter != 0;
+static_assert(!kZeroAfterMode || (kHalf && kScaleAfter && (kBits == 4 || kBits == 8)),
+              "zero after the mma needs fp16, an integer zero, g >= 64 and 4 or 8 bits");
+static_assert(!kZeroAfterMode || (magic_shift(0) == magic_shift(2) && magic_shift(1) == magic_shift(3)),
+              "each row's registers share one shift");
+
 // --- one chunk on the tensor cores ---------------------------------------------
 
 // A chunk's operands in registers: the lane's weight words, the raw
@@ -104,6 +122,17 @@ struct Chunk {
 };
 
 __device__ __forceinline__ void mma_chunk(const Chunk& c, float (&acc)[kTiles][kMTiles][4]) {
+  float xsum[kMTiles][4];  // kZeroAfter: X of the lane's columns (every row of the product holds it)
+  if constexpr (kZeroAfterMode) {
+    constexpr unsigned kOnes = 0x3c003c00u;  // fp16 1.0 in both halves
+#pragma unroll
+    for (int j = 0; j < kMTiles; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) xsum[j][e] = 0.0f;
+#pragma unroll
+      for (int s = 0; s < 4; ++s) qjit::mma_16816<TS>(xsum[j], kOnes, kOnes, kOnes, kOnes, c.b[j][2 * s], c.b[j][2 * s + 1]);
+    }
+  }
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) {
     const RowParams rp[2] = {row_params(c.rows[i][0]), row_params(c.rows[i][1])};
@@ -122,7 +151,10 @@ __device__ __forceinline__ void mma_chunk(const Chunk& c, float (&acc)[kTiles][k
       // Register R = 4s + r belongs to row gq + 8(r%2).
       unsigned a[4];
 #pragma unroll
-      for (int r = 0; r < 4; ++r) a[r] = dequant2<kScaleAfter>(c.w[i], 4 * s + r, rp[r % 2]);
+      for (int r = 0; r < 4; ++r) {
+        if constexpr (kZeroAfterMode) magic_fields(c.w[i], 4 * s + r, a[r]);
+        else a[r] = dequant2<kScaleAfter>(c.w[i], 4 * s + r, rp[r % 2]);
+      }
 #pragma unroll
       for (int j = 0; j < kMTiles; ++j)
         qjit::mma_16816<TS>(part[s % 2][j], a[0], a[1], a[2], a[3], c.b[j][2 * s], c.b[j][2 * s + 1]);
@@ -133,7 +165,13 @@ __device__ __forceinline__ void mma_chunk(const Chunk& c, float (&acc)[kTiles][k
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float sum = part[0][j][e] + part[1][j][e];
-        acc[i][j][e] = kScaleAfter ? fmaf(sum, rp[e / 2].sf, acc[i][j][e]) : acc[i][j][e] + sum;
+        if constexpr (kZeroAfterMode) {
+          constexpr float kInv[2] = {1.0f / (1 << magic_shift(0)), 1.0f / (1 << magic_shift(1))};
+          const float inv = kInv[e / 2], sf = rp[e / 2].sf;
+          acc[i][j][e] = fmaf(sum, sf * inv, fmaf(-sf * fmaf(1024.0f, inv, rp[e / 2].zf), xsum[j][e], acc[i][j][e]));
+        } else {
+          acc[i][j][e] = kScaleAfter ? fmaf(sum, rp[e / 2].sf, acc[i][j][e]) : acc[i][j][e] + sum;
+        }
       }
   }
 }
