@@ -217,6 +217,24 @@ TEST_CASE("wq_gemm mma family: the zero after the mma", "[wq_gemm]") {
   CHECK_THROWS_WITH(op.validate_config(small, with_key(plain, "zero_after", 2)), Catch::Contains("zero_after must be 0 or 1"));
 }
 
+TEST_CASE("wq_gemm mma family: the timeline marks compile in only for qjit_timeline_probe", "[wq_gemm][nvrtc]") {
+  const auto spec = codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=1");
+  for (const nlohmann::json& c :
+       {nlohmann::json{{"warps", 8}, {"split_k", 8}, {"tiles", 2}, {"mtiles", 1}, {"unroll", 1}, {"stages", 4}},
+        nlohmann::json{{"warps", 4}, {"split_k", 4}, {"tiles", 2}, {"mtiles", 1}, {"unroll", 3}, {"stages", 0}}}) {
+    auto src = codegen::generate_source(spec, c);
+    const auto plain = codegen::compile(src, "sm_90");
+    REQUIRE(plain.ok);
+    CHECK(plain.ptx.find("qjit_timeline") == std::string::npos);  // the marks are empty by default
+    src.text = "#define QJIT_TIMELINE 1\n" + src.text;  // as tests/probe/timeline_probe.cpp builds it
+    const auto marked = codegen::compile(src, "sm_90");
+    INFO(marked.log);
+    REQUIRE(marked.ok);
+    CHECK(marked.ptx.find("qjit_timeline_runs") != std::string::npos);
+    CHECK(marked.ptx.find("%globaltimer") != std::string::npos);
+  }
+}
+
 TEST_CASE("wq_gemm tiled family: configs, errors, grid and shared memory", "[wq_gemm]") {
   using codegen::parse_spec;
   const auto& op = codegen::find_op("wq_gemm");

@@ -24,6 +24,7 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
   row_group_tiles(first_tile, tile);
   const Operands op{x, {qweight}, {scales}, {zeros}};
   allow_next_grid();
+  QJIT_MARK(0);
 
   for (int m0 = blockIdx.y * kMBlock; m0 < M; m0 += gridDim.y * kMBlock) {
     float acc[kTiles][kMTiles][4];
@@ -48,4 +49,5 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
     // one pass: leaving the loop frees its registers (8 at m = 1).
     if constexpr (kBucketM < 1024) break;
   }
+  QJIT_MARK(3);
 }

@@ -62,6 +62,32 @@ __device__ __forceinline__ const void* zeros_of(const Operands& op, int i) {
 using qjit::allow_next_grid;
 using qjit::wait_for_previous_grid;
 
+// Timeline marks for tests/probe/timeline_probe.cpp, which compiles the
+// kernel with QJIT_TIMELINE defined; otherwise they are empty. Thread 0 of
+// each block records %globaltimer at: 0 entry, 1 past the wait for the
+// previous grid, 2 end of its own chunks, 3 after the epilogue (wq_gemm_mma.cu
+// sets 0 and 3; fused_ffn_wq.cu has no timeline). Launch r of the chain
+// writes row r (the block's own run count: a grid's blocks are all
+// dispatched before the next grid's).
+#ifdef QJIT_TIMELINE
+constexpr int kTimelineBlocks = 4096, kTimelineRuns = 8;
+__device__ unsigned qjit_timeline_runs[kTimelineBlocks];
+__device__ unsigned long long qjit_timeline[kTimelineRuns][kTimelineBlocks][4];
+__device__ __forceinline__ void timeline_mark(int point) {
+  __shared__ unsigned run;
+  if (threadIdx.x != 0) return;
+  const unsigned block = blockIdx.x + gridDim.x * blockIdx.y;
+  if (block >= kTimelineBlocks) return;
+  if (point == 0) run = atomicAdd(&qjit_timeline_runs[block], 1u);
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  if (run < kTimelineRuns) qjit_timeline[run][block][point] = t;
+}
+#define QJIT_MARK(point) timeline_mark(point)
+#else
+#define QJIT_MARK(point)
+#endif
+
 // B fragments of one 8-row tile of x for a chunk: x[m][k0 .. k0+16) as 8 words
 // of two TS values (zero for rows m >= M).
 template <typename T>
@@ -403,9 +429,9 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
   __syncwarp();  // the previous pass over m has read every slot
   // The first kStages - 1 chunks' weights, scales and zeros go out before
   // the grid waits for its predecessor, x after it: a chain of kernels then
-  // streams weights through the previous kernel's tail (with PDL a kernel
-  // that only reads its weights before the wait gets 96.6% of the copy floor
-  // at 23.6 MB on an H100, tests/probe/read_probe.cpp). The first group
+  // streams weights through the previous kernel's tail (a read-only stream
+  // launched this way reaches 83% of the copy floor at 23.6 MB on an H100,
+  // against 73% without PDL: tests/probe/read_probe.cpp). The first group
   // holds all of those weights, so chunk 0 waits for them once.
 #pragma unroll
   for (int s = 0; s < kRingStages - 1; ++s)
@@ -413,6 +439,7 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
   prefetch_chunks_l2(op, tile, part, kRingStages - 1, kRingStages - 1 + kL2Ahead, count, lane);
   prefetch_x_l2(op.x, part, kRingStages - 1, count, m0, M, lane);
   wait_for_previous_grid();
+  QJIT_MARK(1);
 #pragma unroll
   for (int s = 0; s < kRingStages - 1; ++s) {
     if (s < count) copy_chunk<kCopyX>(op, tile, part + s * kSplitK, m0, M, lane, ring[warp][s]);
@@ -479,6 +506,7 @@ __device__ __forceinline__ void wq_accumulate(const Operands& op, const int (&ti
       prefetch_chunks_l2(op, tile, part, kUnroll, kUnroll + kL2Ahead, count, lane);
       prefetch_x_l2(op.x, part, kUnroll, count, m0, M, lane);
       wait_for_previous_grid();
+      QJIT_MARK(1);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
         if (u < count) load_x_chunk(op.x, part + u * kSplitK, m0, M, lane, buf[u]);
@@ -505,6 +533,7 @@ __device__ __forceinline__ void wq_accumulate(const Operands& op, const int (&ti
       prefetch_chunks_l2(op, tile, part, kUnroll, kUnroll + kL2Ahead, count, lane);
       prefetch_x_l2(op.x, part, kUnroll, count, m0, M, lane);
       wait_for_previous_grid();
+      QJIT_MARK(1);
       for (int i0 = 0; i0 < count; i0 += kUnroll) {
         Chunk next[kUnroll];
 #pragma unroll
@@ -523,6 +552,7 @@ __device__ __forceinline__ void wq_accumulate(const Operands& op, const int (&ti
     }
   }
 
+  QJIT_MARK(2);
   if constexpr (kSplitK > 1) {
     // Lane-for-lane sum of the kSplitK warps of a row group.
     __shared__ float partial[kWarps][kTiles][kMTiles][4][32];

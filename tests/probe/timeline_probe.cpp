@@ -1,0 +1,112 @@
+// qjit_timeline_probe: where one wq_gemm kernel's time goes in a chain of
+// launches, block by block.
+//
+// It compiles a wq_gemm mma-family config with QJIT_TIMELINE defined, so
+// that thread 0 of every block records %globaltimer at entry, past the wait
+// for the previous grid, at the end of its chunks and after its epilogue
+// (QJIT_MARK in templates/wq_gemm/wq_mma_mainloop.cuh). It then launches the
+// kernel 8 times back to back with programmatic dependent launch over
+// rotated weight copies, as the tuner times it, and prints per launch (from
+// the third on) the spread of those four marks relative to the previous
+// launch's last exit, as JSON lines. The period between last exits is the
+// launch's time in a chain (the marks cost an atomic and four stores per
+// block, so it differs from the bench's time by up to a few µs: read the
+// shape). %globaltimer ticks in steps of about 0.26 µs on an H100.
+//
+// Usage: qjit_timeline_probe SHAPE CONFIG
+//   e.g. qjit_timeline_probe k=4096,n=11008,m=1 '{"warps":8,"split_k":8,"tiles":2,"mtiles":1,"unroll":1,"stages":4}'
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <vector>
+#include "codegen/nvrtc.h"
+#include "codegen/registry.h"
+#include "codegen/source.h"
+#include "runtime/device.h"
+#include "runtime/driver.h"
+#include "runtime/kernel_cache.h"
+#include "tuner/workload.h"
+
+using namespace qjit;
+
+namespace {
+
+constexpr int kRuns = 8, kBlocks = 4096;  // the template's kTimelineRuns and kTimelineBlocks
+
+double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * (v.size() - 1) + 0.5)];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: qjit_timeline_probe SHAPE CONFIG (a wq_gemm shape and an mma-family config)\n");
+    return 2;
+  }
+  try {
+    const auto& dev = runtime::current_device();
+    const auto spec = codegen::parse_spec("wq_gemm", argv[1]);
+    const auto config = nlohmann::json::parse(argv[2]);
+    const auto& op = codegen::find_op("wq_gemm");
+    op.validate_config(spec, config);
+    if (config.contains("family")) throw Error("argument", "the timeline marks are in the mma family only");
+    auto src = codegen::generate_source(spec, config);
+    src.text = "#define QJIT_TIMELINE 1\n" + src.text;
+    const auto compiled = codegen::compile(src, dev.arch);
+    if (!compiled.ok) throw Error("nvrtc", "timeline build failed:\n" + compiled.log);
+    CUmodule module = nullptr;
+    CUfunction fn = nullptr;
+    QJIT_CU(cuModuleLoadData(&module, compiled.cubin.data()));
+    QJIT_CU(cuModuleGetFunction(&fn, module, src.kernel_name.c_str()));
+    CUdeviceptr runs = 0, marks = 0;
+    size_t runs_bytes = 0, marks_bytes = 0;
+    QJIT_CU(cuModuleGetGlobal(&runs, &runs_bytes, module, "qjit_timeline_runs"));
+    QJIT_CU(cuModuleGetGlobal(&marks, &marks_bytes, module, "qjit_timeline"));
+    const auto g = op.launch_geometry(spec, config);
+    runtime::LoadedKernel kernel;  // launched as the runtime launches cached kernels, with PDL
+    kernel.module = module, kernel.function = fn, kernel.geometry = g, kernel.programmatic = true;
+    const unsigned blocks = g.grid[0] * g.grid[1];
+    if (blocks > kBlocks) throw Error("argument", "more than 4096 blocks: " + std::to_string(blocks));
+    if (g.dynamic_smem > 48 * 1024)
+      QJIT_CU(cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(g.dynamic_smem)));
+
+    auto work = tuner::make_workload(spec, std::random_device{}(), dev.l2_bytes);
+    CUstream stream = nullptr;
+    QJIT_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    auto chain = [&] {
+      QJIT_CU(cuMemsetD8Async(runs, 0, runs_bytes, stream));
+      QJIT_CU(cuMemsetD8Async(marks, 0, marks_bytes, stream));
+      for (int i = 0; i < kRuns; ++i) runtime::launch(kernel, work->args(i % work->copies()), stream);
+      QJIT_CU(cuStreamSynchronize(stream));
+    };
+    chain();  // warm-up: module, clocks
+    chain();
+    std::vector<unsigned long long> t(static_cast<size_t>(kRuns) * kBlocks * 4);
+    QJIT_CU(cuMemcpyDtoH(t.data(), marks, t.size() * sizeof(t[0])));
+    auto at = [&](int run, unsigned b, int point) { return t[(static_cast<size_t>(run) * kBlocks + b) * 4 + point]; };
+    std::printf("{\"device\": \"%s\", \"shape\": \"%s\", \"config\": %s, \"blocks\": %u, \"threads\": %u}\n",
+                dev.identity.name.c_str(), argv[1], config.dump().c_str(), blocks, g.block[0]);
+    for (int run = 2; run < kRuns; ++run) {
+      unsigned long long prev_exit = 0;
+      for (unsigned b = 0; b < blocks; ++b) prev_exit = std::max(prev_exit, at(run - 1, b, 3));
+      std::vector<double> mark[4];
+      for (unsigned b = 0; b < blocks; ++b)
+        for (int p = 0; p < 4; ++p) mark[p].push_back((static_cast<double>(at(run, b, p)) - prev_exit) / 1e3);
+      std::printf("{\"run\": %d", run);
+      const char* names[] = {"entry", "past_wait", "chunks_done", "exit"};
+      for (int p = 0; p < 4; ++p)
+        std::printf(", \"%s_us\": [%.2f, %.2f, %.2f, %.2f]", names[p], quantile(mark[p], 0), quantile(mark[p], 0.5),
+                    quantile(mark[p], 0.9), quantile(mark[p], 1));
+      std::printf("}\n");
+    }
+    std::printf("{\"note\": \"each mark: [min, median, p90, max] over blocks, in us after the previous launch's last exit\"}\n");
+    runtime::driver().cuStreamDestroy(stream);
+    runtime::driver().cuModuleUnload(module);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "qjit_timeline_probe: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
