@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU-machine session: builds nothing. Runs the [gpu] tests, tunes and
-# benchmarks the issue's shapes, the launch and read probes and the PyTorch peers, and
+# benchmarks the issue's shapes, the launch, read and timeline probes and the PyTorch peers, and
 # prints a short table last. Logs and JSON go to $OUT.
 #   usage (repo root on the GPU machine): bash tests/gpu_session.sh [PART]
 #   PART: all (default), tests (only the [gpu] tests), ffn or lut (tests
@@ -81,7 +81,19 @@ fi
 case "$PART" in
   all|wq|wq+tests|qffn|qffn+tests)
     echo "== read probe (the ceiling for weight-streaming kernels in this launch pattern)"
-    "$DIST/bin/qjit_read_probe" 8.9 23.6 47 | tee "$OUT/read_probe.jsonl" | grep fit ;;
+    "$DIST/bin/qjit_read_probe" 8.9 23.6 47 | tee "$OUT/read_probe.jsonl" | grep fit
+    # Per-block timelines of the cached wq_gemm winners of the mma family at
+    # M <= 16: entry, past the wait, chunks done, exit (tests/probe/timeline_probe.cpp).
+    echo "== timeline probe (cached wq_gemm mma-family winners, M <= 16; last launch of each chain)"
+    "$Q" list --json 2>/dev/null | python3 -c '
+import json, sys
+for r in json.load(sys.stdin):
+    s = r["spec"]
+    if r["op"] != "wq_gemm" or s.get("m", 0) > 16 or "family" in r["config"]:
+        continue
+    print(",".join(f"{k}={v}" for k, v in sorted(s.items()) if k != "op") + "|" + json.dumps(r["config"]))
+' | while IFS='|' read -r shape cfg; do "$DIST/bin/qjit_timeline_probe" "$shape" "$cfg"; done >"$OUT/timeline.jsonl" 2>&1
+    grep -E '"shape"|"run": 7' "$OUT/timeline.jsonl" | cut -c1-220 ;;
 esac
 
 # NCU="op shape args;op shape args": Nsight Compute on one launch of each
