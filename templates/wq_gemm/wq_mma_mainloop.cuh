@@ -236,8 +236,8 @@ __device__ __forceinline__ int tile_of(const int (&tile)[kTiles], int i) {
 // scales and lane 2·kTiles + i the line of its zeros (per group of the chunk).
 // The pipelines call it kL2Ahead chunks ahead of their own loads, so loads
 // find their bytes on chip: more bytes in flight per SM than registers or
-// shared memory hold, and DRAM keeps streaming while a warp waits for x after
-// the previous grid.
+// shared memory hold (a tuning key: it wins some small-M shapes on an H100
+// and loses others, BENCHMARKS.md session 9).
 __device__ __forceinline__ void prefetch_chunk_l2(const Operands& op, const int (&tile)[kTiles], int kc, int lane) {
   const int i = lane % kTiles, what = lane / kTiles;
   const int t = tile_of(tile, i);
@@ -264,8 +264,9 @@ __device__ __forceinline__ void prefetch_chunk_l2(const Operands& op, const int 
 // the warp's chunks number [0, n) will read after the wait. x may still be
 // being written by the previous grid, but L2 is where global writes land, so
 // the values read after the wait are the new ones (nothing is loaded into L1
-// or registers here). The first multiply then waits for an L2 hit, not DRAM,
-// while the weights loaded before the wait sit idle.
+// or registers here). The first multiply then waits for an L2 hit, not DRAM
+// (x is still in L2 in a real chain; this helps most where a warp has few
+// chunks, e.g. 4096² at M = 1).
 __device__ __forceinline__ void prefetch_x_l2(const TX* __restrict__ x, int part, int n, int count, int m0, int M,
                                               int lane) {
   if constexpr (kL2Ahead > 0) {
