@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 #include "codegen/nvrtc.h"
 #include "codegen/registry.h"
@@ -65,8 +66,9 @@ int main(int argc, char** argv) {
     QJIT_CU(cuModuleGetGlobal(&runs, &runs_bytes, module, "qjit_timeline_runs"));
     QJIT_CU(cuModuleGetGlobal(&marks, &marks_bytes, module, "qjit_timeline"));
     const auto g = op.launch_geometry(spec, config);
-    runtime::LoadedKernel kernel;  // launched as the runtime launches cached kernels, with PDL
-    kernel.module = module, kernel.function = fn, kernel.geometry = g, kernel.programmatic = true;
+    runtime::LoadedKernel kernel;  // launched as the runtime launches cached kernels (PDL from sm_90 on)
+    kernel.module = module, kernel.function = fn, kernel.geometry = g;
+    kernel.programmatic = std::stoi(dev.identity.compute_capability) >= 9;
     const unsigned blocks = g.grid[0] * g.grid[1];
     if (blocks > kBlocks) throw Error("argument", "more than 4096 blocks: " + std::to_string(blocks));
     if (g.dynamic_smem > 48 * 1024)
