@@ -8,7 +8,9 @@
 // kernel 8 times back to back with programmatic dependent launch over
 // rotated weight copies, as the tuner times it, and prints per launch (from
 // the third on) the spread of those four marks relative to the previous
-// launch's last exit, as JSON lines. The period between last exits is the
+// launch's last exit, as JSON lines, with the SMs grouped by how many of the
+// launch's blocks they ran and when the last of them finished its chunks
+// (median over the group). The period between last exits is the
 // launch's time in a chain (the marks cost an atomic and four stores per
 // block, so it differs from the bench's time by up to a few µs: read the
 // shape). %globaltimer ticks in steps of about 0.26 µs on an H100.
@@ -17,6 +19,7 @@
 //   e.g. qjit_timeline_probe k=4096,n=11008,m=1 '{"warps":8,"split_k":8,"tiles":2,"mtiles":1,"unroll":1,"stages":4}'
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -32,7 +35,7 @@ using namespace qjit;
 
 namespace {
 
-constexpr int kRuns = 8, kBlocks = 4096;  // the template's kTimelineRuns and kTimelineBlocks
+constexpr int kRuns = 8, kBlocks = 4096, kSlots = 5;  // the template's qjit_timeline[kTimelineRuns][kTimelineBlocks][5]
 
 double quantile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
@@ -85,9 +88,9 @@ int main(int argc, char** argv) {
     };
     chain();  // warm-up: module, clocks
     chain();
-    std::vector<unsigned long long> t(static_cast<size_t>(kRuns) * kBlocks * 4);
+    std::vector<unsigned long long> t(static_cast<size_t>(kRuns) * kBlocks * kSlots);
     QJIT_CU(cuMemcpyDtoH(t.data(), marks, t.size() * sizeof(t[0])));
-    auto at = [&](int run, unsigned b, int point) { return t[(static_cast<size_t>(run) * kBlocks + b) * 4 + point]; };
+    auto at = [&](int run, unsigned b, int point) { return t[(static_cast<size_t>(run) * kBlocks + b) * kSlots + point]; };
     std::printf("{\"device\": \"%s\", \"shape\": \"%s\", \"config\": %s, \"blocks\": %u, \"threads\": %u}\n",
                 dev.identity.name.c_str(), argv[1], config.dump().c_str(), blocks, g.block[0]);
     for (int run = 2; run < kRuns; ++run) {
@@ -101,7 +104,22 @@ int main(int argc, char** argv) {
       for (int p = 0; p < 4; ++p)
         std::printf(", \"%s_us\": [%.2f, %.2f, %.2f, %.2f]", names[p], quantile(mark[p], 0), quantile(mark[p], 0.5),
                     quantile(mark[p], 0.9), quantile(mark[p], 1));
-      std::printf("}\n");
+      // By SM: how many of this launch's blocks each SM ran, and when its last one finished its chunks.
+      std::map<unsigned, std::pair<int, double>> per_sm;  // smid -> (blocks, last chunks_done)
+      for (unsigned b = 0; b < blocks; ++b) {
+        auto& e = per_sm[static_cast<unsigned>(at(run, b, 4))];
+        e.first += 1, e.second = std::max(e.second, mark[2][b]);
+      }
+      std::map<int, std::vector<double>> by_count;  // blocks on the SM -> its last chunks_done
+      for (auto& [sm, e] : per_sm) by_count[e.first].push_back(e.second);
+      std::printf(", \"sms_used\": %zu, \"by_blocks_per_sm\": {", per_sm.size());
+      bool first = true;
+      for (auto& [count, done] : by_count) {
+        std::printf("%s\"%d\": {\"sms\": %zu, \"last_done_median_us\": %.2f}", first ? "" : ", ", count, done.size(),
+                    quantile(done, 0.5));
+        first = false;
+      }
+      std::printf("}}\n");
     }
     std::printf("{\"note\": \"each mark: [min, median, p90, max] over blocks, in us after the previous launch's last exit\"}\n");
     runtime::driver().cuStreamDestroy(stream);
