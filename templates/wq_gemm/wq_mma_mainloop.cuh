@@ -562,14 +562,28 @@ __device__ __forceinline__ void wq_accumulate(const Operands& op, const int (&ti
 
   QJIT_MARK(2);
   if constexpr (kSplitK > 1) {
-    // Lane-for-lane sum of the kSplitK warps of a row group.
-    __shared__ float partial[kWarps][kTiles][kMTiles][4][32];
+    // Lane-for-lane sum of the kSplitK warps of a row group, shared out: the
+    // group's warp `part` sums accumulator slots part, part + kSplitK, ...
+    // over the group and leaves the total in the first warp's row, which the
+    // first warp then reads back. One warp summing every slot was a chain of
+    // (kSplitK - 1)·kSlots loads at the end of every block. Each slot is
+    // summed in warp order, as before.
+    constexpr int kSlots = kTiles * kMTiles * 4;
+    __shared__ float partial[kWarps][kSlots][32];
+    const int first = warp - part;
 #pragma unroll
     for (int i = 0; i < kTiles; ++i)
 #pragma unroll
       for (int j = 0; j < kMTiles; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) partial[warp][i][j][e][lane] = acc[i][j][e];
+        for (int e = 0; e < 4; ++e) partial[warp][(i * kMTiles + j) * 4 + e][lane] = acc[i][j][e];
+    __syncthreads();
+    for (int v = part; v < kSlots; v += kSplitK) {
+      float sum = partial[first][v][lane];
+#pragma unroll
+      for (int s = 1; s < kSplitK; ++s) sum += partial[first + s][v][lane];
+      partial[first][v][lane] = sum;
+    }
     __syncthreads();
     if (part == 0) {
 #pragma unroll
@@ -577,11 +591,10 @@ __device__ __forceinline__ void wq_accumulate(const Operands& op, const int (&ti
 #pragma unroll
         for (int j = 0; j < kMTiles; ++j)
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
-#pragma unroll
-            for (int s = 1; s < kSplitK; ++s) acc[i][j][e] += partial[warp + s][i][j][e][lane];
+          for (int e = 0; e < 4; ++e) acc[i][j][e] = partial[warp][(i * kMTiles + j) * 4 + e][lane];
     }
-    __syncthreads();  // partial is reused by the next pass over m
+    // partial is reused by the next pass over m (only the 1024 bucket makes more than one).
+    if constexpr (kBucketM >= 1024) __syncthreads();
   }
 }
 
