@@ -54,8 +54,8 @@ WqConfig WqConfig::from(const nlohmann::json& j, const std::string& op, size_t e
   if (!j.is_object() || j.size() != 6 + extra_keys + l2ahead + zero_after)
     throw Error("config", op + " config needs warps, split_k, tiles, mtiles, unroll and stages (and may have l2ahead, "
                                "zero_after): " + j.dump());
-  return {get("warps"), get("split_k"),          get("tiles"),
-          get("mtiles"), get("unroll"),          get("stages"),
+  return {get("warps"),  get("split_k"), get("tiles"),
+          get("mtiles"), get("unroll"),  get("stages"),
           l2ahead ? get("l2ahead") : 0, zero_after ? get("zero_after") : 0};
 }
 
@@ -127,7 +127,8 @@ std::vector<WqConfig> wq_tunable_space(const WqShape& s) {
               out.push_back(c);
               // Where loads and the instructions between them set the pace
               // (the small-M buckets): the L2 look-ahead (2 chunks: 4 and 8
-              // never won on an H100) and the zero after the mma.
+              // were never more than 0.05 us better on an H100) and the zero
+              // after the mma.
               if (s.m <= 16)
                 for (int ahead : {0, 2})
                   for (int after : {0, 1}) {
