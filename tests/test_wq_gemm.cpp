@@ -2,6 +2,7 @@
 // trips for every bit width, awq/gptq -> native repacking, the reference on
 // hand-computed cases, spec errors, and NVRTC compiles of the candidates.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cstring>
 #include <iostream>
 #include <random>
@@ -42,6 +43,15 @@ PlainQuant constant_quant(int64_t k, int64_t n, int bits, uint8_t q) {
 nlohmann::json with_key(nlohmann::json config, const char* key, int value) {
   config[key] = value;
   return config;
+}
+
+// The register pipeline at M = 1 without the optional keys (the small-M winner of session 8).
+const nlohmann::json kPlainSmallM = {{"warps", 4}, {"split_k", 4}, {"tiles", 2}, {"mtiles", 1}, {"unroll", 3}, {"stages", 0}};
+
+// Configs in wq_gemm's space for `shape` whose `key` is `value` (an absent key counts as 0).
+long count_in_space(const char* shape, const char* key, int value) {
+  const auto space = codegen::find_op("wq_gemm").tunable_space(codegen::parse_spec("wq_gemm", shape));
+  return std::count_if(space.begin(), space.end(), [&](const nlohmann::json& c) { return c.value(key, 0) == value; });
 }
 
 }  // namespace
@@ -164,16 +174,12 @@ TEST_CASE("wq_gemm specs: bad values are named", "[wq_gemm]") {
 }
 
 TEST_CASE("wq_gemm mma family: the L2 look-ahead key", "[wq_gemm]") {
-  using codegen::parse_spec;
   const auto& op = codegen::find_op("wq_gemm");
-  const auto small = parse_spec("wq_gemm", "k=4096,n=11008,m=1");
-  const nlohmann::json plain = {{"warps", 4}, {"split_k", 4}, {"tiles", 2}, {"mtiles", 1}, {"unroll", 3}, {"stages", 0}};
+  const auto small = codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=1");
+  const auto& plain = kPlainSmallM;
   const auto ahead = with_key(plain, "l2ahead", 2);
   // Searched 2 chunks ahead at small M, beside every plain config; not beyond m = 16.
-  auto count = [&](const char* shape, int value) {
-    const auto space = op.tunable_space(parse_spec("wq_gemm", shape));
-    return std::count_if(space.begin(), space.end(), [&](const nlohmann::json& c) { return c.value("l2ahead", 0) == value; });
-  };
+  auto count = [](const char* shape, int value) { return count_in_space(shape, "l2ahead", value); };
   CHECK(count("k=4096,n=11008,m=1", 2) == count("k=4096,n=11008,m=1", 0));
   CHECK(count("k=4096,n=11008,m=16", 2) == count("k=4096,n=11008,m=16", 0));
   CHECK(count("k=4096,n=11008,m=16", 4) == 0);
@@ -190,17 +196,13 @@ TEST_CASE("wq_gemm mma family: the L2 look-ahead key", "[wq_gemm]") {
 }
 
 TEST_CASE("wq_gemm mma family: the zero after the mma", "[wq_gemm]") {
-  using codegen::parse_spec;
   const auto& op = codegen::find_op("wq_gemm");
-  const auto small = parse_spec("wq_gemm", "k=4096,n=11008,m=1");
-  const nlohmann::json plain = {{"warps", 4}, {"split_k", 4}, {"tiles", 2}, {"mtiles", 1}, {"unroll", 3}, {"stages", 0}};
+  const auto small = codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=1");
+  const auto& plain = kPlainSmallM;
   const auto after = with_key(plain, "zero_after", 1);
   // Searched at small M where it applies (fp16 scales, one group per chunk, an
   // integer zero, 4 or 8 bits), with and without the L2 look-ahead.
-  auto count = [&](const char* shape) {
-    const auto space = op.tunable_space(parse_spec("wq_gemm", shape));
-    return std::count_if(space.begin(), space.end(), [](const nlohmann::json& c) { return c.value("zero_after", 0) == 1; });
-  };
+  auto count = [](const char* shape) { return count_in_space(shape, "zero_after", 1); };
   CHECK(count("k=4096,n=11008,m=1") > 0);
   CHECK(count("k=4096,n=11008,m=16,bits=8,zero=sym") > 0);
   for (const char* no : {"k=4096,n=11008,m=32", "k=4096,n=11008,m=1,g=32", "k=4096,n=11008,m=1,zero=float",
@@ -212,7 +214,7 @@ TEST_CASE("wq_gemm mma family: the zero after the mma", "[wq_gemm]") {
   op.validate_config(small, after);
   CHECK(codegen::generate_source(small, after).text.find("kZeroAfter = 1;") != std::string::npos);
   CHECK(codegen::generate_source(small, plain).text.find("kZeroAfter = 0;") != std::string::npos);
-  CHECK_THROWS_WITH(op.validate_config(parse_spec("wq_gemm", "k=4096,n=11008,m=1,g=32"), after),
+  CHECK_THROWS_WITH(op.validate_config(codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=1,g=32"), after),
                     Catch::Contains("zero_after needs fp16 scales"));
   CHECK_THROWS_WITH(op.validate_config(small, with_key(plain, "zero_after", 2)), Catch::Contains("zero_after must be 0 or 1"));
 }
@@ -220,8 +222,7 @@ TEST_CASE("wq_gemm mma family: the zero after the mma", "[wq_gemm]") {
 TEST_CASE("wq_gemm mma family: the timeline marks compile in only for qjit_timeline_probe", "[wq_gemm][nvrtc]") {
   const auto spec = codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=1");
   for (const nlohmann::json& c :
-       {nlohmann::json{{"warps", 8}, {"split_k", 8}, {"tiles", 2}, {"mtiles", 1}, {"unroll", 1}, {"stages", 4}},
-        nlohmann::json{{"warps", 4}, {"split_k", 4}, {"tiles", 2}, {"mtiles", 1}, {"unroll", 3}, {"stages", 0}}}) {
+       {nlohmann::json{{"warps", 8}, {"split_k", 8}, {"tiles", 2}, {"mtiles", 1}, {"unroll", 1}, {"stages", 4}}, kPlainSmallM}) {
     auto src = codegen::generate_source(spec, c);
     const auto plain = codegen::compile(src, "sm_90");
     REQUIRE(plain.ok);

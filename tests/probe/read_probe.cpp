@@ -23,6 +23,7 @@
 #include "codegen/nvrtc.h"
 #include "runtime/device.h"
 #include "runtime/driver.h"
+#include "runtime/kernel_cache.h"
 #include "tuner/timing.h"
 
 using namespace qjit;
@@ -136,23 +137,18 @@ int main(int argc, char** argv) {
           for (int blocks : {2, 4, 8}) {
             const unsigned grid = static_cast<unsigned>(sms * blocks);
             // Filling: the SM's shared memory over `blocks`, less the 1 KB the driver reserves per block.
-            const unsigned smem = fill ? static_cast<unsigned>(smem_per_sm / blocks - 1024) : 0;
+            // Launched as the runtime launches qjit's kernels (PDL unless the pattern has none).
+            runtime::LoadedKernel k;
+            k.module = probes[pi].module, k.function = probes[pi].fn, k.programmatic = wait != 2;
+            k.geometry.grid[0] = grid, k.geometry.block[0] = 256;
+            k.geometry.dynamic_smem = fill ? static_cast<unsigned>(smem_per_sm / blocks - 1024) : 0;
             const auto t = tuner::time_launches(
                 [&](int i) {
                   CUdeviceptr p = data.ptr() + (i % copies) * bytes;
                   long long n = static_cast<long long>(bytes / 16);
                   CUdeviceptr o = out.ptr();
                   void* args[] = {&p, &n, &o};
-                  CUlaunchAttribute pdl{};
-                  pdl.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-                  pdl.value.programmaticStreamSerializationAllowed = 1;
-                  CUlaunchConfig cfg{};
-                  cfg.gridDimX = grid, cfg.gridDimY = 1, cfg.gridDimZ = 1;
-                  cfg.blockDimX = 256, cfg.blockDimY = 1, cfg.blockDimZ = 1;
-                  cfg.sharedMemBytes = smem;
-                  cfg.hStream = stream;
-                  cfg.attrs = &pdl, cfg.numAttrs = wait == 2 ? 0 : 1;
-                  QJIT_CU(cuLaunchKernelEx(&cfg, probes[pi].fn, args, nullptr));
+                  runtime::launch(k, args, stream);
                 },
                 stream, 10, 31, 10);
             if (t.median_us < best) best = t.median_us, best_blocks = blocks, best_unroll = unrolls[pi];

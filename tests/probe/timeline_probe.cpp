@@ -74,8 +74,6 @@ int main(int argc, char** argv) {
     kernel.programmatic = std::stoi(dev.identity.compute_capability) >= 9;
     const unsigned blocks = g.grid[0] * g.grid[1];
     if (blocks > kBlocks) throw Error("argument", "more than 4096 blocks: " + std::to_string(blocks));
-    if (g.dynamic_smem > 48 * 1024)
-      QJIT_CU(cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(g.dynamic_smem)));
 
     auto work = tuner::make_workload(spec, std::random_device{}(), dev.l2_bytes);
     CUstream stream = nullptr;
