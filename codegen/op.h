@@ -50,6 +50,17 @@ struct LaunchGeometry {
   // programmatic stream serialization (PDL), so its prologue (weight loads)
   // overlaps the previous kernel's tail.
   bool programmatic = false;
+  // A persistent grid: grid[0] = grid_per_sm × the device's SMs (set when
+  // the runtime loads the kernel; grid[0] is ignored).
+  unsigned grid_per_sm = 0;
+  // Scratch memory the runtime owns for the kernel: workspace_fixed +
+  // workspace_per_block × blocks bytes, zeroed once when allocated, one per
+  // stream the kernel runs on (the kernel leaves it zeroed again: e.g.
+  // counters that the last block to use them resets). Passed as kernel
+  // parameter `workspace_param`, the last one (null when the size is 0);
+  // callers pass the ones before it.
+  size_t workspace_fixed = 0, workspace_per_block = 0;
+  int workspace_param = -1;
 };
 
 // A pointer parameter of the kernel, in launch order, and the alignment the

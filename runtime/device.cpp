@@ -27,6 +27,9 @@ static Device open_device() {
   QJIT_CU(cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d.handle));
   QJIT_CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d.handle));
   QJIT_CU(cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, d.handle));
+  QJIT_CU(cuDeviceGetAttribute(&d.smem_per_sm, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, d.handle));
+  QJIT_CU(cuDeviceGetAttribute(&d.smem_per_block_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, d.handle));
+  QJIT_CU(cuDeviceGetAttribute(&d.smem_reserved_per_block, CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, d.handle));
   QJIT_CU(cuDriverGetVersion(&d.identity.driver_version));
   d.identity.name = name;
   d.identity.compute_capability = std::to_string(major) + "." + std::to_string(minor);

@@ -14,6 +14,9 @@ struct Device {
   cache::DeviceIdentity identity;  // name, compute capability, SM count, driver version
   std::string arch;                // "sm_90"
   size_t l2_bytes = 0;
+  int smem_per_sm = 0;              // shared memory of one SM, bytes
+  int smem_per_block_optin = 0;     // the most one block may ask for
+  int smem_reserved_per_block = 0;  // what the system keeps of it per block
   size_t memory_bytes = 0;
   std::string key() const;         // "NVIDIA H100 80GB HBM3|9.0|132|13000": per-device rows
 };

@@ -1,4 +1,5 @@
 #include "runtime/kernel_cache.h"
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -80,6 +81,53 @@ static bool programmatic_launch_enabled() {
   return on;
 }
 
+Workspaces::~Workspaces() {
+  for (auto& [stream, ptr] : buffers_) driver().cuMemFree(ptr);  // at exit the context may be gone: nothing to do then
+}
+
+CUresult Workspaces::get(CUstream stream, CUdeviceptr* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = buffers_.find(stream);
+  if (it != buffers_.end()) {
+    *out = it->second;
+    return CUDA_SUCCESS;
+  }
+  CUdeviceptr p = 0;
+  CUresult r = driver().cuMemAlloc(&p, bytes_);
+  if (r != CUDA_SUCCESS) return r;
+  r = driver().cuMemsetD8Async(p, 0, bytes_, stream);  // ordered before the launch that follows on the stream
+  if (r != CUDA_SUCCESS) {
+    driver().cuMemFree(p);
+    return r;
+  }
+  buffers_.emplace(stream, p);
+  *out = p;
+  return CUDA_SUCCESS;
+}
+
+void resolve_for_device(LoadedKernel& k) {
+  auto& g = k.geometry;
+  const Device& dev = current_device();
+  if (g.grid_per_sm > 0) {
+    g.grid[0] = g.grid_per_sm * static_cast<unsigned>(dev.identity.sm_count);
+    // Exactly grid_per_sm blocks on every SM: each block takes its share of
+    // the SM's shared memory (used or not), so no SM can hold one more. The
+    // block scheduler otherwise fills the SMs that the previous grid freed
+    // first: a persistent grid of 2 blocks per SM ran 3 blocks on 63 SMs of
+    // an H100, 1 on 37 and none on 13 (qjit_timeline_probe), and SMs with 3
+    // finished 5 µs after those with 1. The 1 KB slack covers static shared
+    // memory.
+    const int share = dev.smem_per_sm / static_cast<int>(g.grid_per_sm) - dev.smem_reserved_per_block - 1024;
+    g.dynamic_smem = static_cast<unsigned>(std::max(0, std::min(share, dev.smem_per_block_optin - 1024)));
+  }
+  if (g.dynamic_smem > 48 * 1024)  // above 48 KB a kernel must opt in
+    QJIT_CU(cuFuncSetAttribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                               static_cast<int>(g.dynamic_smem)));
+  const size_t blocks = size_t{g.grid[0]} * g.grid[1] * g.grid[2];
+  const size_t bytes = g.workspace_fixed + g.workspace_per_block * blocks;
+  if (g.workspace_param >= 0 && bytes > 0) k.workspaces = std::make_shared<Workspaces>(bytes);
+}
+
 LoadedKernel load_record(const cache::KernelRecord& rec, const codegen::OpSpec& spec) {
   current_device();
   LoadedKernel k;
@@ -96,9 +144,7 @@ LoadedKernel load_record(const cache::KernelRecord& rec, const codegen::OpSpec& 
     CUresult r = driver().cuModuleGetFunction(&k.function, k.module, rec.kernel_name.c_str());
     if (r != CUDA_SUCCESS)
       throw Error("driver", "kernel '" + rec.kernel_name + "' not found in cached module: " + describe(r));
-    if (k.geometry.dynamic_smem > 48 * 1024)  // above 48 KB a kernel must opt in
-      QJIT_CU(cuFuncSetAttribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                 static_cast<int>(k.geometry.dynamic_smem)));
+    resolve_for_device(k);
     // A module may carry `<kernel>_init`: one-time precomputation into its
     // __device__ globals (e.g. fp_lut's table of every fp16 input), run here
     // once per load with 256 x 256 threads (it grid-strides) and synchronized.
@@ -116,6 +162,20 @@ LoadedKernel load_record(const cache::KernelRecord& rec, const codegen::OpSpec& 
 
 CUresult try_launch(const LoadedKernel& k, void** args, CUstream stream) {
   const auto& g = k.geometry;
+  // The caller's parameters, then the stream's workspace.
+  constexpr int kMaxParams = 16;
+  void* with_workspace[kMaxParams];
+  CUdeviceptr workspace = 0;
+  if (g.workspace_param >= 0) {
+    if (g.workspace_param >= kMaxParams) return CUDA_ERROR_INVALID_VALUE;
+    if (k.workspaces) {
+      const CUresult r = k.workspaces->get(stream, &workspace);
+      if (r != CUDA_SUCCESS) return r;
+    }
+    for (int i = 0; i < g.workspace_param; ++i) with_workspace[i] = args[i];
+    with_workspace[g.workspace_param] = &workspace;
+    args = with_workspace;
+  }
   if (!k.programmatic)
     return driver().cuLaunchKernel(k.function, g.grid[0], g.grid[1], g.grid[2], g.block[0], g.block[1], g.block[2],
                                    g.dynamic_smem, stream, args, nullptr);

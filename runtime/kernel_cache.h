@@ -18,6 +18,27 @@
 
 namespace qjit::runtime {
 
+// The scratch memory of a kernel whose geometry asks for it (e.g. the
+// balanced wq_gemm's counters and partial sums): one buffer per stream, so
+// launches on different streams never share one; allocated and zeroed on
+// the stream's first launch (so not inside a CUDA graph capture: launch once
+// before capturing), freed with the kernel.
+class Workspaces {
+ public:
+  explicit Workspaces(size_t bytes) : bytes_(bytes) {}
+  ~Workspaces();
+  Workspaces(const Workspaces&) = delete;
+  Workspaces& operator=(const Workspaces&) = delete;
+  size_t bytes() const { return bytes_; }
+  // The stream's buffer; allocates and queues its zeroing on `stream` the first time.
+  CUresult get(CUstream stream, CUdeviceptr* out);
+
+ private:
+  size_t bytes_;
+  std::mutex mu_;
+  std::unordered_map<CUstream, CUdeviceptr> buffers_;
+};
+
 struct LoadedKernel {
   std::string key;               // fingerprint key
   nlohmann::json config;
@@ -27,7 +48,14 @@ struct LoadedKernel {
   codegen::LaunchGeometry geometry;
   std::vector<codegen::PointerArg> pointers;  // checked by launch_checked
   bool programmatic = false;                   // geometry.programmatic on an sm_90+ device
+  std::shared_ptr<Workspaces> workspaces;      // when geometry asks for workspace bytes
 };
+
+// For this process's GPU, once k.function is set: a persistent grid's size
+// (geometry.grid_per_sm × SMs) and shared memory share, the opt-in above
+// 48 KB of dynamic shared memory, and the kernel's workspaces
+// (geometry.workspace_*).
+void resolve_for_device(LoadedKernel& k);
 
 // Everything of the cache key except the spec, for this process's GPU and toolchain.
 cache::Fingerprint fingerprint(const codegen::OpSpec& spec);
@@ -46,6 +74,8 @@ cache::KernelRecord build_record(const codegen::OpSpec& spec, const nlohmann::js
 // Loads a record's cubin. Throws qjit::Error("driver", ...) on failure.
 LoadedKernel load_record(const cache::KernelRecord& rec, const codegen::OpSpec& spec);
 
+// args: the kernel's parameters, except the workspace (the last one, which
+// the runtime fills with the stream's) when the kernel has one.
 void launch(const LoadedKernel& k, void** args, CUstream stream);
 // launch() without throwing: the driver's result (the tuner records failures).
 CUresult try_launch(const LoadedKernel& k, void** args, CUstream stream);

@@ -68,10 +68,11 @@ int main(int argc, char** argv) {
     size_t runs_bytes = 0, marks_bytes = 0;
     QJIT_CU(cuModuleGetGlobal(&runs, &runs_bytes, module, "qjit_timeline_runs"));
     QJIT_CU(cuModuleGetGlobal(&marks, &marks_bytes, module, "qjit_timeline"));
-    const auto g = op.launch_geometry(spec, config);
     runtime::LoadedKernel kernel;  // launched as the runtime launches cached kernels (PDL from sm_90 on)
-    kernel.module = module, kernel.function = fn, kernel.geometry = g;
+    kernel.module = module, kernel.function = fn, kernel.geometry = op.launch_geometry(spec, config);
     kernel.programmatic = std::stoi(dev.identity.compute_capability) >= 9;
+    runtime::resolve_for_device(kernel);
+    const auto& g = kernel.geometry;
     const unsigned blocks = g.grid[0] * g.grid[1];
     if (blocks > kBlocks) throw Error("argument", "more than 4096 blocks: " + std::to_string(blocks));
 
