@@ -369,6 +369,47 @@ TEST_CASE("wq_gemm: every candidate verifies (tuner); bad arguments launch nothi
   CHECK(v.ok);
 }
 
+TEST_CASE("wq_gemm balanced schedule: split row groups summed right launch after launch, and on two streams", "[gpu]") {
+  using runtime::driver;
+  // Up to 8 workers share a row group of k = 1024 (16 chunks); 4096 x 11008
+  // is the shape the schedule is for (pieces of about 40 chunks).
+  for (const char* shape : {"k=1024,n=528,m=4", "k=4096,n=11008,m=1", "k=4096,n=4096,m=16,bits=8,zero=sym"}) {
+    const auto spec = codegen::parse_spec("wq_gemm", shape);
+    for (int balance : {1, 2}) {
+      nlohmann::json config = {{"warps", 4}, {"split_k", 1}, {"tiles", 2}, {"mtiles", spec.get_int("m") > 8 ? 2 : 1},
+                               {"unroll", 2}, {"stages", 0}, {"balance", balance}};
+      if (spec.get_str("zero") != "float") config["zero_after"] = 1;
+      const uint64_t seed = fresh_seed();
+      INFO(spec.label() << " " << config.dump() << " seed " << seed);
+      const auto kernel = runtime::load_record(runtime::build_record(spec, config, false), spec);
+      auto work = tuner::make_wq_gemm_workload(spec, seed, 0, std::max<int64_t>(1, spec.get_int("m") - 1));
+      CUstream streams[2] = {nullptr, nullptr};
+      QJIT_CU(cuStreamCreate(&streams[0], CU_STREAM_NON_BLOCKING));
+      QJIT_CU(cuStreamCreate(&streams[1], CU_STREAM_NON_BLOCKING));
+      // Back to back on one stream: every launch finds the counters its
+      // predecessor reset (a stale count would complete a row group early).
+      for (int round = 0; round < 3; ++round) {
+        work->poison_output(streams[0]);
+        for (int i = 0; i < 5; ++i) runtime::launch(kernel, work->args(0), streams[0]);
+        QJIT_CU(cuStreamSynchronize(streams[0]));
+        const auto v = work->verify(1.0);
+        INFO("round " << round << ": " << v.message);
+        CHECK(v.ok);
+      }
+      // Two streams at once, each on its own workspace (they write the same y).
+      work->poison_output(nullptr);
+      QJIT_CU(cuCtxSynchronize());
+      for (int i = 0; i < 6; ++i) runtime::launch(kernel, work->args(0), streams[i % 2]);
+      QJIT_CU(cuCtxSynchronize());
+      const auto v = work->verify(1.0);
+      INFO(v.message);
+      CHECK(v.ok);
+      for (CUstream s : streams) driver().cuStreamDestroy(s);
+      driver().cuModuleUnload(kernel.module);
+    }
+  }
+}
+
 TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past M (typed API)", "[gpu]") {
   if (runtime::current_device().arch != "sm_90") {
     WARN("not run: the wgmma family runs on compute capability 9.0 only");

@@ -22,6 +22,10 @@ WqConfig config_of(const nlohmann::json& j) { return WqConfig::from(j, "wq_gemm"
 bool tiled(const nlohmann::json& j) { return WqTiledConfig::is_tiled(j); }
 bool wgmma(const nlohmann::json& j) { return WqWgmmaConfig::is_wgmma(j); }
 
+// The mma kernel's parameters: x, qweight, scales, zeros, bias, residual, y,
+// M, then the balanced schedule's workspace (filled by the runtime).
+constexpr int kWorkspaceParam = 8;
+
 }  // namespace
 
 int wq_gemm_bucket(int64_t m) {
@@ -108,7 +112,7 @@ std::vector<Constant> WqGemmOp::constants(const OpSpec& spec, const nlohmann::js
 LaunchGeometry WqGemmOp::launch_geometry(const OpSpec& spec, const nlohmann::json& config) const {
   if (wgmma(config)) return wq_wgmma_geometry(shape_of(spec), WqWgmmaConfig::from(config));
   return tiled(config) ? wq_tiled_geometry(shape_of(spec), WqTiledConfig::from(config))
-                       : wq_launch_geometry(shape_of(spec), config_of(config));
+                       : wq_launch_geometry(shape_of(spec), config_of(config), kWorkspaceParam);
 }
 
 std::vector<PointerArg> WqGemmOp::pointer_args(const OpSpec& spec, const nlohmann::json& config) const {

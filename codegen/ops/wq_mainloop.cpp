@@ -50,13 +50,14 @@ int wq_config_int(const nlohmann::json& j, const char* key, const std::string& w
 
 WqConfig WqConfig::from(const nlohmann::json& j, const std::string& op, size_t extra_keys) {
   auto get = [&](const char* k) { return wq_config_int(j, k, op + " config"); };
-  const bool l2ahead = j.is_object() && j.contains("l2ahead"), zero_after = j.is_object() && j.contains("zero_after");
-  if (!j.is_object() || j.size() != 6 + extra_keys + l2ahead + zero_after)
+  auto has = [&](const char* k) { return j.is_object() && j.contains(k); };
+  const bool l2ahead = has("l2ahead"), zero_after = has("zero_after"), balance = has("balance");
+  if (!j.is_object() || j.size() != 6 + extra_keys + l2ahead + zero_after + balance)
     throw Error("config", op + " config needs warps, split_k, tiles, mtiles, unroll and stages (and may have l2ahead, "
-                               "zero_after): " + j.dump());
+                               "zero_after, balance): " + j.dump());
   return {get("warps"),  get("split_k"), get("tiles"),
           get("mtiles"), get("unroll"),  get("stages"),
-          l2ahead ? get("l2ahead") : 0, zero_after ? get("zero_after") : 0};
+          l2ahead ? get("l2ahead") : 0, zero_after ? get("zero_after") : 0, balance ? get("balance") : 0};
 }
 
 nlohmann::json WqConfig::to_json() const {
@@ -64,6 +65,7 @@ nlohmann::json WqConfig::to_json() const {
                       {"mtiles", mtiles}, {"unroll", unroll},   {"stages", stages}};
   if (l2ahead > 0) j["l2ahead"] = l2ahead;
   if (zero_after > 0) j["zero_after"] = zero_after;
+  if (balance > 0) j["balance"] = balance;
   return j;
 }
 
@@ -82,6 +84,14 @@ std::string wq_config_problem(const WqShape& s, const WqConfig& c) {
   if (!one_of(c.zero_after, {0, 1})) return "zero_after must be 0 or 1";
   if (c.zero_after && !zero_after_applies(s))
     return "zero_after needs fp16 scales, an integer or symmetric zero, g >= 64 and 4 or 8 bits";
+  if (!one_of(c.balance, {0, 1, 2, 3, 4})) return "balance must be 0 (a block per row group) or 1 to 4 blocks per SM";
+  if (c.balance) {
+    if (s.matrices != 1) return "balance is for one matrix (wq_gemm)";
+    if (s.m > 16) return "balance is for m <= 16 (one pass over the rows of x)";
+    if (c.split_k != 1 || c.stages != 0) return "balance takes split_k 1 and the register pipeline (stages 0)";
+    if (c.mtiles != wq_mtiles_needed(s.m)) return "balance covers the bucket's rows in one pass (mtiles " +
+                                                  std::to_string(wq_mtiles_needed(s.m)) + ")";
+  }
   // Chunks in flight matter where loads, not the mma, set the pace: small M.
   if (c.unroll > 2 && c.mtiles > 2) return "unroll above 2 is for at most 2 tiles of x";
   if (x_ahead_of(c) && (c.unroll + 1) * c.tiles > 8) return "more than 8 tile-chunks of weights live in registers";
@@ -106,6 +116,11 @@ std::string wq_config_problem(const WqShape& s, const WqConfig& c) {
   if (regs > limit)
     return "about " + std::to_string(regs) + " registers per lane (limit " + std::to_string(limit) + " at " +
            std::to_string(c.warps) + " warps)";
+  // A persistent grid must be resident at once: a block that waits for
+  // another's SM would run its whole share after the rest.
+  if (c.balance && int64_t{regs} * 32 * c.warps * c.balance > 65536)
+    return "balance " + std::to_string(c.balance) + " blocks of " + std::to_string(c.warps) + " warps at about " +
+           std::to_string(regs) + " registers per lane do not fit one SM's 65536 registers";
   return "";
 }
 
@@ -139,6 +154,10 @@ std::vector<WqConfig> wq_tunable_space(const WqShape& s) {
                   }
             }
         }
+  // Not searched: the balanced schedule (balance > 0). Legal, verified by
+  // the [gpu] tests, and slower than a block per row group everywhere it was
+  // measured (BENCHMARKS.md session 10): its warps keep too few loads in
+  // flight, and completing the split row groups adds up to 4 µs at the end.
   return out;
 }
 
@@ -182,14 +201,27 @@ std::vector<Constant> wq_constants(const WqShape& s, const WqConfig& c) {
       {"int", "kStages", num(c.stages), "tunable: 0 register pipeline, else cp.async ring depth"},
       {"int", "kL2Ahead", num(c.l2ahead), "tunable: chunks beyond the loads whose weights are prefetched to L2"},
       {"int", "kZeroAfter", num(c.zero_after), "tunable: 1 multiplies the magic values, the zero subtracted after"},
+      {"int", "kBalance", num(c.balance), "tunable: 0 a block per row group, else blocks per SM of the balanced schedule"},
   };
   out.insert(out.end(), tunables.begin(), tunables.end());
   return out;
 }
 
-LaunchGeometry wq_launch_geometry(const WqShape& s, const WqConfig& c) {
+LaunchGeometry wq_launch_geometry(const WqShape& s, const WqConfig& c, int workspace_param) {
   const int64_t rows_per_block = int64_t{16} * (c.tiles / s.matrices) * (c.warps / c.split_k);
   LaunchGeometry g;
+  g.workspace_param = workspace_param;  // the kernel has the parameter whether or not it uses it
+  if (c.balance) {
+    // wq_balanced.cuh's workspace: a counter per row group, then two partial
+    // sums (kTiles·kMTiles·4 floats per lane) per warp.
+    const int64_t row_groups = (s.n / 16 + c.tiles - 1) / c.tiles;
+    g.grid_per_sm = static_cast<unsigned>(c.balance);
+    g.block[0] = static_cast<unsigned>(c.warps * 32);
+    g.workspace_fixed = static_cast<size_t>((row_groups * 4 + 255) / 256 * 256);
+    g.workspace_per_block = static_cast<size_t>(c.warps) * 2 * c.tiles * c.mtiles * 4 * 32 * 4;
+    g.programmatic = true;
+    return g;
+  }
   g.grid[0] = static_cast<unsigned>((s.n + rows_per_block - 1) / rows_per_block);
   g.grid[1] = static_cast<unsigned>((s.m + 8 * c.mtiles - 1) / (8 * c.mtiles));
   g.block[0] = static_cast<unsigned>(c.warps * 32);

@@ -28,14 +28,19 @@ struct WqShape {
 // `stages` slots per warp; with l2ahead > 0 each warp also asks L2 for the
 // weights l2ahead chunks beyond its own loads. zero_after = 1 multiplies the
 // undequantised magic values and subtracts 1024 + zero from each row's sum.
+// balance > 0 (wq_gemm at m <= 16; legal, not searched) launches `balance`
+// blocks per SM whose warps each take an equal run of (row group, chunk)
+// units, summing row groups split between warps through a runtime-owned
+// workspace (templates/wq_gemm/wq_balanced.cuh).
 struct WqConfig {
   int warps, split_k, tiles, mtiles, unroll;
   int stages = 0;
   // Optional keys, absent when 0 (configs cached before them keep their meaning).
   int l2ahead = 0;
   int zero_after = 0;
+  int balance = 0;
 
-  // Reads the six keys, l2ahead and zero_after; `extra_keys` names keys the caller owns (fused_ffn's "family").
+  // Reads the six keys, l2ahead, zero_after and balance; `extra_keys` names keys the caller owns (fused_ffn's "family").
   static WqConfig from(const nlohmann::json& j, const std::string& op, size_t extra_keys = 0);
   nlohmann::json to_json() const;
 };
@@ -57,8 +62,11 @@ WqConfig wq_default_config(const WqShape& s);
 std::vector<Constant> wq_shape_constants(const WqShape& s);
 // The mainloop's constants: the shape's and the tunables.
 std::vector<Constant> wq_constants(const WqShape& s, const WqConfig& c);
-// Grid and block: x over row groups of n, y over passes of 8·mtiles rows of x.
-LaunchGeometry wq_launch_geometry(const WqShape& s, const WqConfig& c);
+// Grid and block: x over row groups of n, y over passes of 8·mtiles rows of x;
+// with balance, `balance` blocks per SM and the workspace of the split row
+// groups. workspace_param: the kernel's workspace parameter (null without
+// balance), -1 for a kernel without one.
+LaunchGeometry wq_launch_geometry(const WqShape& s, const WqConfig& c, int workspace_param = -1);
 // Alignments of one matrix's pointers: qweight, scales, zeros (the cp.async
 // ring copies scales and zeros in 16-byte pieces).
 struct WqAlign {

@@ -6,18 +6,48 @@
 // Grid: blockIdx.x covers kWarps / kSplitK row groups of kTiles 16-row tiles
 // of n; blockIdx.y passes over 8·kMTiles rows of x at a time (looping when M
 // exceeds the grid, the m = 1024 bucket; every other bucket makes one pass).
-#include "qjit/wq_gemm/wq_mma_mainloop.cuh"
+// With kBalance the grid is persistent and every warp takes an equal run of
+// row groups' chunks (wq_balanced.cuh); workspace is the runtime's scratch
+// for its split row groups (null otherwise).
+#include "qjit/wq_gemm/wq_balanced.cuh"
 #include "qjit/wq_gemm/wq_gemm_epilogue.cuh"
 
 static_assert(kMatrices == 1, "wq_gemm multiplies one matrix");
 
+// A persistent grid has to be resident at once: ptxas keeps the registers
+// within what kBalance blocks per SM leave.
+constexpr int kBlocksPerSm = kBalance > 0 ? kBalance : 1;
+
 // residual may be y itself (y += X·Wᵀ): each element is read and then written
 // by the same thread, so neither pointer is __restrict__.
-extern "C" __global__ void __launch_bounds__(kThreads)
+extern "C" __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, const TS* __restrict__ scales,
-             const void* __restrict__ zeros, const TX* __restrict__ bias, const TX* residual, TX* y, int M) {
+             const void* __restrict__ zeros, const TX* __restrict__ bias, const TX* residual, TX* y, int M,
+             void* workspace) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int gq = lane / 4, t = lane % 4;
+  if constexpr (kBalance > 0) {
+    allow_next_grid();
+    QJIT_MARK(0);
+    const Operands op{x, {qweight}, {scales}, {zeros}};
+    // Row group g's sums (lane layout as below) into y.
+    auto emit = [&](int g, const float (&acc)[kTiles][kMTiles][4]) {
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i) {
+        if (g * kTiles + i >= kNTiles) continue;
+#pragma unroll
+        for (int j = 0; j < kMTiles; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int n = (g * kTiles + i) * 16 + gq + 8 * (e / 2), m = 8 * j + 2 * t + e % 2;
+            if (m < M) store_y(acc[i][j][e], bias, residual, y, m, n);
+          }
+      }
+    };
+    wq_balanced(op, M, lane, warp, workspace, emit);
+    QJIT_MARK(3);
+    return;
+  }
   const int row_group = warp / kSplitK, part = warp % kSplitK;
   const int first_tile = (blockIdx.x * kGroupsPerBlock + row_group) * kTiles;
   int tile[kTiles];

@@ -144,6 +144,16 @@ static_assert(!kZeroAfterMode || (kHalf && kScaleAfter && (kBits == 4 || kBits =
 static_assert(!kZeroAfterMode || (magic_shift(0) == magic_shift(2) && magic_shift(1) == magic_shift(3)),
               "each row's registers share one shift");
 
+// Sets a row group's accumulators (or a sum of them) to zero.
+__device__ __forceinline__ void zero_acc(float (&acc)[kTiles][kMTiles][4]) {
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+    for (int j = 0; j < kMTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+}
+
 // --- one chunk on the tensor cores ---------------------------------------------
 
 // A chunk's operands in registers: the lane's weight words, the raw
@@ -481,13 +491,7 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
 // (row m0 + 8j + 2t + e%2 of x, for mtile j).
 __device__ __forceinline__ void wq_accumulate(const Operands& op, const int (&tile)[kTiles], int part, int m0, int M,
                                               int lane, int warp, float (&acc)[kTiles][kMTiles][4]) {
-#pragma unroll
-  for (int i = 0; i < kTiles; ++i)
-#pragma unroll
-    for (int j = 0; j < kMTiles; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-
+  zero_acc(acc);
   if constexpr (kStages > 0) {
     stream_chunks(op, tile, part, m0, M, lane, warp, acc);  // waits for the previous grid before copying x
   } else {
