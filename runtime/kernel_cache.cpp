@@ -115,10 +115,12 @@ void resolve_for_device(LoadedKernel& k) {
     // block scheduler otherwise fills the SMs that the previous grid freed
     // first: a persistent grid of 2 blocks per SM ran 3 blocks on 63 SMs of
     // an H100, 1 on 37 and none on 13 (qjit_timeline_probe), and SMs with 3
-    // finished 5 µs after those with 1. The 1 KB slack covers static shared
-    // memory.
-    const int share = dev.smem_per_sm / static_cast<int>(g.grid_per_sm) - dev.smem_reserved_per_block - 1024;
-    g.dynamic_smem = static_cast<unsigned>(std::max(0, std::min(share, dev.smem_per_block_optin - 1024)));
+    // finished 5 µs after those with 1. The kernel's static shared memory
+    // counts towards the share; 128 bytes are left for rounding.
+    int static_smem = 0;
+    QJIT_CU(cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, k.function));
+    const int share = dev.smem_per_sm / static_cast<int>(g.grid_per_sm) - dev.smem_reserved_per_block - static_smem;
+    g.dynamic_smem = static_cast<unsigned>(std::max(0, std::min(share - 128, dev.smem_per_block_optin - static_smem)));
   }
   if (g.dynamic_smem > 48 * 1024)  // above 48 KB a kernel must opt in
     QJIT_CU(cuFuncSetAttribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

@@ -371,13 +371,19 @@ TEST_CASE("wq_gemm: every candidate verifies (tuner); bad arguments launch nothi
 
 TEST_CASE("wq_gemm balanced schedule: split row groups summed right launch after launch, and on two streams", "[gpu]") {
   using runtime::driver;
-  // Up to 8 workers share a row group of k = 1024 (16 chunks); 4096 x 11008
-  // is the shape the schedule is for (pieces of about 40 chunks).
+  // Several blocks share a row group of k = 1024 (16 chunks), and some
+  // blocks have no units; 4096 x 11008 is the shape the schedule is for.
   for (const char* shape : {"k=1024,n=528,m=4", "k=4096,n=11008,m=1", "k=4096,n=4096,m=16,bits=8,zero=sym"}) {
     const auto spec = codegen::parse_spec("wq_gemm", shape);
-    for (int balance : {1, 2}) {
-      nlohmann::json config = {{"warps", 4}, {"split_k", 1}, {"tiles", 2}, {"mtiles", spec.get_int("m") > 8 ? 2 : 1},
-                               {"unroll", 2}, {"stages", 0}, {"balance", balance}};
+    const bool wide = spec.get_int("m") > 8;
+    // At m = 16 (8 bits) the ring's slots of 16 rows of x need more than 48 KB,
+    // and 3 blocks of the register pipeline more registers than an SM has.
+    for (int balance : {1, wide ? 2 : 3}) {
+      // The register pipeline (2 tiles), and the cp.async ring (1 tile).
+      const bool ring = balance == 3;
+      nlohmann::json config = {{"warps", 4}, {"split_k", 4}, {"tiles", ring ? 1 : 2},
+                               {"mtiles", wide ? 2 : 1}, {"unroll", ring ? 1 : 2},
+                               {"stages", ring ? 4 : 0}, {"balance", balance}};
       if (spec.get_str("zero") != "float") config["zero_after"] = 1;
       const uint64_t seed = fresh_seed();
       INFO(spec.label() << " " << config.dump() << " seed " << seed);

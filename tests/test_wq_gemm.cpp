@@ -222,7 +222,7 @@ TEST_CASE("wq_gemm mma family: the zero after the mma", "[wq_gemm]") {
 TEST_CASE("wq_gemm mma family: the balanced schedule key", "[wq_gemm][nvrtc]") {
   const auto& op = codegen::find_op("wq_gemm");
   const auto small = codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=1");
-  const auto balanced = with_key(with_key(with_key(kPlainSmallM, "split_k", 1), "zero_after", 1), "balance", 3);
+  const auto balanced = with_key(with_key(kPlainSmallM, "zero_after", 1), "balance", 3);  // 4 warps, split 4
   // Legal at m <= 16 for one matrix, but not searched (it lost everywhere on an H100).
   for (int b : {1, 2, 3, 4}) CHECK(count_in_space("k=4096,n=11008,m=1", "balance", b) == 0);
   op.validate_config(small, balanced);
@@ -243,28 +243,27 @@ TEST_CASE("wq_gemm mma family: the balanced schedule key", "[wq_gemm][nvrtc]") {
   }
   CHECK(codegen::generate_source(small, kPlainSmallM).text.find("kBalance = 0;") != std::string::npos);
   // A persistent grid of 3 blocks per SM, and the workspace: a counter per
-  // row group of 2 tiles (344, in 256-byte lines), two pieces of a lane's 8
-  // accumulators per warp.
+  // row group of 2 tiles (344, in 256-byte lines), two pieces of warp 0's
+  // 8 accumulators per lane per block.
   const auto g = op.launch_geometry(small, balanced);
   CHECK(g.grid_per_sm == 3);
   CHECK(g.block[0] == 128);
   CHECK(g.workspace_param == 8);
   CHECK(g.workspace_fixed == 1536);
-  CHECK(g.workspace_per_block == 4 * 2 * 8 * 32 * 4);
+  CHECK(g.workspace_per_block == 2 * 8 * 32 * 4);
   // The parameter is there in every mma kernel (null without balance).
   const auto plain_geometry = op.launch_geometry(small, kPlainSmallM);
   CHECK(plain_geometry.workspace_param == 8);
   CHECK(plain_geometry.workspace_fixed + plain_geometry.workspace_per_block == 0);
   CHECK(plain_geometry.grid_per_sm == 0);
   CHECK_THROWS_WITH(op.validate_config(small, with_key(balanced, "balance", 5)), Catch::Contains("balance must be 0"));
-  CHECK_THROWS_WITH(op.validate_config(small, with_key(balanced, "split_k", 2)), Catch::Contains("balance takes split_k 1"));
-  CHECK_THROWS_WITH(op.validate_config(small, with_key(with_key(balanced, "stages", 4), "unroll", 1)),
-                    Catch::Contains("balance takes split_k 1 and the register pipeline"));
+  CHECK_THROWS_WITH(op.validate_config(small, with_key(balanced, "split_k", 2)),
+                    Catch::Contains("balance takes one row group per block"));
   CHECK_THROWS_WITH(op.validate_config(codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=32"), with_key(balanced, "mtiles", 4)),
                     Catch::Contains("balance is for m <= 16"));
   CHECK_THROWS_WITH(op.validate_config(codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=16"), balanced),
                     Catch::Contains("mtiles 2"));
-  CHECK_THROWS_WITH(op.validate_config(small, with_key(balanced, "warps", 8)),
+  CHECK_THROWS_WITH(op.validate_config(small, with_key(with_key(balanced, "warps", 8), "split_k", 8)),
                     Catch::Contains("do not fit one SM"));
 }
 

@@ -88,7 +88,7 @@ std::string wq_config_problem(const WqShape& s, const WqConfig& c) {
   if (c.balance) {
     if (s.matrices != 1) return "balance is for one matrix (wq_gemm)";
     if (s.m > 16) return "balance is for m <= 16 (one pass over the rows of x)";
-    if (c.split_k != 1 || c.stages != 0) return "balance takes split_k 1 and the register pipeline (stages 0)";
+    if (c.split_k != c.warps) return "balance takes one row group per block (split_k = warps)";
     if (c.mtiles != wq_mtiles_needed(s.m)) return "balance covers the bucket's rows in one pass (mtiles " +
                                                   std::to_string(wq_mtiles_needed(s.m)) + ")";
   }
@@ -154,10 +154,12 @@ std::vector<WqConfig> wq_tunable_space(const WqShape& s) {
                   }
             }
         }
-  // Not searched: the balanced schedule (balance > 0). Legal, verified by
-  // the [gpu] tests, and slower than a block per row group everywhere it was
-  // measured (BENCHMARKS.md session 10): its warps keep too few loads in
-  // flight, and completing the split row groups adds up to 4 µs at the end.
+  // Not searched: the balanced schedule (balance > 0). It is legal, and the
+  // [gpu] tests verify it, but it lost to a block per row group at every
+  // small-M shape it was tuned on (BENCHMARKS.md session 10): 12.8 against
+  // 10.3 µs at 4096 × 11008, M = 1. Each block refills its pipeline for
+  // every piece of its run, and completing a split row group waits for the
+  // blocks before it.
   return out;
 }
 
@@ -202,6 +204,14 @@ std::vector<Constant> wq_constants(const WqShape& s, const WqConfig& c) {
       {"int", "kL2Ahead", num(c.l2ahead), "tunable: chunks beyond the loads whose weights are prefetched to L2"},
       {"int", "kZeroAfter", num(c.zero_after), "tunable: 1 multiplies the magic values, the zero subtracted after"},
       {"int", "kBalance", num(c.balance), "tunable: 0 a block per row group, else blocks per SM of the balanced schedule"},
+      // A persistent grid must be resident at once, so ptxas keeps the
+      // registers within what kBalance blocks per SM leave. Without it the
+      // attribute names no block count: naming 1 let ptxas take twice the
+      // registers (62 -> 128 for 16 warps, 1 tile, unroll 3) and cost 4096²
+      // at M = 1 0.4 µs on an H100 (BENCHMARKS.md session 10).
+      {"macro", "QJIT_WQ_BOUNDS",
+       c.balance ? "__launch_bounds__(kThreads, kBalance)" : "__launch_bounds__(kThreads)",
+       "the mma kernels' launch bounds"},
   };
   out.insert(out.end(), tunables.begin(), tunables.end());
   return out;
@@ -212,13 +222,13 @@ LaunchGeometry wq_launch_geometry(const WqShape& s, const WqConfig& c, int works
   LaunchGeometry g;
   g.workspace_param = workspace_param;  // the kernel has the parameter whether or not it uses it
   if (c.balance) {
-    // wq_balanced.cuh's workspace: a counter per row group, then two partial
-    // sums (kTiles·kMTiles·4 floats per lane) per warp.
+    // wq_balanced.cuh's workspace: a flag per row group, then two partial
+    // sums (kTiles·kMTiles·4 floats per lane of warp 0) per block.
     const int64_t row_groups = (s.n / 16 + c.tiles - 1) / c.tiles;
     g.grid_per_sm = static_cast<unsigned>(c.balance);
     g.block[0] = static_cast<unsigned>(c.warps * 32);
     g.workspace_fixed = static_cast<size_t>((row_groups * 4 + 255) / 256 * 256);
-    g.workspace_per_block = static_cast<size_t>(c.warps) * 2 * c.tiles * c.mtiles * 4 * 32 * 4;
+    g.workspace_per_block = size_t{2} * c.tiles * c.mtiles * 4 * 32 * 4;
     g.programmatic = true;
     return g;
   }

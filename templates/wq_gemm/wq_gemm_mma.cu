@@ -6,7 +6,7 @@
 // Grid: blockIdx.x covers kWarps / kSplitK row groups of kTiles 16-row tiles
 // of n; blockIdx.y passes over 8·kMTiles rows of x at a time (looping when M
 // exceeds the grid, the m = 1024 bucket; every other bucket makes one pass).
-// With kBalance the grid is persistent and every warp takes an equal run of
+// With kBalance the grid is persistent and every block takes an equal run of
 // row groups' chunks (wq_balanced.cuh); workspace is the runtime's scratch
 // for its split row groups (null otherwise).
 #include "qjit/wq_gemm/wq_balanced.cuh"
@@ -14,13 +14,9 @@
 
 static_assert(kMatrices == 1, "wq_gemm multiplies one matrix");
 
-// A persistent grid has to be resident at once: ptxas keeps the registers
-// within what kBalance blocks per SM leave.
-constexpr int kBlocksPerSm = kBalance > 0 ? kBalance : 1;
-
 // residual may be y itself (y += X·Wᵀ): each element is read and then written
 // by the same thread, so neither pointer is __restrict__.
-extern "C" __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+extern "C" __global__ void QJIT_WQ_BOUNDS  // wq_mainloop.cpp: with kBalance blocks per SM
 qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, const TS* __restrict__ scales,
              const void* __restrict__ zeros, const TX* __restrict__ bias, const TX* residual, TX* y, int M,
              void* workspace) {
@@ -30,6 +26,7 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
     allow_next_grid();
     QJIT_MARK(0);
     const Operands op{x, {qweight}, {scales}, {zeros}};
+    const int part = warp % kSplitK;
     // Row group g's sums (lane layout as below) into y.
     auto emit = [&](int g, const float (&acc)[kTiles][kMTiles][4]) {
 #pragma unroll
@@ -44,7 +41,7 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
           }
       }
     };
-    wq_balanced(op, M, lane, warp, workspace, emit);
+    wq_balanced(op, M, lane, warp, part, workspace, emit);
     QJIT_MARK(3);
     return;
   }

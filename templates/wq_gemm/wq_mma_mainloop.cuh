@@ -439,11 +439,11 @@ __device__ __forceinline__ void read_slot(const unsigned* slot, int m0, int M, i
   }
 }
 
-__device__ __forceinline__ void stream_chunks(const Operands& op, const int (&tile)[kTiles], int part, int m0, int M,
-                                              int lane, int warp, float (&acc)[kTiles][kMTiles][4]) {
+__device__ __forceinline__ void stream_chunks(const Operands& op, const int (&tile)[kTiles], int part, int end, int m0,
+                                              int M, int lane, int warp, float (&acc)[kTiles][kMTiles][4]) {
   __shared__ __align__(16) unsigned ring[kWarps][kRingStages][kSlotWords];
   // The warp's chunks are part, part + kSplitK, ...: number i is chunk part + i·kSplitK.
-  const int count = part < kChunks ? (kChunks - 1 - part) / kSplitK + 1 : 0;
+  const int count = part < end ? (end - 1 - part) / kSplitK + 1 : 0;
   __syncwarp();  // the previous pass over m has read every slot
   // The first kStages - 1 chunks' weights, scales and zeros go out before
   // the grid waits for its predecessor, x after it: a chain of kernels then
@@ -488,12 +488,16 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
 // 8·kMTiles rows of x from m0, summed over k. On return the warp with
 // part == 0 holds the sums: accumulator e of lane (gq, t) is row
 // gq + 8(e/2) of the slot's tile (a column n of y) and column 2t + e%2 of B
-// (row m0 + 8j + 2t + e%2 of x, for mtile j).
+// (row m0 + 8j + 2t + e%2 of x, for mtile j). The row group sums chunks
+// [chunk0, end) (the balanced schedule passes a piece of k); the warp takes
+// chunk0 + part, + kSplitK, ...
 __device__ __forceinline__ void wq_accumulate(const Operands& op, const int (&tile)[kTiles], int part, int m0, int M,
-                                              int lane, int warp, float (&acc)[kTiles][kMTiles][4]) {
+                                              int lane, int warp, float (&acc)[kTiles][kMTiles][4], int chunk0 = 0,
+                                              int end = kChunks) {
+  const int first_chunk = chunk0 + part;  // the warp's chunks: first_chunk, + kSplitK, ... < end
   zero_acc(acc);
   if constexpr (kStages > 0) {
-    stream_chunks(op, tile, part, m0, M, lane, warp, acc);  // waits for the previous grid before copying x
+    stream_chunks(op, tile, first_chunk, end, m0, M, lane, warp, acc);  // waits for the previous grid before copying x
   } else {
     // Register pipelines. x is read from L1/L2 (small, shared by every warp).
     // With at most two tiles of x (M <= 16) it is loaded with the weights,
@@ -508,20 +512,20 @@ __device__ __forceinline__ void wq_accumulate(const Operands& op, const int (&ti
     // of next into cur waits for them once per group; measured faster at
     // M = 64 than the rotation, whose twice-unrolled body is large there).
     constexpr bool kXAhead = kMTiles <= 2;
-    const int count = part < kChunks ? (kChunks - 1 - part) / kSplitK + 1 : 0;  // chunks part, part + kSplitK, ...
+    const int count = first_chunk < end ? (end - 1 - first_chunk) / kSplitK + 1 : 0;
     if constexpr (kXAhead) {
       constexpr int kBuffers = kUnroll + 1;
       Chunk buf[kBuffers];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
-        if (u < count) load_chunk(op, tile, part + u * kSplitK, lane, buf[u]);
-      prefetch_chunks_l2(op, tile, part, kUnroll, kUnroll + kL2Ahead, count, lane);
-      prefetch_x_l2(op.x, part, kUnroll, count, m0, M, lane);
+        if (u < count) load_chunk(op, tile, first_chunk + u * kSplitK, lane, buf[u]);
+      prefetch_chunks_l2(op, tile, first_chunk, kUnroll, kUnroll + kL2Ahead, count, lane);
+      prefetch_x_l2(op.x, first_chunk, kUnroll, count, m0, M, lane);
       wait_for_previous_grid();
       QJIT_MARK(1);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
-        if (u < count) load_x_chunk(op.x, part + u * kSplitK, m0, M, lane, buf[u]);
+        if (u < count) load_x_chunk(op.x, first_chunk + u * kSplitK, m0, M, lane, buf[u]);
 #pragma unroll 1
       for (int i0 = 0; i0 < count; i0 += kBuffers) {
 #pragma unroll
@@ -530,9 +534,9 @@ __device__ __forceinline__ void wq_accumulate(const Operands& op, const int (&ti
           if (i >= count) break;
           const int ahead = i + kUnroll;
           if (ahead < count) {
-            load_chunk(op, tile, part + ahead * kSplitK, lane, buf[(b + kUnroll) % kBuffers]);
-            load_x_chunk(op.x, part + ahead * kSplitK, m0, M, lane, buf[(b + kUnroll) % kBuffers]);
-            prefetch_chunks_l2(op, tile, part, ahead + kL2Ahead, ahead + kL2Ahead + 1, count, lane);
+            load_chunk(op, tile, first_chunk + ahead * kSplitK, lane, buf[(b + kUnroll) % kBuffers]);
+            load_x_chunk(op.x, first_chunk + ahead * kSplitK, m0, M, lane, buf[(b + kUnroll) % kBuffers]);
+            prefetch_chunks_l2(op, tile, first_chunk, ahead + kL2Ahead, ahead + kL2Ahead + 1, count, lane);
           }
           mma_chunk(buf[b], acc);
         }
@@ -541,21 +545,21 @@ __device__ __forceinline__ void wq_accumulate(const Operands& op, const int (&ti
       Chunk cur[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
-        if (u < count) load_chunk(op, tile, part + u * kSplitK, lane, cur[u]);
-      prefetch_chunks_l2(op, tile, part, kUnroll, kUnroll + kL2Ahead, count, lane);
-      prefetch_x_l2(op.x, part, kUnroll, count, m0, M, lane);
+        if (u < count) load_chunk(op, tile, first_chunk + u * kSplitK, lane, cur[u]);
+      prefetch_chunks_l2(op, tile, first_chunk, kUnroll, kUnroll + kL2Ahead, count, lane);
+      prefetch_x_l2(op.x, first_chunk, kUnroll, count, m0, M, lane);
       wait_for_previous_grid();
       QJIT_MARK(1);
       for (int i0 = 0; i0 < count; i0 += kUnroll) {
         Chunk next[kUnroll];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
-          if (i0 + kUnroll + u < count) load_chunk(op, tile, part + (i0 + kUnroll + u) * kSplitK, lane, next[u]);
-        prefetch_chunks_l2(op, tile, part, i0 + kUnroll + kL2Ahead, i0 + 2 * kUnroll + kL2Ahead, count, lane);
+          if (i0 + kUnroll + u < count) load_chunk(op, tile, first_chunk + (i0 + kUnroll + u) * kSplitK, lane, next[u]);
+        prefetch_chunks_l2(op, tile, first_chunk, i0 + kUnroll + kL2Ahead, i0 + 2 * kUnroll + kL2Ahead, count, lane);
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
           if (i0 + u < count) {
-            load_x_chunk(op.x, part + (i0 + u) * kSplitK, m0, M, lane, cur[u]);
+            load_x_chunk(op.x, first_chunk + (i0 + u) * kSplitK, m0, M, lane, cur[u]);
             mma_chunk(cur[u], acc);
           }
 #pragma unroll
