@@ -267,6 +267,29 @@ TEST_CASE("wq_gemm mma family: the balanced schedule key", "[wq_gemm][nvrtc]") {
                     Catch::Contains("do not fit one SM"));
 }
 
+TEST_CASE("wq_gemm mma family: the launch bounds key", "[wq_gemm]") {
+  const auto& op = codegen::find_op("wq_gemm");
+  const auto small = codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=1");
+  const auto one = with_key(kPlainSmallM, "min_blocks", 1);
+  // Every small-M config of wq_gemm twice; not beyond m = 16, not for fused_ffn.
+  CHECK(count_in_space("k=4096,n=11008,m=1", "min_blocks", 1) == count_in_space("k=4096,n=11008,m=1", "min_blocks", 0));
+  CHECK(count_in_space("k=4096,n=11008,m=16", "min_blocks", 1) == count_in_space("k=4096,n=11008,m=16", "min_blocks", 0));
+  CHECK(count_in_space("k=4096,n=11008,m=32", "min_blocks", 1) == 0);
+  for (const auto& c : codegen::find_op("fused_ffn").tunable_space(
+           codegen::parse_spec("fused_ffn", "d=4096,h=11008,weights=native")))
+    CHECK_FALSE(c.contains("min_blocks"));
+  op.validate_config(small, one);
+  // The kernel's attribute: one block named, none, or the balanced grid's.
+  CHECK(codegen::generate_source(small, one).text.find("#define QJIT_WQ_BOUNDS __launch_bounds__(kThreads, 1)") !=
+        std::string::npos);
+  CHECK(codegen::generate_source(small, kPlainSmallM).text.find("#define QJIT_WQ_BOUNDS __launch_bounds__(kThreads) ") !=
+        std::string::npos);
+  const auto balanced = with_key(kPlainSmallM, "balance", 3);
+  CHECK(codegen::generate_source(small, balanced).text.find("__launch_bounds__(kThreads, kBalance)") != std::string::npos);
+  CHECK_THROWS_WITH(op.validate_config(small, with_key(kPlainSmallM, "min_blocks", 2)), Catch::Contains("min_blocks must be 0 or 1"));
+  CHECK_THROWS_WITH(op.validate_config(small, with_key(balanced, "min_blocks", 1)), Catch::Contains("balance names its own"));
+}
+
 TEST_CASE("wq_gemm mma family: the timeline marks compile in only for qjit_timeline_probe", "[wq_gemm][nvrtc]") {
   const auto spec = codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=1");
   for (const nlohmann::json& c :

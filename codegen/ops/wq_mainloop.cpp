@@ -51,13 +51,21 @@ int wq_config_int(const nlohmann::json& j, const char* key, const std::string& w
 WqConfig WqConfig::from(const nlohmann::json& j, const std::string& op, size_t extra_keys) {
   auto get = [&](const char* k) { return wq_config_int(j, k, op + " config"); };
   auto has = [&](const char* k) { return j.is_object() && j.contains(k); };
-  const bool l2ahead = has("l2ahead"), zero_after = has("zero_after"), balance = has("balance");
-  if (!j.is_object() || j.size() != 6 + extra_keys + l2ahead + zero_after + balance)
+  const bool l2ahead = has("l2ahead"), zero_after = has("zero_after"), balance = has("balance"),
+             min_blocks = has("min_blocks");
+  if (!j.is_object() || j.size() != 6 + extra_keys + l2ahead + zero_after + balance + min_blocks)
     throw Error("config", op + " config needs warps, split_k, tiles, mtiles, unroll and stages (and may have l2ahead, "
-                               "zero_after, balance): " + j.dump());
-  return {get("warps"),  get("split_k"), get("tiles"),
-          get("mtiles"), get("unroll"),  get("stages"),
-          l2ahead ? get("l2ahead") : 0, zero_after ? get("zero_after") : 0, balance ? get("balance") : 0};
+                               "zero_after, balance, min_blocks): " + j.dump());
+  return {get("warps"),
+          get("split_k"),
+          get("tiles"),
+          get("mtiles"),
+          get("unroll"),
+          get("stages"),
+          l2ahead ? get("l2ahead") : 0,
+          zero_after ? get("zero_after") : 0,
+          balance ? get("balance") : 0,
+          min_blocks ? get("min_blocks") : 0};
 }
 
 nlohmann::json WqConfig::to_json() const {
@@ -66,6 +74,7 @@ nlohmann::json WqConfig::to_json() const {
   if (l2ahead > 0) j["l2ahead"] = l2ahead;
   if (zero_after > 0) j["zero_after"] = zero_after;
   if (balance > 0) j["balance"] = balance;
+  if (min_blocks > 0) j["min_blocks"] = min_blocks;
   return j;
 }
 
@@ -85,6 +94,9 @@ std::string wq_config_problem(const WqShape& s, const WqConfig& c) {
   if (c.zero_after && !zero_after_applies(s))
     return "zero_after needs fp16 scales, an integer or symmetric zero, g >= 64 and 4 or 8 bits";
   if (!one_of(c.balance, {0, 1, 2, 3, 4})) return "balance must be 0 (a block per row group) or 1 to 4 blocks per SM";
+  if (!one_of(c.min_blocks, {0, 1})) return "min_blocks must be 0 or 1";
+  if (c.min_blocks && s.matrices != 1) return "min_blocks is for one matrix (wq_gemm)";
+  if (c.min_blocks && c.balance) return "balance names its own blocks per SM (min_blocks must be 0)";
   if (c.balance) {
     if (s.matrices != 1) return "balance is for one matrix (wq_gemm)";
     if (s.m > 16) return "balance is for m <= 16 (one pass over the rows of x)";
@@ -154,6 +166,16 @@ std::vector<WqConfig> wq_tunable_space(const WqShape& s) {
                   }
             }
         }
+  // Every small-M config of one matrix again with min_blocks (the launch
+  // bounds name one block per SM; see QJIT_WQ_BOUNDS in wq_constants).
+  if (s.m <= 16 && s.matrices == 1) {
+    const size_t plain = out.size();
+    for (size_t i = 0; i < plain; ++i) {
+      WqConfig c = out[i];
+      c.min_blocks = 1;
+      out.push_back(c);
+    }
+  }
   // Not searched: the balanced schedule (balance > 0). It is legal, and the
   // [gpu] tests verify it, but it lost to a block per row group at every
   // small-M shape it was tuned on (BENCHMARKS.md session 10): 12.8 against
@@ -205,12 +227,15 @@ std::vector<Constant> wq_constants(const WqShape& s, const WqConfig& c) {
       {"int", "kZeroAfter", num(c.zero_after), "tunable: 1 multiplies the magic values, the zero subtracted after"},
       {"int", "kBalance", num(c.balance), "tunable: 0 a block per row group, else blocks per SM of the balanced schedule"},
       // A persistent grid must be resident at once, so ptxas keeps the
-      // registers within what kBalance blocks per SM leave. Without it the
-      // attribute names no block count: naming 1 let ptxas take twice the
-      // registers (62 -> 128 for 16 warps, 1 tile, unroll 3) and cost 4096²
-      // at M = 1 0.4 µs on an H100 (BENCHMARKS.md session 10).
+      // registers within what kBalance blocks per SM leave. Otherwise naming
+      // one block (min_blocks) lets ptxas take up to twice the registers
+      // (62 -> 128 for 16 warps, 1 tile, unroll 3): 4096² at M = 1 lost
+      // 0.4 µs with it on an H100, 4096 × 11008 and 11008 × 4096 ran 0.2 to
+      // 0.6 µs faster (BENCHMARKS.md session 10). A tuning key, then.
       {"macro", "QJIT_WQ_BOUNDS",
-       c.balance ? "__launch_bounds__(kThreads, kBalance)" : "__launch_bounds__(kThreads)",
+       c.balance      ? "__launch_bounds__(kThreads, kBalance)"
+       : c.min_blocks ? "__launch_bounds__(kThreads, 1)"
+                      : "__launch_bounds__(kThreads)",
        "the mma kernels' launch bounds"},
   };
   out.insert(out.end(), tunables.begin(), tunables.end());

@@ -31,7 +31,9 @@ struct WqShape {
 // balance > 0 (wq_gemm at m <= 16; legal, not searched) launches `balance`
 // blocks per SM whose warps each take an equal run of (row group, chunk)
 // units, summing row groups split between warps through a runtime-owned
-// workspace (templates/wq_gemm/wq_balanced.cuh).
+// workspace (templates/wq_gemm/wq_balanced.cuh). min_blocks = 1 (wq_gemm)
+// names one block per SM in the kernel's launch bounds, which lets ptxas
+// take up to the block's full share of registers.
 struct WqConfig {
   int warps, split_k, tiles, mtiles, unroll;
   int stages = 0;
@@ -39,8 +41,9 @@ struct WqConfig {
   int l2ahead = 0;
   int zero_after = 0;
   int balance = 0;
+  int min_blocks = 0;
 
-  // Reads the six keys, l2ahead, zero_after and balance; `extra_keys` names keys the caller owns (fused_ffn's "family").
+  // Reads the six keys, l2ahead, zero_after, balance and min_blocks; `extra_keys` names keys the caller owns (fused_ffn's "family").
   static WqConfig from(const nlohmann::json& j, const std::string& op, size_t extra_keys = 0);
   nlohmann::json to_json() const;
 };
