@@ -29,7 +29,6 @@ class Workspaces {
   ~Workspaces();
   Workspaces(const Workspaces&) = delete;
   Workspaces& operator=(const Workspaces&) = delete;
-  size_t bytes() const { return bytes_; }
   // The stream's buffer; allocates and queues its zeroing on `stream` the first time.
   CUresult get(CUstream stream, CUdeviceptr* out);
 

@@ -28,12 +28,12 @@ struct WqShape {
 // `stages` slots per warp; with l2ahead > 0 each warp also asks L2 for the
 // weights l2ahead chunks beyond its own loads. zero_after = 1 multiplies the
 // undequantised magic values and subtracts 1024 + zero from each row's sum.
-// balance > 0 (wq_gemm at m <= 16; legal, not searched) launches `balance`
-// blocks per SM whose warps each take an equal run of (row group, chunk)
-// units, summing row groups split between warps through a runtime-owned
-// workspace (templates/wq_gemm/wq_balanced.cuh). min_blocks = 1 (wq_gemm)
-// names one block per SM in the kernel's launch bounds, which lets ptxas
-// take up to the block's full share of registers.
+// balance > 0 (wq_gemm at m <= 16, split_k = warps; legal, not searched)
+// launches `balance` blocks per SM, each taking an equal run of (row group,
+// chunk) units, and sums row groups split between blocks through a
+// runtime-owned workspace (templates/wq_gemm/wq_balanced.cuh).
+// min_blocks = 1 (wq_gemm) names one block per SM in the kernel's launch
+// bounds, which lets ptxas take up to the block's full share of registers.
 struct WqConfig {
   int warps, split_k, tiles, mtiles, unroll;
   int stages = 0;
@@ -43,7 +43,8 @@ struct WqConfig {
   int balance = 0;
   int min_blocks = 0;
 
-  // Reads the six keys, l2ahead, zero_after, balance and min_blocks; `extra_keys` names keys the caller owns (fused_ffn's "family").
+  // Reads the six keys and the optional ones; `extra_keys` names keys the
+  // caller owns (fused_ffn's "family").
   static WqConfig from(const nlohmann::json& j, const std::string& op, size_t extra_keys = 0);
   nlohmann::json to_json() const;
 };
