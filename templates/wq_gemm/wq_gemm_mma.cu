@@ -14,6 +14,25 @@
 
 static_assert(kMatrices == 1, "wq_gemm multiplies one matrix");
 
+// A row group's sums (tiles first_tile.., rows m0.. of x) into y.
+// Accumulator e of lane (gq, t): row gq + 8(e/2) of the tile = column n of y,
+// column 2t + e%2 of B = row m of y.
+__device__ __forceinline__ void store_row_group(const float (&acc)[kTiles][kMTiles][4], int first_tile, int m0, int M,
+                                                int lane, const TX* __restrict__ bias, const TX* residual, TX* y) {
+  const int gq = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) {
+    if (first_tile + i >= kNTiles) continue;
+#pragma unroll
+    for (int j = 0; j < kMTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int n = (first_tile + i) * 16 + gq + 8 * (e / 2), m = m0 + 8 * j + 2 * t + e % 2;
+        if (m < M) store_y(acc[i][j][e], bias, residual, y, m, n);
+      }
+  }
+}
+
 // residual may be y itself (y += X·Wᵀ): each element is read and then written
 // by the same thread, so neither pointer is __restrict__.
 extern "C" __global__ void QJIT_WQ_BOUNDS  // wq_mainloop.cpp: with kBalance blocks per SM
@@ -21,25 +40,13 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
              const void* __restrict__ zeros, const TX* __restrict__ bias, const TX* residual, TX* y, int M,
              void* workspace) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int gq = lane / 4, t = lane % 4;
   if constexpr (kBalance > 0) {
     allow_next_grid();
     QJIT_MARK(0);
     const Operands op{x, {qweight}, {scales}, {zeros}};
     const int part = warp % kSplitK;
-    // Row group g's sums (lane layout as below) into y.
     auto emit = [&](int g, const float (&acc)[kTiles][kMTiles][4]) {
-#pragma unroll
-      for (int i = 0; i < kTiles; ++i) {
-        if (g * kTiles + i >= kNTiles) continue;
-#pragma unroll
-        for (int j = 0; j < kMTiles; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int n = (g * kTiles + i) * 16 + gq + 8 * (e / 2), m = 8 * j + 2 * t + e % 2;
-            if (m < M) store_y(acc[i][j][e], bias, residual, y, m, n);
-          }
-      }
+      store_row_group(acc, g * kTiles, 0, M, lane, bias, residual, y);
     };
     wq_balanced(op, M, lane, warp, part, workspace, emit);
     QJIT_MARK(3);
@@ -56,22 +63,7 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
   for (int m0 = blockIdx.y * kMBlock; m0 < M; m0 += gridDim.y * kMBlock) {
     float acc[kTiles][kMTiles][4];
     wq_accumulate(op, tile, part, m0, M, lane, warp, acc);
-    if (part == 0) {
-      // Accumulator e of lane (gq, t): row gq + 8(e/2) of the tile = column n
-      // of y, column 2t + e%2 of B = row m of y.
-#pragma unroll
-      for (int i = 0; i < kTiles; ++i) {
-        if (first_tile + i >= kNTiles) continue;
-#pragma unroll
-        for (int j = 0; j < kMTiles; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int n = (first_tile + i) * 16 + gq + 8 * (e / 2), m = m0 + 8 * j + 2 * t + e % 2;
-            if (m >= M) continue;
-            store_y(acc[i][j][e], bias, residual, y, m, n);
-          }
-      }
-    }
+    if (part == 0) store_row_group(acc, first_tile, m0, M, lane, bias, residual, y);
     // Below the 1024 bucket M <= kBucketM and the grid covers every row in
     // one pass: leaving the loop frees its registers (8 at m = 1).
     if constexpr (kBucketM < 1024) break;
