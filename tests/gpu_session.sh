@@ -22,7 +22,10 @@ FINAL=${OUT:-/tmp/qjit_out}
 OUT=/tmp/qjit_gpu/out
 rm -rf /tmp/qjit_gpu
 mkdir -p "$OUT" "$FINAL"
-trap 'tar czf "$FINAL/logs.tgz" -C /tmp/qjit_gpu out dump 2>/dev/null' EXIT
+# save_logs after each step too: a call stopped at its time limit still
+# returns what finished (written aside, then renamed over the last tarball).
+save_logs() { tar czf "$FINAL/logs.tgz.part" -C /tmp/qjit_gpu out dump 2>/dev/null; mv -f "$FINAL/logs.tgz.part" "$FINAL/logs.tgz"; }
+trap save_logs EXIT
 export QJIT_CACHE=/tmp/qjit_gpu/kernels.db QJIT_DUMP_DIR=/tmp/qjit_gpu/dump
 Q="$DIST/bin/qjit"
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader)"
@@ -34,6 +37,7 @@ if [ "$RUN_TESTS" = 1 ]; then
   echo "== GPU tests"
   ( time "$DIST/bin/qjit_tests" "[gpu]" ) >"$OUT/gpu_tests.log" 2>&1
   echo "gpu tests exit $?"; grep -E "FAILED|failed|passed" "$OUT/gpu_tests.log" | head -20; tail -4 "$OUT/gpu_tests.log"
+  save_logs
 fi
 [ "$PART" = tests ] && exit 0
 
@@ -69,6 +73,13 @@ for s in "${SHAPES[@]}"; do
   /usr/bin/time -f "tune wall %e s" "$Q" tune --op $op --shape $shape --json >"$OUT/tune_$i.json" 2>>"$OUT/tune.log"
   tail -1 "$OUT/tune.log"
   "$Q" bench --op $op --shape $shape --json >"$OUT/bench_$i.json" 2>>"$OUT/bench.log" || echo "bench $s failed"
+  # One line per bench as it lands (the call's output keeps it if the call is cut short).
+  python3 -c 'import json, sys
+for b in json.load(open(sys.argv[1])):
+    q, base = b["rows"][0], b["rows"][-1]
+    print(f"  {b["spec"][:60]}: {q["median_us"]:.2f} us, {q["pct_of_floor"]:.1f}% of floor, {base["median_us"] / q["median_us"]:.2f}x {base["name"]}")' \
+    "$OUT/bench_$i.json" 2>/dev/null
+  save_logs
 done
 "$Q" list > "$OUT/list.txt"
 for s in "${SHAPES[@]}"; do op=${s%% *}; shape=${s#* }; "$Q" show --op $op --shape $shape; done >"$OUT/show.txt" 2>&1
