@@ -290,6 +290,48 @@ TEST_CASE("wq_gemm mma family: the launch bounds key", "[wq_gemm]") {
   CHECK_THROWS_WITH(op.validate_config(small, with_key(balanced, "min_blocks", 1)), Catch::Contains("balance names its own"));
 }
 
+TEST_CASE("wq_gemm mma family: the cp.async ring in dynamic shared memory", "[wq_gemm][nvrtc]") {
+  const auto& op = codegen::find_op("wq_gemm");
+  const auto m4 = codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=4");
+  const nlohmann::json ring = {{"warps", 8}, {"split_k", 8}, {"tiles", 2}, {"mtiles", 1}, {"unroll", 1}, {"stages", 4}};
+  // A slot: 2 tiles × 4 bits × 32 lanes × 4 bytes of weights, 2 tiles × 16
+  // rows of fp16 scales and zero bytes, 4 rows × 64 k of fp16 x; 8 warps ×
+  // 4 slots = 52224 bytes, over the 48 KB a static array may take.
+  const unsigned slot = 2 * 4 * 32 * 4 + 2 * 16 * (2 + 1) + 4 * 64 * 2;
+  op.validate_config(m4, ring);
+  CHECK(op.launch_geometry(m4, ring).dynamic_smem == 8 * 4 * slot);
+  CHECK(8 * 4 * slot > 48 * 1024);
+  CHECK(op.launch_geometry(m4, kPlainSmallM).dynamic_smem == 0);  // the register pipeline has no ring
+  // The quantized FFN's kernels share the mainloop and its geometry.
+  const auto ffn = codegen::parse_spec("fused_ffn", "d=4096,h=11008,weights=native,m=4");
+  const auto& ffn_op = codegen::find_op("fused_ffn");
+  for (const auto& c : ffn_op.tunable_space(ffn)) {
+    INFO(c.dump());
+    const unsigned stages = c.value("stages", 0u);
+    CHECK((ffn_op.launch_geometry(ffn, c).dynamic_smem > 0) == (stages > 0));
+  }
+  // Rings of 8 warps at m = 8 and 16 (x's rows double a slot) are now in the
+  // space, with 3 stages from m = 8 on.
+  CHECK(count_in_space("k=4096,n=11008,m=16", "stages", 4) > 0);
+  CHECK(count_in_space("k=4096,n=11008,m=8", "stages", 3) > 0);
+  CHECK(count_in_space("k=4096,n=11008,m=4", "stages", 3) == 0);
+  // 160 KB at most (every GPU qjit targets can opt in to that much);
+  // 48 KB with the balanced schedule, whose blocks get a quarter of an SM.
+  const auto m16 = codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=16");
+  auto huge = with_key(with_key(with_key(ring, "tiles", 4), "mtiles", 2), "stages", 8);
+  CHECK_THROWS_WITH(op.validate_config(m16, huge), Catch::Contains("(limit 160)"));
+  CHECK_THROWS_WITH(op.validate_config(m4, with_key(with_key(ring, "balance", 1), "stages", 8)),
+                    Catch::Contains("balance: split-k reduction and cp.async ring need more than 48 KB"));
+  CHECK_THROWS_WITH(op.validate_config(m4, with_key(ring, "stages", 5)), Catch::Contains("stages must be 0, 2, 3, 4 or 8"));
+  // The kernel checks the launch's shared memory against its ring.
+  const auto built = codegen::compile(codegen::generate_source(m4, ring), "sm_90");
+  INFO(built.log);
+  REQUIRE(built.ok);
+  CHECK(built.ptx.find("%dynamic_smem_size") != std::string::npos);
+  CHECK(codegen::generate_source(m4, ring).text.find("kRingBytes = kStages > 0 ? kWarps * kStages * kSlotWords * 4 : 0;") !=
+        std::string::npos);
+}
+
 TEST_CASE("wq_gemm mma family: the timeline marks compile in only for qjit_timeline_probe", "[wq_gemm][nvrtc]") {
   const auto spec = codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=1");
   for (const nlohmann::json& c :

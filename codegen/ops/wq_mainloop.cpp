@@ -29,6 +29,9 @@ int64_t slot_bytes(const WqShape& s, const WqConfig& c) {
   return c.tiles * s.bits * 32 * 4 + c.tiles * groups * 16 * (2 + zero_bytes) + x_rows * 64 * bytes_of(s.x);
 }
 
+// The cp.async ring of a block: the template's kRingBytes (dynamic shared memory).
+int64_t ring_bytes(const WqShape& s, const WqConfig& c) { return int64_t{c.warps} * c.stages * slot_bytes(s, c); }
+
 // Where the mma may take the magic values and subtract the zero after it
 // (the template's kZeroAfter): fp16, one scale per chunk (g >= 64, an
 // integer zero) and one shift per row (4 or 8 bits).
@@ -87,7 +90,7 @@ std::string wq_config_problem(const WqShape& s, const WqConfig& c) {
   if (c.tiles % s.matrices) return "tiles must be a multiple of the " + std::to_string(s.matrices) + " matrices";
   if (!one_of(c.mtiles, {1, 2, 4, 8})) return "mtiles must be 1, 2, 4 or 8";
   if (!one_of(c.unroll, {1, 2, 3, 4})) return "unroll must be 1, 2, 3 or 4";
-  if (!one_of(c.stages, {0, 2, 4, 8})) return "stages must be 0, 2, 4 or 8";
+  if (!one_of(c.stages, {0, 2, 3, 4, 8})) return "stages must be 0, 2, 3, 4 or 8";
   if (c.stages > 0 && c.unroll != 1) return "the cp.async ring (stages > 0) takes unroll 1";
   if (!one_of(c.l2ahead, {0, 2, 4, 8})) return "l2ahead must be 0, 2, 4 or 8";
   if (!one_of(c.zero_after, {0, 1})) return "zero_after must be 0 or 1";
@@ -110,8 +113,17 @@ std::string wq_config_problem(const WqShape& s, const WqConfig& c) {
   if (c.mtiles > wq_mtiles_needed(s.m)) return "mtiles covers more rows than the bucket m=" + std::to_string(s.m);
   if (s.k / 64 < c.split_k) return "split_k exceeds the number of 64-wide chunks of k";
   if (16 * c.tiles / s.matrices > s.n) return "tiles cover more than n";
-  const int64_t ring = int64_t{c.warps} * c.stages * slot_bytes(s, c);
-  if (reduction_bytes(c) + ring > 48 * 1024) return "split-k reduction and cp.async ring need more than 48 KB of shared memory";
+  // The split-k reduction is static shared memory (48 KB at most), the
+  // cp.async ring dynamic: together at most 160 KB, what a block may opt in
+  // to on every GPU qjit targets (sm_80's 163 KB). The balanced schedule
+  // pads each block to its share of the SM (runtime), which holds 48 KB.
+  const int64_t ring = ring_bytes(s, c);
+  if (reduction_bytes(c) > 48 * 1024) return "the split-k reduction needs more than 48 KB of shared memory";
+  if (c.balance && reduction_bytes(c) + ring > 48 * 1024)
+    return "balance: split-k reduction and cp.async ring need more than 48 KB of shared memory";
+  if (reduction_bytes(c) + ring > 160 * 1024)
+    return "split-k reduction and cp.async ring need " + std::to_string((reduction_bytes(c) + ring) / 1024) +
+           " KB of shared memory (limit 160)";
   // Registers per lane, fitted to ptxas on sm_90 (within ~20%, on the high
   // side): addresses and indices, accumulators, x fragments, and the chunks
   // live at once: with x loaded ahead (mtiles <= 2) unroll + 1 rotating
@@ -141,12 +153,19 @@ std::vector<WqConfig> wq_tunable_space(const WqShape& s) {
   const int need = wq_mtiles_needed(s.m);
   for (int warps : {4, 8, 16})
     for (int split : {1, 2, 4, 8, 16})
+      // Not 4 tiles of one matrix, though legal: a warp would read half as
+      // much x per weight at m = 16, but it took 241 registers and lost to
+      // 2 tiles by 2 µs at 4096 × 11008, M = 16 (BENCHMARKS.md session 11).
       for (int per_matrix : {1, 2})
         for (int mt : {1, 2, 4, 8}) {
           // Fewer x tiles than the bucket needs means re-reading W per pass: only worth it at large m.
           if (mt != need && (mt < need / 2 || need < 4)) continue;
-          for (int stages : {0, 4, 8})
+          // 3 stages from m = 8 on, where x's rows fill much of a slot: at
+          // m = 16, 8 warps of 4 stages need 118 KB with the reduction (one
+          // block per SM), of 3 stages 93 KB (two).
+          for (int stages : {0, 3, 4, 8})
             for (int unroll : {1, 2, 3, 4}) {
+              if (stages == 3 && s.m < 8) continue;
               // 16 warps only to split k further: a 16-warp block of row groups is an 8-warp one twice.
               if (warps == 16 && split < 8) continue;
               const WqConfig c{warps, split, per_matrix * s.matrices, mt, unroll, stages};
@@ -260,6 +279,7 @@ LaunchGeometry wq_launch_geometry(const WqShape& s, const WqConfig& c, int works
   g.grid[0] = static_cast<unsigned>((s.n + rows_per_block - 1) / rows_per_block);
   g.grid[1] = static_cast<unsigned>((s.m + 8 * c.mtiles - 1) / (8 * c.mtiles));
   g.block[0] = static_cast<unsigned>(c.warps * 32);
+  g.dynamic_smem = static_cast<unsigned>(ring_bytes(s, c));
   g.programmatic = true;  // the mainloop waits for the previous grid before reading x
   return g;
 }

@@ -330,6 +330,11 @@ constexpr int kSlotX = kXRows * kXPieces * 4;
 constexpr int kSlotWords = kSlotW + kSlotS + kSlotZ + kSlotX;
 constexpr int kSPieces = kTiles * kGroupsPerChunk * 2, kZPieces = kTiles * kGroupsPerChunk * kZeroBytes;
 constexpr int kParamPieces = kSPieces + kZPieces + kXRows * kXPieces;
+// The ring lives in dynamic shared memory, warp w's kStages slots at
+// [w·kStages·kSlotWords, ...): the launch asks for exactly
+// kWarps·kStages·kSlotWords·4 bytes (wq_launch_geometry; more than the 48 KB
+// of static shared memory once x has 4 or more rows and the block 8 warps).
+constexpr int kRingBytes = kStages > 0 ? kWarps * kStages * kSlotWords * 4 : 0;
 
 __device__ __forceinline__ void cp_async16(unsigned* dst, const void* src) {
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
@@ -441,7 +446,14 @@ __device__ __forceinline__ void read_slot(const unsigned* slot, int m0, int M, i
 
 __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&tile)[kTiles], int part, int end, int m0,
                                               int M, int lane, int warp, float (&acc)[kTiles][kMTiles][4]) {
-  __shared__ __align__(16) unsigned ring[kWarps][kRingStages][kSlotWords];
+  extern __shared__ __align__(16) unsigned wq_ring_smem[];
+  unsigned* const ring = wq_ring_smem + warp * kRingStages * kSlotWords;  // this warp's slots
+  {
+    // A launch with less shared memory than the ring would corrupt it silently: trap instead.
+    unsigned dynamic_bytes;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_bytes));
+    if (dynamic_bytes < unsigned(kRingBytes)) __trap();
+  }
   // The warp's chunks are part, part + kSplitK, ...: number i is chunk part + i·kSplitK.
   const int count = part < end ? (end - 1 - part) / kSplitK + 1 : 0;
   __syncwarp();  // the previous pass over m has read every slot
@@ -453,14 +465,14 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
   // holds all of those weights, so chunk 0 waits for them once.
 #pragma unroll
   for (int s = 0; s < kRingStages - 1; ++s)
-    if (s < count) copy_chunk<kCopyWeights>(op, tile, part + s * kSplitK, m0, M, lane, ring[warp][s]);
+    if (s < count) copy_chunk<kCopyWeights>(op, tile, part + s * kSplitK, m0, M, lane, ring + s * kSlotWords);
   prefetch_chunks_l2(op, tile, part, kRingStages - 1, kRingStages - 1 + kL2Ahead, count, lane);
   prefetch_x_l2(op.x, part, kRingStages - 1, count, m0, M, lane);
   wait_for_previous_grid();
   QJIT_MARK(1);
 #pragma unroll
   for (int s = 0; s < kRingStages - 1; ++s) {
-    if (s < count) copy_chunk<kCopyX>(op, tile, part + s * kSplitK, m0, M, lane, ring[warp][s]);
+    if (s < count) copy_chunk<kCopyX>(op, tile, part + s * kSplitK, m0, M, lane, ring + s * kSlotWords);
     asm volatile("cp.async.commit_group;" ::: "memory");  // empty groups keep the count uniform
   }
   // Not unrolled: with few chunks per warp a full unroll hoists every load and runs out of registers.
@@ -469,13 +481,13 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
     __syncwarp();  // every lane has read slot (i - 1) % kStages, which this copy refills
     const int ahead = i + kRingStages - 1;
     if (ahead < count)
-      copy_chunk(op, tile, part + ahead * kSplitK, m0, M, lane, ring[warp][ahead % kRingStages]);
+      copy_chunk(op, tile, part + ahead * kSplitK, m0, M, lane, ring + ahead % kRingStages * kSlotWords);
     prefetch_chunks_l2(op, tile, part, ahead + kL2Ahead, ahead + kL2Ahead + 1, count, lane);
     asm volatile("cp.async.commit_group;" ::: "memory");
     asm volatile("cp.async.wait_group %0;" ::"n"(kRingStages - 1) : "memory");  // this lane's part of chunk i landed
     __syncwarp();                                                               // and every other lane's
     Chunk c;
-    read_slot<TX>(ring[warp][i % kRingStages], m0, M, lane, c);
+    read_slot<TX>(ring + i % kRingStages * kSlotWords, m0, M, lane, c);
     mma_chunk(c, acc);
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
