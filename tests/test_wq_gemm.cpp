@@ -290,7 +290,7 @@ TEST_CASE("wq_gemm mma family: the launch bounds key", "[wq_gemm]") {
   CHECK_THROWS_WITH(op.validate_config(small, with_key(balanced, "min_blocks", 1)), Catch::Contains("balance names its own"));
 }
 
-TEST_CASE("wq_gemm mma family: the cp.async ring in dynamic shared memory", "[wq_gemm][nvrtc]") {
+TEST_CASE("wq_gemm mma family: the cp.async ring in dynamic shared memory, x through L1", "[wq_gemm][nvrtc]") {
   const auto& op = codegen::find_op("wq_gemm");
   const auto m4 = codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=4");
   const nlohmann::json ring = {{"warps", 8}, {"split_k", 8}, {"tiles", 2}, {"mtiles", 1}, {"unroll", 1}, {"stages", 4}};
@@ -323,11 +323,14 @@ TEST_CASE("wq_gemm mma family: the cp.async ring in dynamic shared memory", "[wq
   CHECK_THROWS_WITH(op.validate_config(m4, with_key(with_key(ring, "balance", 1), "stages", 8)),
                     Catch::Contains("balance: split-k reduction and cp.async ring need more than 48 KB"));
   CHECK_THROWS_WITH(op.validate_config(m4, with_key(ring, "stages", 5)), Catch::Contains("stages must be 0, 2, 3, 4 or 8"));
-  // The kernel checks the launch's shared memory against its ring.
+  // The kernel checks the launch's shared memory against its ring, copies
+  // x with cp.async.ca (through L1) and the weights with cp.async.cg.
   const auto built = codegen::compile(codegen::generate_source(m4, ring), "sm_90");
   INFO(built.log);
   REQUIRE(built.ok);
   CHECK(built.ptx.find("%dynamic_smem_size") != std::string::npos);
+  CHECK(built.ptx.find("cp.async.ca.shared.global") != std::string::npos);
+  CHECK(built.ptx.find("cp.async.cg.shared.global") != std::string::npos);
   CHECK(codegen::generate_source(m4, ring).text.find("kRingBytes = kStages > 0 ? kWarps * kStages * kSlotWords * 4 : 0;") !=
         std::string::npos);
 }
