@@ -342,8 +342,9 @@ __device__ __forceinline__ void cp_async16(unsigned* dst, const void* src) {
 }
 // x through L1 (.ca), where the weights bypass it (.cg, each read once): the
 // blocks on an SM read the same chunks of x (warp `part` of each block takes
-// chunks part, part + kSplitK, ...), so L1 serves all but the first. The
-// register pipeline's __ldg of x gets this for free.
+// chunks part, part + kSplitK, ...), so L1 can serve the later reads, as it
+// does the register pipeline's __ldg of x. On an H100 this took 4096 × 11008
+// at M = 4 from 12.15 to 10.83 µs; at M = 8 L1 hit 28% of the ring's reads.
 __device__ __forceinline__ void cp_async16_l1(unsigned* dst, const void* src) {
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
@@ -391,7 +392,7 @@ __device__ __forceinline__ void copy_chunk(const Operands& op, const int (&tile)
       const int q = p - kSPieces - kZPieces, r = q / kXPieces, c = q % kXPieces;
       if (m0 + r < M)
         cp_async16_l1(slot + kSlotW + kSlotS + kSlotZ + 4 * q,
-                   reinterpret_cast<const char*>(op.x + static_cast<long long>(m0 + r) * kK + kc * 64) + 16 * c);
+                      reinterpret_cast<const char*>(op.x + static_cast<long long>(m0 + r) * kK + kc * 64) + 16 * c);
     }
   }
 }
