@@ -178,8 +178,14 @@ TEST_CASE("wq_gemm mma family: the L2 look-ahead key", "[wq_gemm]") {
   const auto small = codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=1");
   const auto& plain = kPlainSmallM;
   const auto ahead = with_key(plain, "l2ahead", 2);
-  // Searched 2 chunks ahead at small M, beside every plain config; not beyond m = 16.
-  auto count = [](const char* shape, int value) { return count_in_space(shape, "l2ahead", value); };
+  // Searched 2 chunks ahead at small M, beside every plain config (but those
+  // with x in registers, x_regs); not beyond m = 16.
+  auto count = [](const char* shape, int value) {
+    const auto space = codegen::find_op("wq_gemm").tunable_space(codegen::parse_spec("wq_gemm", shape));
+    return std::count_if(space.begin(), space.end(), [&](const nlohmann::json& c) {
+      return c.value("l2ahead", 0) == value && c.value("x_regs", 0) == 0;
+    });
+  };
   CHECK(count("k=4096,n=11008,m=1", 2) == count("k=4096,n=11008,m=1", 0));
   CHECK(count("k=4096,n=11008,m=16", 2) == count("k=4096,n=11008,m=16", 0));
   CHECK(count("k=4096,n=11008,m=16", 4) == 0);
@@ -333,6 +339,43 @@ TEST_CASE("wq_gemm mma family: the cp.async ring in dynamic shared memory, x thr
   CHECK(built.ptx.find("cp.async.cg.shared.global") != std::string::npos);
   CHECK(codegen::generate_source(m4, ring).text.find("kRingBytes = kStages > 0 ? kWarps * kStages * kSlotWords * 4 : 0;") !=
         std::string::npos);
+}
+
+TEST_CASE("wq_gemm mma family: x in registers beside the ring (x_regs)", "[wq_gemm][nvrtc]") {
+  const auto& op = codegen::find_op("wq_gemm");
+  const auto m8 = codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=8");
+  const nlohmann::json ring = {{"warps", 8}, {"split_k", 8}, {"tiles", 2}, {"mtiles", 1}, {"unroll", 1}, {"stages", 4}};
+  const auto regs = with_key(ring, "x_regs", 1);
+  op.validate_config(m8, regs);
+  // The slots lose x's 8 rows × 64 k × 2 bytes.
+  const unsigned weights_scales_zeros = 2 * 4 * 32 * 4 + 2 * 16 * (2 + 1);
+  CHECK(op.launch_geometry(m8, ring).dynamic_smem == 8 * 4 * (weights_scales_zeros + 8 * 64 * 2));
+  CHECK(op.launch_geometry(m8, regs).dynamic_smem == 8 * 4 * weights_scales_zeros);
+  // Searched with the ring from m = 4 to 16; never without it.
+  CHECK(count_in_space("k=4096,n=11008,m=1", "x_regs", 1) == 0);
+  CHECK(count_in_space("k=4096,n=11008,m=32", "x_regs", 1) == 0);
+  for (const char* shape : {"k=4096,n=11008,m=4", "k=4096,n=11008,m=8", "k=4096,n=11008,m=16"}) {
+    INFO(shape);
+    CHECK(count_in_space(shape, "x_regs", 1) > 0);
+    for (const auto& c : op.tunable_space(codegen::parse_spec("wq_gemm", shape)))
+      if (c.value("x_regs", 0) == 1) CHECK(c.value("stages", 0) > 0);
+  }
+  CHECK_THROWS_WITH(op.validate_config(m8, with_key(kPlainSmallM, "x_regs", 1)),
+                    Catch::Contains("x_regs is a mode of the cp.async ring"));
+  CHECK_THROWS_WITH(op.validate_config(m8, with_key(ring, "x_regs", 2)), Catch::Contains("x_regs must be 0 or 1"));
+  // x is read with ld.global.nc (through L1), never copied into the ring;
+  // the weights still are. Without the key, x is copied with cp.async.ca.
+  const auto built = codegen::compile(codegen::generate_source(m8, regs), "sm_90");
+  INFO(built.log);
+  REQUIRE(built.ok);
+  CHECK(codegen::generate_source(m8, regs).text.find("kXRegs = 1;") != std::string::npos);
+  CHECK(built.ptx.find("cp.async.ca.shared.global") == std::string::npos);
+  CHECK(built.ptx.find("cp.async.cg.shared.global") != std::string::npos);
+  CHECK(built.ptx.find("ld.global.nc.v4") != std::string::npos);
+  // The quantized FFN shares the mainloop, so the key reaches its space too.
+  const auto ffn = codegen::parse_spec("fused_ffn", "d=4096,h=11008,weights=native,m=8");
+  const auto ffn_space = codegen::find_op("fused_ffn").tunable_space(ffn);
+  CHECK(std::count_if(ffn_space.begin(), ffn_space.end(), [](const nlohmann::json& c) { return c.value("x_regs", 0) == 1; }) > 0);
 }
 
 TEST_CASE("wq_gemm mma family: the timeline marks compile in only for qjit_timeline_probe", "[wq_gemm][nvrtc]") {

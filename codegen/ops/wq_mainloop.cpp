@@ -22,10 +22,11 @@ int64_t reduction_bytes(const WqConfig& c) {
 }
 
 // One slot of the cp.async ring (the template's kSlotWords): a warp's chunk
-// of weights, its scales and zeros, and the pass's rows of x for 64 k.
+// of weights, its scales and zeros, and the pass's rows of x for 64 k (not
+// with x_regs).
 int64_t slot_bytes(const WqShape& s, const WqConfig& c) {
   const int64_t groups = s.g < 64 ? 64 / s.g : 1, zero_bytes = s.zero == "int" ? 1 : s.zero == "float" ? 2 : 0;
-  const int64_t x_rows = std::min<int64_t>(s.m, 8 * c.mtiles);
+  const int64_t x_rows = c.x_regs ? 0 : std::min<int64_t>(s.m, 8 * c.mtiles);
   return c.tiles * s.bits * 32 * 4 + c.tiles * groups * 16 * (2 + zero_bytes) + x_rows * 64 * bytes_of(s.x);
 }
 
@@ -55,10 +56,10 @@ WqConfig WqConfig::from(const nlohmann::json& j, const std::string& op, size_t e
   auto get = [&](const char* k) { return wq_config_int(j, k, op + " config"); };
   auto has = [&](const char* k) { return j.is_object() && j.contains(k); };
   const bool l2ahead = has("l2ahead"), zero_after = has("zero_after"), balance = has("balance"),
-             min_blocks = has("min_blocks");
-  if (!j.is_object() || j.size() != 6 + extra_keys + l2ahead + zero_after + balance + min_blocks)
+             min_blocks = has("min_blocks"), x_regs = has("x_regs");
+  if (!j.is_object() || j.size() != 6 + extra_keys + l2ahead + zero_after + balance + min_blocks + x_regs)
     throw Error("config", op + " config needs warps, split_k, tiles, mtiles, unroll and stages (and may have l2ahead, "
-                               "zero_after, balance, min_blocks): " + j.dump());
+                               "zero_after, balance, min_blocks, x_regs): " + j.dump());
   return {get("warps"),
           get("split_k"),
           get("tiles"),
@@ -68,7 +69,8 @@ WqConfig WqConfig::from(const nlohmann::json& j, const std::string& op, size_t e
           l2ahead ? get("l2ahead") : 0,
           zero_after ? get("zero_after") : 0,
           balance ? get("balance") : 0,
-          min_blocks ? get("min_blocks") : 0};
+          min_blocks ? get("min_blocks") : 0,
+          x_regs ? get("x_regs") : 0};
 }
 
 nlohmann::json WqConfig::to_json() const {
@@ -78,6 +80,7 @@ nlohmann::json WqConfig::to_json() const {
   if (zero_after > 0) j["zero_after"] = zero_after;
   if (balance > 0) j["balance"] = balance;
   if (min_blocks > 0) j["min_blocks"] = min_blocks;
+  if (x_regs > 0) j["x_regs"] = x_regs;
   return j;
 }
 
@@ -100,6 +103,8 @@ std::string wq_config_problem(const WqShape& s, const WqConfig& c) {
   if (!one_of(c.min_blocks, {0, 1})) return "min_blocks must be 0 or 1";
   if (c.min_blocks && s.matrices != 1) return "min_blocks is for one matrix (wq_gemm)";
   if (c.min_blocks && c.balance) return "balance names its own blocks per SM (min_blocks must be 0)";
+  if (!one_of(c.x_regs, {0, 1})) return "x_regs must be 0 or 1";
+  if (c.x_regs && c.stages == 0) return "x_regs is a mode of the cp.async ring (stages > 0)";
   if (c.balance) {
     if (s.matrices != 1) return "balance is for one matrix (wq_gemm)";
     if (s.m > 16) return "balance is for m <= 16 (one pass over the rows of x)";
@@ -133,7 +138,7 @@ std::string wq_config_problem(const WqShape& s, const WqConfig& c) {
   const int x_words = s.x == "fp32" ? 16 : 8;
   const bool x_ahead = x_ahead_of(c);
   const int buffers = c.stages > 0 ? 1 : x_ahead ? c.unroll + 1 : 3 * c.unroll;
-  const int x_live = x_ahead ? buffers * c.mtiles : c.mtiles;
+  const int x_live = x_ahead ? buffers * c.mtiles : c.x_regs ? 2 * c.mtiles : c.mtiles;
   const int chains = 2 * 4 * c.mtiles;  // mma_chunk's two partial-sum chains of one tile
   const int regs = 40 + 4 * c.tiles * c.mtiles + chains + x_words * x_live + buffers * c.tiles * (s.bits + 4);
   const int limit = std::min(255, 65536 / (32 * c.warps));  // ptxas's ceiling at this block size
@@ -171,6 +176,15 @@ std::vector<WqConfig> wq_tunable_space(const WqShape& s) {
               const WqConfig c{warps, split, per_matrix * s.matrices, mt, unroll, stages};
               if (!wq_config_problem(s, c).empty()) continue;
               out.push_back(c);
+              // From m = 4 on the ring's slots are mostly x, copied by every
+              // warp; x_regs loads it into registers instead, as the
+              // register pipeline does (without the L2 look-ahead or the
+              // zero after the mma: x's rows are what it tries).
+              if (stages > 0 && s.m >= 4 && s.m <= 16) {
+                WqConfig a = c;
+                a.x_regs = 1;
+                if (wq_config_problem(s, a).empty()) out.push_back(a);
+              }
               // Where loads and the instructions between them set the pace
               // (the small-M buckets): the L2 look-ahead (2 chunks: 4 and 8
               // were never more than 0.05 us better on an H100) and the zero
@@ -245,6 +259,7 @@ std::vector<Constant> wq_constants(const WqShape& s, const WqConfig& c) {
       {"int", "kL2Ahead", num(c.l2ahead), "tunable: chunks beyond the loads whose weights are prefetched to L2"},
       {"int", "kZeroAfter", num(c.zero_after), "tunable: 1 multiplies the magic values, the zero subtracted after"},
       {"int", "kBalance", num(c.balance), "tunable: 0 a block per row group, else blocks per SM of the balanced schedule"},
+      {"int", "kXRegs", num(c.x_regs), "tunable: 1 loads x into registers a chunk ahead instead of through the ring"},
       // A persistent grid must be resident at once, so ptxas keeps the
       // registers within what kBalance blocks per SM leave. Otherwise naming
       // one block (min_blocks) lets ptxas take up to twice the registers

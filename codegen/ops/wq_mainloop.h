@@ -34,6 +34,8 @@ struct WqShape {
 // runtime-owned workspace (templates/wq_gemm/wq_balanced.cuh).
 // min_blocks = 1 (wq_gemm) names one block per SM in the kernel's launch
 // bounds, which lets ptxas take up to the block's full share of registers.
+// x_regs = 1 (the ring, m >= 4 searched) keeps x out of the ring: each lane
+// loads its B fragments of x into registers one chunk ahead, through L1.
 struct WqConfig {
   int warps, split_k, tiles, mtiles, unroll;
   int stages = 0;
@@ -42,6 +44,7 @@ struct WqConfig {
   int zero_after = 0;
   int balance = 0;
   int min_blocks = 0;
+  int x_regs = 0;
 
   // Reads the six keys and the optional ones; `extra_keys` names keys the
   // caller owns (fused_ffn's "family").

@@ -8,7 +8,7 @@
 //
 // Reads from the generated qjit_spec: TX, TS, kK, kN, kBucketM, kBits, kGroup,
 // kZeroMode, kMatrices and the tunables kWarps, kSplitK, kTiles, kMTiles,
-// kUnroll, kStages, kL2Ahead, kZeroAfter (codegen/ops/wq_mainloop.cpp).
+// kUnroll, kStages, kL2Ahead, kZeroAfter, kXRegs (codegen/ops/wq_mainloop.cpp).
 //
 // W is the A operand, so even M = 1 fills a tile's rows with weights and only
 // the 8 columns of B are partly idle: reading W, not multiplying, is the cost
@@ -235,9 +235,13 @@ __device__ __forceinline__ void load_chunk(const Operands& op, const int (&tile)
 }
 
 // x's B fragments of chunk kc (x is small and shared by every warp: L1 or L2).
-__device__ __forceinline__ void load_x_chunk(const TX* __restrict__ x, int kc, int m0, int M, int lane, Chunk& c) {
+__device__ __forceinline__ void load_x_frags(const TX* __restrict__ x, int kc, int m0, int M, int lane,
+                                             unsigned (&b)[kMTiles][8]) {
 #pragma unroll
-  for (int j = 0; j < kMTiles; ++j) load_x(x, m0 + 8 * j + lane / 4, M, kc * 64 + 16 * (lane % 4), c.b[j]);
+  for (int j = 0; j < kMTiles; ++j) load_x(x, m0 + 8 * j + lane / 4, M, kc * 64 + 16 * (lane % 4), b[j]);
+}
+__device__ __forceinline__ void load_x_chunk(const TX* __restrict__ x, int kc, int m0, int M, int lane, Chunk& c) {
+  load_x_frags(x, kc, m0, M, lane, c.b);
 }
 
 // tile[i] for an i known only at run time (indexing the array would put it in local memory).
@@ -317,7 +321,10 @@ __device__ __forceinline__ void prefetch_chunks_l2(const Operands& op, const int
 //   [0, kSlotW)        weights, [tile][vector][lane] as in global (conflict-free reads)
 //   [kSlotW, +kSlotS)  scales: [tile][group of the chunk][16 rows]
 //   [.., +kSlotZ)      zero bytes or fp16 offsets, same order (none for sym)
-//   [.., +kSlotX)      x[m0 + r][64·kc .. 64·kc + 64) for r < kXRows (rows >= M not copied)
+//   [.., +kSlotX)      x[m0 + r][64·kc .. 64·kc + 64) for r < kXRows (rows >= M not copied);
+//                      none with kXRegs, where each lane loads its B fragments of
+//                      x into registers one chunk ahead (through L1, as the
+//                      register pipeline does)
 // Everything is moved in 16-byte pieces: the weight vectors by their own lanes,
 // the rest spread over the warp; a lane reads what others copied only after
 // cp.async.wait_group and __syncwarp.
@@ -326,10 +333,12 @@ constexpr int kXPieces = 64 * int(sizeof(TX)) / 16;                        // 16
 constexpr int kSlotW = kTiles * kBits * 32;
 constexpr int kSlotS = kTiles * kGroupsPerChunk * 16 * 2 / 4;
 constexpr int kSlotZ = kTiles * kGroupsPerChunk * 16 * kZeroBytes / 4;
-constexpr int kSlotX = kXRows * kXPieces * 4;
+constexpr bool kXInRegs = kXRegs != 0;
+static_assert(!kXInRegs || kStages > 0, "x in registers is a mode of the cp.async ring");
+constexpr int kSlotX = kXInRegs ? 0 : kXRows * kXPieces * 4;
 constexpr int kSlotWords = kSlotW + kSlotS + kSlotZ + kSlotX;
 constexpr int kSPieces = kTiles * kGroupsPerChunk * 2, kZPieces = kTiles * kGroupsPerChunk * kZeroBytes;
-constexpr int kParamPieces = kSPieces + kZPieces + kXRows * kXPieces;
+constexpr int kParamPieces = kSPieces + kZPieces + (kXInRegs ? 0 : kXRows * kXPieces);
 // The ring lives in dynamic shared memory, warp w's kStages slots at
 // [w·kStages·kSlotWords, ...): the launch asks for exactly
 // kWarps·kStages·kSlotWords·4 bytes (wq_launch_geometry; more than the 48 KB
@@ -442,7 +451,7 @@ __device__ __forceinline__ void read_slot(const unsigned* slot, int m0, int M, i
       if constexpr (kZeroMode == 2) c.rows[i][h].zo = reinterpret_cast<const unsigned short*>(slot + kSlotW + kSlotS)[at];
     }
 #pragma unroll
-  for (int j = 0; j < kMTiles; ++j) {
+  for (int j = 0; j < kMTiles && !kXInRegs; ++j) {
     const int r = 8 * j + gq;
     if (r >= kXRows || m0 + r >= M) {
 #pragma unroll
@@ -484,9 +493,22 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
     if (s < count) copy_chunk<kCopyX>(op, tile, part + s * kSplitK, m0, M, lane, ring + s * kSlotWords);
     asm volatile("cp.async.commit_group;" ::: "memory");  // empty groups keep the count uniform
   }
+  // kXRegs: x of the warp's next chunk, loaded one chunk ahead of its mma.
+  unsigned x_next[kMTiles][8];
+  if (kXInRegs && count > 0) load_x_frags(op.x, part, m0, M, lane, x_next);
   // Not unrolled: with few chunks per warp a full unroll hoists every load and runs out of registers.
 #pragma unroll 1
   for (int i = 0; i < count; ++i) {
+    Chunk c;
+    if constexpr (kXInRegs) {
+      // Chunk i's x was loaded during chunk i - 1; chunk i + 1's goes out now,
+      // a whole chunk ahead of its use.
+#pragma unroll
+      for (int j = 0; j < kMTiles; ++j)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) c.b[j][e] = x_next[j][e];
+      if (i + 1 < count) load_x_frags(op.x, part + (i + 1) * kSplitK, m0, M, lane, x_next);
+    }
     __syncwarp();  // every lane has read slot (i - 1) % kStages, which this copy refills
     const int ahead = i + kRingStages - 1;
     if (ahead < count)
@@ -495,7 +517,6 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
     asm volatile("cp.async.commit_group;" ::: "memory");
     asm volatile("cp.async.wait_group %0;" ::"n"(kRingStages - 1) : "memory");  // this lane's part of chunk i landed
     __syncwarp();                                                               // and every other lane's
-    Chunk c;
     read_slot<TX>(ring + i % kRingStages * kSlotWords, m0, M, lane, c);
     mma_chunk(c, acc);
   }
