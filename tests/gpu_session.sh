@@ -76,8 +76,10 @@ for s in "${SHAPES[@]}"; do
   # One line per bench as it lands (the call's output keeps it if the call is cut short).
   python3 -c 'import json, sys
 for b in json.load(open(sys.argv[1])):
-    q, base = b["rows"][0], b["rows"][-1]
-    print(f"  {b["spec"][:60]}: {q["median_us"]:.2f} us, {q["pct_of_floor"]:.1f}% of floor, {base["median_us"] / q["median_us"]:.2f}x {base["name"]}")' \
+    q = b["rows"][0]
+    base = b["rows"][1] if len(b["rows"]) > 1 else None  # the first baseline, as in the table at the end
+    ratio = ", %.2fx %s" % (base["median_us"] / q["median_us"], base["name"]) if base else ""
+    print("  %s: %.2f us, %.1f%% of floor%s" % (b["spec"][:60], q["median_us"], q["pct_of_floor"], ratio))' \
     "$OUT/bench_$i.json" 2>/dev/null
   save_logs
 done

@@ -122,13 +122,12 @@ std::string wq_config_problem(const WqShape& s, const WqConfig& c) {
   // cp.async ring dynamic: together at most 160 KB, what a block may opt in
   // to on every GPU qjit targets (sm_80's 163 KB). The balanced schedule
   // pads each block to its share of the SM (runtime), which holds 48 KB.
-  const int64_t ring = ring_bytes(s, c);
-  if (reduction_bytes(c) > 48 * 1024) return "the split-k reduction needs more than 48 KB of shared memory";
-  if (c.balance && reduction_bytes(c) + ring > 48 * 1024)
+  const int64_t sums = reduction_bytes(c), smem = sums + ring_bytes(s, c);
+  if (sums > 48 * 1024) return "the split-k reduction needs more than 48 KB of shared memory";
+  if (c.balance && smem > 48 * 1024)
     return "balance: split-k reduction and cp.async ring need more than 48 KB of shared memory";
-  if (reduction_bytes(c) + ring > 160 * 1024)
-    return "split-k reduction and cp.async ring need " + std::to_string((reduction_bytes(c) + ring) / 1024) +
-           " KB of shared memory (limit 160)";
+  if (smem > 160 * 1024)
+    return "split-k reduction and cp.async ring need " + std::to_string(smem / 1024) + " KB of shared memory (limit 160)";
   // Registers per lane, fitted to ptxas on sm_90 (within ~20%, on the high
   // side): addresses and indices, accumulators, x fragments, and the chunks
   // live at once: with x loaded ahead (mtiles <= 2) unroll + 1 rotating

@@ -34,7 +34,7 @@ struct WqShape {
 // runtime-owned workspace (templates/wq_gemm/wq_balanced.cuh).
 // min_blocks = 1 (wq_gemm) names one block per SM in the kernel's launch
 // bounds, which lets ptxas take up to the block's full share of registers.
-// x_regs = 1 (the ring, m >= 4 searched) keeps x out of the ring: each lane
+// x_regs = 1 (the ring; searched at m = 4 to 16) keeps x out of the ring: each lane
 // loads its B fragments of x into registers one chunk ahead, through L1.
 struct WqConfig {
   int warps, split_k, tiles, mtiles, unroll;
