@@ -108,6 +108,8 @@ CUresult Workspaces::get(CUstream stream, CUdeviceptr* out) {
 void resolve_for_device(LoadedKernel& k) {
   auto& g = k.geometry;
   const Device& dev = current_device();
+  int static_smem = 0;
+  QJIT_CU(cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, k.function));
   if (g.grid_per_sm > 0) {
     g.grid[0] = g.grid_per_sm * static_cast<unsigned>(dev.identity.sm_count);
     // Exactly grid_per_sm blocks on every SM: each block takes its share of
@@ -117,12 +119,15 @@ void resolve_for_device(LoadedKernel& k) {
     // an H100, 1 on 37 and none on 13 (qjit_timeline_probe), and SMs with 3
     // finished 5 µs after those with 1. The kernel's static shared memory
     // counts towards the share; 128 bytes are left for rounding.
-    int static_smem = 0;
-    QJIT_CU(cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, k.function));
     const int share = dev.smem_per_sm / static_cast<int>(g.grid_per_sm) - dev.smem_reserved_per_block - static_smem;
     g.dynamic_smem = static_cast<unsigned>(std::max(0, std::min(share - 128, dev.smem_per_block_optin - static_smem)));
   }
-  if (g.dynamic_smem > 48 * 1024)  // above 48 KB a kernel must opt in
+  // Above 48 KB of static and dynamic shared memory together a kernel must
+  // opt in; without it the launch fails (CUDA_ERROR_INVALID_VALUE). Testing
+  // the dynamic part alone let the tuner drop every ring of 48 KB or less
+  // whose split-k sums pushed the block past 48 KB (8 warps of 4 stages at
+  // M = 16, 52 KB) as a resource error.
+  if (g.dynamic_smem > 0 && static_cast<unsigned>(static_smem) + g.dynamic_smem > 48 * 1024)
     QJIT_CU(cuFuncSetAttribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                static_cast<int>(g.dynamic_smem)));
   const size_t blocks = size_t{g.grid[0]} * g.grid[1] * g.grid[2];

@@ -61,7 +61,10 @@ void check_fused_ffn(const FusedFfnShape& s) {
 
 // Tunes `spec` from scratch on fresh random inputs and checks that every
 // candidate has a trial and verified; with allow_pruned, a candidate pruned
-// for resources (spills) is accepted too, but only as the exception.
+// for spilling is accepted too, but only as the exception. A launch refused
+// for resources is never accepted: the legality rules or the runtime are
+// wrong (a block of more than 48 KB of shared memory that did not opt in
+// once hid that way).
 tuner::TuneReport expect_every_candidate_verifies(cache::Store& store, const codegen::OpSpec& spec, bool allow_pruned,
                                                   int budget_candidates = 0, int max_pruned_percent = 10) {
   tuner::TuneOptions opt;
@@ -72,7 +75,8 @@ tuner::TuneReport expect_every_candidate_verifies(cache::Store& store, const cod
   int candidates = 0, pruned = 0;
   for (auto& t : rep.trials) {
     INFO(t.config.dump() << " " << cache::to_string(t.status) << " " << t.message);
-    const bool is_pruned = allow_pruned && t.status == cache::TrialStatus::resource_error;
+    const bool is_pruned = allow_pruned && t.status == cache::TrialStatus::resource_error &&
+                           t.message.find("spills") != std::string::npos;
     CHECK((t.status == cache::TrialStatus::ok || is_pruned));
     pruned += is_pruned;
     candidates += !t.config.contains("baseline");
@@ -330,6 +334,8 @@ TEST_CASE("wq_gemm: every candidate verifies (tuner); bad arguments launch nothi
   test::TempDir dir;
   cache::Store store(dir.file("kernels.db"));
   for (const char* shape : {"k=1024,n=528,m=1", "k=320,n=48,m=16,bits=3,zero=float,scales=bf16,g=64",
+                            // rings whose static sums and dynamic slots pass 48 KB only together (opt-in)
+                            "k=512,n=96,m=16",
                             // the L2 look-ahead's line-by-line path (2 bits), two groups per chunk, fp32 x's two lines
                             "k=256,n=48,m=2,bits=2,g=32,x=fp32",
                             "k=256,n=64,m=64,bits=8,x=fp32,zero=sym,bias=yes,act=relu",
