@@ -53,6 +53,13 @@ struct LaunchGeometry {
   // A persistent grid: grid[0] = grid_per_sm × the device's SMs (set when
   // the runtime loads the kernel; grid[0] is ignored).
   unsigned grid_per_sm = 0;
+  // At most ceil(blocks / SMs) blocks on any SM: each block takes that share
+  // of the SM's shared memory (the runtime pads dynamic_smem up to it, never
+  // down). Under PDL the block scheduler fills the SMs that the previous
+  // grid freed first up to what they hold, so a grid of 2.6 blocks per SM
+  // whose blocks fit 4 to an SM ran 4 on 52 SMs of an H100 and 1 or 2 on the
+  // rest (qjit_timeline_probe), and the SMs with 4 set its time.
+  bool spread = false;
   // Scratch memory the runtime owns for the kernel: workspace_fixed +
   // workspace_per_block × blocks bytes, zeroed once when allocated, one per
   // stream the kernel runs on (the kernel leaves it zeroed again: e.g.

@@ -105,11 +105,17 @@ CUresult Workspaces::get(CUstream stream, CUdeviceptr* out) {
   return CUDA_SUCCESS;
 }
 
+unsigned smem_share_for(int blocks_per_sm, const SmemBudget& b) {
+  const int share = b.per_sm / std::max(1, blocks_per_sm) - b.reserved_per_block - b.static_bytes - 128;
+  return static_cast<unsigned>(std::max(0, std::min(share, b.per_block_optin - b.static_bytes)));
+}
+
 void resolve_for_device(LoadedKernel& k) {
   auto& g = k.geometry;
   const Device& dev = current_device();
   int static_smem = 0;
   QJIT_CU(cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, k.function));
+  const SmemBudget budget{dev.smem_per_sm, dev.smem_per_block_optin, dev.smem_reserved_per_block, static_smem};
   if (g.grid_per_sm > 0) {
     g.grid[0] = g.grid_per_sm * static_cast<unsigned>(dev.identity.sm_count);
     // Exactly grid_per_sm blocks on every SM: each block takes its share of
@@ -118,9 +124,13 @@ void resolve_for_device(LoadedKernel& k) {
     // first: a persistent grid of 2 blocks per SM ran 3 blocks on 63 SMs of
     // an H100, 1 on 37 and none on 13 (qjit_timeline_probe), and SMs with 3
     // finished 5 µs after those with 1. The kernel's static shared memory
-    // counts towards the share; 128 bytes are left for rounding.
-    const int share = dev.smem_per_sm / static_cast<int>(g.grid_per_sm) - dev.smem_reserved_per_block - static_smem;
-    g.dynamic_smem = static_cast<unsigned>(std::max(0, std::min(share - 128, dev.smem_per_block_optin - static_smem)));
+    // counts towards the share.
+    g.dynamic_smem = smem_share_for(static_cast<int>(g.grid_per_sm), budget);
+  } else if (g.spread) {
+    // At most ceil(blocks / SMs) blocks per SM by the same share
+    // (codegen/op.h): padding only, never less than the kernel uses.
+    const int64_t blocks = int64_t{g.grid[0]} * g.grid[1] * g.grid[2], sms = dev.identity.sm_count;
+    g.dynamic_smem = std::max(g.dynamic_smem, smem_share_for(static_cast<int>((blocks + sms - 1) / sms), budget));
   }
   // Above 48 KB of static and dynamic shared memory together a kernel must
   // opt in; without it the launch fails (CUDA_ERROR_INVALID_VALUE). Testing

@@ -51,10 +51,20 @@ struct LoadedKernel {
 };
 
 // For this process's GPU, once k.function is set: a persistent grid's size
-// (geometry.grid_per_sm × SMs) and shared memory share, the opt-in above
-// 48 KB of dynamic shared memory, and the kernel's workspaces
-// (geometry.workspace_*).
+// (geometry.grid_per_sm × SMs), the shared memory that holds a persistent or
+// spread grid to its blocks per SM (smem_share_for), the opt-in above 48 KB
+// of shared memory, and the kernel's workspaces (geometry.workspace_*).
 void resolve_for_device(LoadedKernel& k);
+
+// What an SM offers and a kernel takes of shared memory, in bytes.
+struct SmemBudget {
+  int per_sm = 0, per_block_optin = 0, reserved_per_block = 0;  // the device's
+  int static_bytes = 0;                                         // the kernel's
+};
+// Dynamic shared memory that lets at most `blocks_per_sm` blocks share an SM
+// (each takes its share, 128 bytes left for rounding), never more than one
+// block may ask for; 0 when the share is used up by static memory.
+unsigned smem_share_for(int blocks_per_sm, const SmemBudget& b);
 
 // Everything of the cache key except the spec, for this process's GPU and toolchain.
 cache::Fingerprint fingerprint(const codegen::OpSpec& spec);

@@ -12,6 +12,7 @@
 #include "codegen/ops/wq_gemm.h"
 #include "codegen/registry.h"
 #include "codegen/source.h"
+#include "runtime/kernel_cache.h"
 #include "tests/helpers.h"
 #include "tuner/reference/wq_gemm.h"
 
@@ -179,11 +180,11 @@ TEST_CASE("wq_gemm mma family: the L2 look-ahead key", "[wq_gemm]") {
   const auto& plain = kPlainSmallM;
   const auto ahead = with_key(plain, "l2ahead", 2);
   // Searched 2 chunks ahead at small M, beside every plain config (but those
-  // with x in registers, x_regs); not beyond m = 16.
+  // with x in registers, x_regs, or spread); not beyond m = 16.
   auto count = [](const char* shape, int value) {
     const auto space = codegen::find_op("wq_gemm").tunable_space(codegen::parse_spec("wq_gemm", shape));
     return std::count_if(space.begin(), space.end(), [&](const nlohmann::json& c) {
-      return c.value("l2ahead", 0) == value && c.value("x_regs", 0) == 0;
+      return c.value("l2ahead", 0) == value && c.value("x_regs", 0) == 0 && c.value("spread", 0) == 0;
     });
   };
   CHECK(count("k=4096,n=11008,m=1", 2) == count("k=4096,n=11008,m=1", 0));
@@ -378,6 +379,64 @@ TEST_CASE("wq_gemm mma family: x in registers beside the ring (x_regs)", "[wq_ge
   CHECK(std::count_if(ffn_space.begin(), ffn_space.end(), [](const nlohmann::json& c) { return c.value("x_regs", 0) == 1; }) > 0);
 }
 
+TEST_CASE("wq_gemm mma family: spread, at most ceil(blocks / SMs) blocks per SM", "[wq_gemm]") {
+  const auto& op = codegen::find_op("wq_gemm");
+  const auto m16 = codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=16");
+  const nlohmann::json ring = {{"warps", 4}, {"split_k", 4}, {"tiles", 2}, {"mtiles", 2}, {"unroll", 1}, {"stages", 4},
+                               {"x_regs", 1}};
+  const auto spread = with_key(ring, "spread", 1);
+  op.validate_config(m16, spread);
+  // Searched beside every plain ring (no look-ahead, no zero after) from m = 1
+  // to 16, never with the register pipeline, beyond m = 16 or for fused_ffn.
+  for (const char* shape : {"k=4096,n=11008,m=1", "k=4096,n=11008,m=16"}) {
+    INFO(shape);
+    const auto space = op.tunable_space(codegen::parse_spec("wq_gemm", shape));
+    long rings = 0, spread_rings = 0;
+    for (const auto& c : space) {
+      if (c.value("stages", 0) == 0 || c.value("l2ahead", 0) || c.value("zero_after", 0)) {
+        CHECK(c.value("spread", 0) == 0);
+        continue;
+      }
+      (c.value("spread", 0) ? spread_rings : rings) += 1;
+    }
+    CHECK(rings > 0);
+    CHECK(spread_rings == rings);
+  }
+  CHECK(count_in_space("k=4096,n=11008,m=32", "spread", 1) == 0);
+  for (const auto& c : codegen::find_op("fused_ffn").tunable_space(
+           codegen::parse_spec("fused_ffn", "d=4096,h=11008,weights=native,m=8")))
+    CHECK_FALSE(c.contains("spread"));
+  // The same kernel (the sources differ only in the comment naming the
+  // config); the launch asks the runtime to spread it.
+  auto strip = [](std::string t) {
+    std::string out;
+    size_t at = 0;
+    while (at < t.size()) {
+      const size_t end = std::min(t.find('\n', at), t.size());
+      const std::string line = t.substr(at, end - at);
+      if (line.rfind("// config:", 0) != 0 && line.rfind("// Regenerate:", 0) != 0) out += line + "\n";
+      at = end + 1;
+    }
+    return out;
+  };
+  CHECK(strip(codegen::generate_source(m16, spread).text) == strip(codegen::generate_source(m16, ring).text));
+  CHECK(op.launch_geometry(m16, spread).spread);
+  CHECK_FALSE(op.launch_geometry(m16, ring).spread);
+  CHECK(op.launch_geometry(m16, spread).dynamic_smem == op.launch_geometry(m16, ring).dynamic_smem);
+  CHECK_THROWS_WITH(op.validate_config(m16, with_key(ring, "spread", 2)), Catch::Contains("spread must be 0 or 1"));
+  CHECK_THROWS_WITH(op.validate_config(m16, with_key(with_key(kPlainSmallM, "balance", 2), "spread", 1)),
+                    Catch::Contains("balance places its own blocks"));
+  // The runtime's share (H100: 228 KB per SM, 227 KB per block, 1 KB kept
+  // per block): 344 blocks on 132 SMs are 3 per SM at most.
+  const runtime::SmemBudget h100{233472, 232448, 1024, 8192};
+  CHECK(runtime::smem_share_for(3, h100) == 233472 / 3 - 1024 - 8192 - 128);
+  CHECK(runtime::smem_share_for(1, h100) == 233472 - 1024 - 8192 - 128);
+  CHECK(runtime::smem_share_for(0, h100) == runtime::smem_share_for(1, h100));
+  const runtime::SmemBudget roomy{300000, 232448, 1024, 8192};  // never more than one block may ask for
+  CHECK(runtime::smem_share_for(1, roomy) == 232448 - 8192);
+  CHECK(runtime::smem_share_for(64, h100) == 0);  // static memory already past the share
+}
+
 TEST_CASE("wq_gemm mma family: the timeline marks compile in only for qjit_timeline_probe", "[wq_gemm][nvrtc]") {
   const auto spec = codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=1");
   for (const nlohmann::json& c :
@@ -529,8 +588,11 @@ TEST_CASE("wq_gemm: candidates compile for sm_90 without spills", "[wq_gemm][nvr
   // M = 16 (both hold every key); then every bit width, zero mode and type
   // through each spec's default and a spread of its space.
   std::vector<test::CompileJob> jobs;
+  // (Not the spread configs: spread changes the launch, not the kernel; the
+  // spread test checks that their sources match.)
   for (const auto& [s, stride] : {std::pair{"k=4096,n=11008,m=1", 1}, std::pair{"k=4096,n=11008,m=16", 2}}) {
-    const auto space = op.tunable_space(codegen::parse_spec("wq_gemm", s));
+    auto space = op.tunable_space(codegen::parse_spec("wq_gemm", s));
+    std::erase_if(space, [](const nlohmann::json& c) { return c.value("spread", 0) == 1; });
     for (size_t i = 0; i < space.size(); i += stride) jobs.push_back({codegen::parse_spec("wq_gemm", s), space[i]});
   }
   // The large-M buckets: a spread of both families.

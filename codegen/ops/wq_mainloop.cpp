@@ -56,10 +56,10 @@ WqConfig WqConfig::from(const nlohmann::json& j, const std::string& op, size_t e
   auto get = [&](const char* k) { return wq_config_int(j, k, op + " config"); };
   auto has = [&](const char* k) { return j.is_object() && j.contains(k); };
   const bool l2ahead = has("l2ahead"), zero_after = has("zero_after"), balance = has("balance"),
-             min_blocks = has("min_blocks"), x_regs = has("x_regs");
-  if (!j.is_object() || j.size() != 6 + extra_keys + l2ahead + zero_after + balance + min_blocks + x_regs)
+             min_blocks = has("min_blocks"), x_regs = has("x_regs"), spread = has("spread");
+  if (!j.is_object() || j.size() != 6 + extra_keys + l2ahead + zero_after + balance + min_blocks + x_regs + spread)
     throw Error("config", op + " config needs warps, split_k, tiles, mtiles, unroll and stages (and may have l2ahead, "
-                               "zero_after, balance, min_blocks, x_regs): " + j.dump());
+                               "zero_after, balance, min_blocks, x_regs, spread): " + j.dump());
   return {get("warps"),
           get("split_k"),
           get("tiles"),
@@ -70,7 +70,8 @@ WqConfig WqConfig::from(const nlohmann::json& j, const std::string& op, size_t e
           zero_after ? get("zero_after") : 0,
           balance ? get("balance") : 0,
           min_blocks ? get("min_blocks") : 0,
-          x_regs ? get("x_regs") : 0};
+          x_regs ? get("x_regs") : 0,
+          spread ? get("spread") : 0};
 }
 
 nlohmann::json WqConfig::to_json() const {
@@ -81,6 +82,7 @@ nlohmann::json WqConfig::to_json() const {
   if (balance > 0) j["balance"] = balance;
   if (min_blocks > 0) j["min_blocks"] = min_blocks;
   if (x_regs > 0) j["x_regs"] = x_regs;
+  if (spread > 0) j["spread"] = spread;
   return j;
 }
 
@@ -105,6 +107,9 @@ std::string wq_config_problem(const WqShape& s, const WqConfig& c) {
   if (c.min_blocks && c.balance) return "balance names its own blocks per SM (min_blocks must be 0)";
   if (!one_of(c.x_regs, {0, 1})) return "x_regs must be 0 or 1";
   if (c.x_regs && c.stages == 0) return "x_regs is a mode of the cp.async ring (stages > 0)";
+  if (!one_of(c.spread, {0, 1})) return "spread must be 0 or 1";
+  if (c.spread && s.matrices != 1) return "spread is for one matrix (wq_gemm)";
+  if (c.spread && c.balance) return "balance places its own blocks (spread must be 0)";
   if (c.balance) {
     if (s.matrices != 1) return "balance is for one matrix (wq_gemm)";
     if (s.m > 16) return "balance is for m <= 16 (one pass over the rows of x)";
@@ -199,12 +204,22 @@ std::vector<WqConfig> wq_tunable_space(const WqShape& s) {
             }
         }
   // Every small-M config of one matrix again with min_blocks (the launch
-  // bounds name one block per SM; see QJIT_WQ_BOUNDS in wq_constants).
+  // bounds name one block per SM; see QJIT_WQ_BOUNDS in wq_constants), and
+  // the plain rings (no look-ahead, no zero after) also spread: their blocks
+  // are small enough that an SM holds more of them than the grid's average,
+  // and the ones that get the most set the time.
   if (s.m <= 16 && s.matrices == 1) {
     const size_t plain = out.size();
     for (size_t i = 0; i < plain; ++i) {
       WqConfig c = out[i];
       c.min_blocks = 1;
+      out.push_back(c);
+    }
+    const size_t bounded = out.size();
+    for (size_t i = 0; i < bounded; ++i) {
+      WqConfig c = out[i];
+      if (c.stages == 0 || c.l2ahead || c.zero_after) continue;
+      c.spread = 1;
       out.push_back(c);
     }
   }
@@ -294,6 +309,7 @@ LaunchGeometry wq_launch_geometry(const WqShape& s, const WqConfig& c, int works
   g.grid[1] = static_cast<unsigned>((s.m + 8 * c.mtiles - 1) / (8 * c.mtiles));
   g.block[0] = static_cast<unsigned>(c.warps * 32);
   g.dynamic_smem = static_cast<unsigned>(ring_bytes(s, c));
+  g.spread = c.spread != 0;
   g.programmatic = true;  // the mainloop waits for the previous grid before reading x
   return g;
 }

@@ -36,6 +36,8 @@ struct WqShape {
 // bounds, which lets ptxas take up to the block's full share of registers.
 // x_regs = 1 (the ring; searched at m = 4 to 16) keeps x out of the ring: each lane
 // loads its B fragments of x into registers one chunk ahead, through L1.
+// spread = 1 (wq_gemm at m <= 16, searched with the plain ring) lets no SM
+// hold more than ceil(blocks / SMs) of the grid's blocks (LaunchGeometry::spread).
 struct WqConfig {
   int warps, split_k, tiles, mtiles, unroll;
   int stages = 0;
@@ -45,6 +47,7 @@ struct WqConfig {
   int balance = 0;
   int min_blocks = 0;
   int x_regs = 0;
+  int spread = 0;
 
   // Reads the six keys and the optional ones; `extra_keys` names keys the
   // caller owns (fused_ffn's "family").
