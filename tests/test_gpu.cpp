@@ -489,6 +489,54 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
   }
 }
 
+TEST_CASE("wq_gemm small-M kernels: M inside the bucket, rows past M never stored (typed API)", "[gpu]") {
+  test::TempDir dir;
+  // The tuner verifies at the bucket's M. Rows of x past M are read as a
+  // copy of row M - 1 by the register pipeline and x_regs (load_x), left
+  // uncopied and read as zeros by the ring; either way their columns of the
+  // product are never stored. Each case tunes one config into its own cache,
+  // then runs it at M below the bucket.
+  struct Case {
+    nlohmann::json params, config;
+    std::vector<int> rows;
+  };
+  const auto mma = [](int warps, int split, int tiles, int mtiles, int unroll, int stages) {
+    return nlohmann::json{{"warps", warps}, {"split_k", split}, {"tiles", tiles}, {"mtiles", mtiles}, {"unroll", unroll},
+                          {"stages", stages}};
+  };
+  auto with = [](nlohmann::json c, const char* key, int v) {
+    c[key] = v;
+    return c;
+  };
+  const nlohmann::json main_shape = {{"k", 1024}, {"n", 528}, {"bits", 4}, {"zero", "int"}};
+  const Case cases[] = {
+      {main_shape, with(with(mma(4, 4, 2, 2, 1, 4), "x_regs", 1), "spread", 1), {9, 13}},
+      {main_shape, with(mma(8, 8, 2, 2, 1, 4), "x_regs", 1), {15}},
+      {main_shape, mma(8, 8, 2, 1, 1, 3), {5, 7}},
+      {main_shape, with(mma(4, 4, 2, 2, 2, 0), "zero_after", 1), {11}},
+      {{{"k", 512}, {"n", 96}, {"bits", 3}, {"zero", "float"}, {"scales", "bf16"}, {"x", "fp32"}, {"g", 64}},
+       with(mma(4, 2, 2, 1, 1, 4), "x_regs", 1), {3}},
+      {{{"k", 512}, {"n", 96}, {"bits", 8}, {"zero", "sym"}, {"x", "bf16"}, {"bias", "yes"}, {"act", "relu"}},
+       mma(4, 4, 1, 2, 3, 0), {10, 14}},
+  };
+  int n = 0;
+  for (const Case& c : cases) {
+    const std::string db = dir.file("kernels_" + std::to_string(n++) + ".db");
+    cache::Store store(db);
+    set_cache_path(db);
+    nlohmann::json p = c.params;
+    p["m"] = codegen::wq_gemm_bucket(c.rows.front());
+    const auto spec = codegen::make_spec("wq_gemm", p);
+    tuner::TuneOptions opt;
+    opt.seed = fresh_seed();
+    opt.only_configs = {c.config};
+    const auto rep = tuner::tune(spec, store, opt);
+    INFO(spec.label() << " " << c.config.dump());
+    REQUIRE(rep.best.config == c.config);
+    for (int rows : c.rows) check_wq_gemm(c.params, rows);
+  }
+}
+
 namespace {
 
 // Runs fused_ffn on quantized weights through the typed API on fresh random

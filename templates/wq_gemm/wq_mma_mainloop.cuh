@@ -95,16 +95,30 @@ __device__ __forceinline__ void timeline_mark(int point) {
 #define QJIT_MARK(point)
 #endif
 
-// B fragments of one 8-row tile of x for a chunk: x[m][k0 .. k0+16) as 8 words
-// of two TS values (zero for rows m >= M).
-template <typename T>
-__device__ __forceinline__ void load_x(const T* __restrict__ x, int m, int M, int k0, unsigned (&b)[8]) {
-  if (m >= M) {
+// The lane's rows of x for one pass, at its k offset 16·(lane % 4) of chunk
+// 0: chunk kc's B fragments start 64·kc further. The ring with x_regs
+// computes them once per pass, so a chunk's loads cost one address each
+// (recomputed per chunk, the 64-bit row arithmetic and the clamp took 15
+// instructions per chunk at M = 16).
+// A row m >= M points at row M - 1: row m of x reaches only column m of the
+// product, which is never stored for m >= M, and a valid row needs neither
+// a branch nor zeroing (16 moves per chunk at M = 16 when these rows were
+// zeros).
+struct XRows {
+  const TX* row[kMTiles];
+};
+__device__ __forceinline__ XRows x_rows(const TX* __restrict__ x, int m0, int M, int lane) {
+  XRows r;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) b[i] = 0;
-    return;
-  }
-  const T* p = x + static_cast<long long>(m) * kK + k0;
+  for (int j = 0; j < kMTiles; ++j)
+    r.row[j] = x + static_cast<long long>(min(m0 + 8 * j + lane / 4, M - 1)) * kK + 16 * (lane % 4);
+  return r;
+}
+
+// B fragments of one 8-row tile of x for a chunk from p = its row at the
+// lane's k: 16 values as 8 words of two TS values.
+template <typename T>
+__device__ __forceinline__ void load_x(const T* __restrict__ p, unsigned (&b)[8]) {
   if constexpr (sizeof(T) == 4) {
     float f[16];
     qjit::load_f32<float, 16, false>(p, f);
@@ -164,6 +178,8 @@ struct Chunk {
   unsigned b[kMTiles][8];
 };
 
+constexpr int kChains = kMTiles >= 2 ? 1 : 2;  // partial-sum chains per tile of x (see mma_chunk)
+
 __device__ __forceinline__ void mma_chunk(const Chunk& c, float (&acc)[kTiles][kMTiles][4]) {
   float xsum[kMTiles][4];  // kZeroAfter: X of the lane's columns (every row of the product holds it)
   if constexpr (kZeroAfterMode) {
@@ -179,12 +195,15 @@ __device__ __forceinline__ void mma_chunk(const Chunk& c, float (&acc)[kTiles][k
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) {
     const RowParams rp[2] = {row_params(c.rows[i][0]), row_params(c.rows[i][1])};
-    // Two accumulator chains (even and odd k16 steps): four dependent mma in
-    // a row would leave the tensor core waiting on its own latency. With
+    // Two accumulator chains (even and odd k16 steps) for one tile of x:
+    // four dependent mma in a row would leave the tensor core waiting on its
+    // own latency. Two or more tiles of x are independent chains already, and
+    // a second chain would cost a zeroing and an add per accumulator and
+    // chunk (16 + 16 instructions of a tile's ~120 at M = 16). With
     // kScaleAfter they hold the chunk's sum of (q - zero)·x.
-    float part[2][kMTiles][4];
+    float part[kChains][kMTiles][4];
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
+    for (int h = 0; h < kChains; ++h)
 #pragma unroll
       for (int j = 0; j < kMTiles; ++j)
 #pragma unroll
@@ -200,14 +219,14 @@ __device__ __forceinline__ void mma_chunk(const Chunk& c, float (&acc)[kTiles][k
       }
 #pragma unroll
       for (int j = 0; j < kMTiles; ++j)
-        qjit::mma_16816<TS>(part[s % 2][j], a[0], a[1], a[2], a[3], c.b[j][2 * s], c.b[j][2 * s + 1]);
+        qjit::mma_16816<TS>(part[s % kChains][j], a[0], a[1], a[2], a[3], c.b[j][2 * s], c.b[j][2 * s + 1]);
     }
     // Accumulator e belongs to row gq + 8(e/2).
 #pragma unroll
     for (int j = 0; j < kMTiles; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float sum = part[0][j][e] + part[1][j][e];
+        const float sum = kChains == 1 ? part[0][j][e] : part[0][j][e] + part[kChains - 1][j][e];
         if constexpr (kZeroAfterMode) {
           constexpr float kInv[2] = {1.0f / (1 << magic_shift(0)), 1.0f / (1 << magic_shift(1))};
           const float inv = kInv[e / 2], sf = rp[e / 2].sf;
@@ -235,13 +254,17 @@ __device__ __forceinline__ void load_chunk(const Operands& op, const int (&tile)
 }
 
 // x's B fragments of chunk kc (x is small and shared by every warp: L1 or L2).
-__device__ __forceinline__ void load_x_frags(const TX* __restrict__ x, int kc, int m0, int M, int lane,
-                                             unsigned (&b)[kMTiles][8]) {
+__device__ __forceinline__ void load_x_frags(const XRows& xr, int kc, unsigned (&b)[kMTiles][8]) {
 #pragma unroll
-  for (int j = 0; j < kMTiles; ++j) load_x(x, m0 + 8 * j + lane / 4, M, kc * 64 + 16 * (lane % 4), b[j]);
+  for (int j = 0; j < kMTiles; ++j) load_x(xr.row[j] + kc * 64, b[j]);
 }
+// The register pipeline's x for chunk kc, addressed from scratch: it holds
+// kUnroll + 1 chunks in registers, and keeping XRows live as well cost it
+// 16 instructions per chunk at M = 16 (ptxas, sm_90), more than it saves.
 __device__ __forceinline__ void load_x_chunk(const TX* __restrict__ x, int kc, int m0, int M, int lane, Chunk& c) {
-  load_x_frags(x, kc, m0, M, lane, c.b);
+#pragma unroll
+  for (int j = 0; j < kMTiles; ++j)
+    load_x(x + static_cast<long long>(min(m0 + 8 * j + lane / 4, M - 1)) * kK + kc * 64 + 16 * (lane % 4), c.b[j]);
 }
 
 // tile[i] for an i known only at run time (indexing the array would put it in local memory).
@@ -474,6 +497,7 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
   }
   // The warp's chunks are part, part + kSplitK, ...: number i is chunk part + i·kSplitK.
   const int count = part < end ? (end - 1 - part) / kSplitK + 1 : 0;
+  const XRows xr = x_rows(op.x, m0, M, lane);  // kXRegs
   __syncwarp();  // the previous pass over m has read every slot
   // The first kStages - 1 chunks' weights, scales and zeros go out before
   // the grid waits for its predecessor, x after it: a chain of kernels then
@@ -493,21 +517,18 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
     if (s < count) copy_chunk<kCopyX>(op, tile, part + s * kSplitK, m0, M, lane, ring + s * kSlotWords);
     asm volatile("cp.async.commit_group;" ::: "memory");  // empty groups keep the count uniform
   }
-  // kXRegs: x of the warp's next chunk, loaded one chunk ahead of its mma.
-  unsigned x_next[kMTiles][8];
-  if (kXInRegs && count > 0) load_x_frags(op.x, part, m0, M, lane, x_next);
-  // Not unrolled: with few chunks per warp a full unroll hoists every load and runs out of registers.
-#pragma unroll 1
-  for (int i = 0; i < count; ++i) {
+  // Chunk i of the warp: refill the slot chunk i - 1 used, wait for chunk i's
+  // slot, multiply. With kXRegs, x_cur holds chunk i's B fragments (loaded
+  // during chunk i - 1) and chunk i + 1's go out into x_after now, a whole
+  // chunk ahead of their use.
+  auto step = [&](int i, const unsigned (&x_cur)[kMTiles][8], unsigned (&x_after)[kMTiles][8]) {
     Chunk c;
     if constexpr (kXInRegs) {
-      // Chunk i's x was loaded during chunk i - 1; chunk i + 1's goes out now,
-      // a whole chunk ahead of its use.
 #pragma unroll
       for (int j = 0; j < kMTiles; ++j)
 #pragma unroll
-        for (int e = 0; e < 8; ++e) c.b[j][e] = x_next[j][e];
-      if (i + 1 < count) load_x_frags(op.x, part + (i + 1) * kSplitK, m0, M, lane, x_next);
+        for (int e = 0; e < 8; ++e) c.b[j][e] = x_cur[j][e];
+      if (i + 1 < count) load_x_frags(xr, part + (i + 1) * kSplitK, x_after);
     }
     __syncwarp();  // every lane has read slot (i - 1) % kStages, which this copy refills
     const int ahead = i + kRingStages - 1;
@@ -519,6 +540,18 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
     __syncwarp();                                                               // and every other lane's
     read_slot<TX>(ring + i % kRingStages * kSlotWords, m0, M, lane, c);
     mma_chunk(c, acc);
+  };
+  // With kXRegs the loop body is two chunks, so the two x buffers swap roles
+  // by name: a single-chunk body copied x_after into x_cur every chunk
+  // (16 moves at M = 16, of a chunk's ~250 instructions). Otherwise (and
+  // in any case not unrolled further: with few chunks per warp a full unroll
+  // hoists every load and runs out of registers) one chunk per pass.
+  unsigned x_a[kMTiles][8], x_b[kMTiles][8];
+  if (kXInRegs && count > 0) load_x_frags(xr, part, x_a);
+#pragma unroll 1
+  for (int i = 0; i < count; i += kXInRegs ? 2 : 1) {
+    step(i, x_a, x_b);
+    if (kXInRegs && i + 1 < count) step(i + 1, x_b, x_a);
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
 }
