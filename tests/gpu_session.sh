@@ -9,6 +9,7 @@
 #   wq, wq+tests (wq_gemm tuning, benches and peers; with or without the tests),
 #   qffn, qffn+tests (fused_ffn on 4-bit weights and the W2 + residual half,
 #   with peers.py fused_ffn and tests/peer_quant_ffn.py)
+#   NO_PEERS=1 skips the PyTorch peers (a quick look at qjit and cuBLAS alone).
 #   NCU="op shape args;..." in the environment adds an Nsight Compute profile
 #   of each listed cached kernel after the benches; ONLY="op shape args;..."
 #   tunes and benches those shapes instead of the part's.
@@ -129,11 +130,13 @@ if [ -n "${NCU:-}" ]; then
   done
 fi
 
+if [ "${NO_PEERS:-0}" != 1 ]; then
 echo "== PyTorch peers"
 PYTHONUNBUFFERED=1 python3 .device/peers.py $PEERS --json "$OUT/peers.json" >"$OUT/peers.log" 2>&1 || echo "peers failed"
 tail -12 "$OUT/peers.log"
-case "$PART" in
-  all|qffn|qffn+tests)
+fi
+case "$PART${NO_PEERS:-0}" in
+  all0|qffn0|qffn+tests0)
     PYTHONUNBUFFERED=1 python3 tests/peer_quant_ffn.py --json "$OUT/peers_qffn.json" >"$OUT/peers_qffn.log" 2>&1 ||
       echo "quantized-FFN peer failed"
     tail -3 "$OUT/peers_qffn.log" ;;
