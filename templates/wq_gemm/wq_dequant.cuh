@@ -170,7 +170,8 @@ __device__ __forceinline__ RowParams row_params(RowRaw r) {
   const int zero = kZeroMode == 1 ? r.zo : kMid;
   const unsigned short o = kZeroMode == 2 ? r.zo : 0;
   if constexpr (kHalf) {
-    const unsigned zq = (0x6400u | zero) * 0x00010001u;  // fp16 1024 + zero in both halves
+    // fp16 1024 + zero in both halves: bytes zero, 0x64, zero, 0x64 (zero < 256), one prmt.
+    const unsigned zq = __byte_perm(static_cast<unsigned>(zero), 0x64u, 0x4040);
 #pragma unroll
     for (int i = 0; i < 5; ++i) {
       // (1024 - 1024/2^r) - (1024 + zero), every term an integer below 2048: exact.

@@ -386,8 +386,58 @@ __device__ __forceinline__ void cp_async16_l1(unsigned* dst, const void* src) {
 // the previous grid (weights, scales, zeros), or only x.
 enum CopyPart { kCopyAll, kCopyWeights, kCopyX };
 
+// The lane's pieces of a slot after the weights (piece p = 32·round + lane:
+// scales, then zeros, then x, in slot order), addressed once per pass so
+// that a chunk's copy is the same few instructions on every lane. Piece p
+// of chunk kc is at base + step(kc)·stride bytes, where step is the chunk's
+// group for scales and zeros (kc·64 / kGroup; the piece's group within the
+// chunk is in base) and kc itself for x. Decided per chunk, the three kinds
+// were three branches that every warp ran in turn (about 20 of a chunk's
+// ~215 instructions at M = 1).
+constexpr int kParamRounds = (kParamPieces + 31) / 32;
+struct ParamPieces {
+  const char* base[kParamRounds];
+  int stride[kParamRounds];  // bytes per step
+  bool live[kParamRounds];   // the lane has a piece (and, for x, its row is < M)
+  bool is_x[kParamRounds];
+};
+
+__device__ __forceinline__ ParamPieces param_pieces(const Operands& op, const int (&tile)[kTiles], int m0, int M,
+                                                    int lane) {
+  ParamPieces pp;
+#pragma unroll
+  for (int round = 0; round < kParamRounds; ++round) {
+    const int p = round * 32 + lane;
+    pp.base[round] = reinterpret_cast<const char*>(op.x);
+    pp.stride[round] = 0;
+    pp.live[round] = false;
+    pp.is_x[round] = false;
+    if (p < kSPieces) {  // 8 scales: tile p / (2G), group (p / 2) % G, half p % 2
+      const int i = p / (2 * kGroupsPerChunk), gi = (p / 2) % kGroupsPerChunk, h = p % 2;
+      pp.base[round] = reinterpret_cast<const char*>(scales_of(op, i) + static_cast<long long>(gi) * kN +
+                                                      tile_of(tile, i) * 16 + 8 * h);
+      pp.stride[round] = static_cast<int>(kN * sizeof(TS));
+      pp.live[round] = true;
+    } else if (p < kSPieces + kZPieces) {  // 16 zero bytes or 8 offsets
+      const int q = p - kSPieces;
+      const int i = q / (kZeroBytes * kGroupsPerChunk), gi = (q / kZeroBytes) % kGroupsPerChunk, h = q % kZeroBytes;
+      pp.base[round] = static_cast<const char*>(zeros_of(op, i)) +
+                       (static_cast<long long>(gi) * kN + tile_of(tile, i) * 16) * kZeroBytes + 16 * h;
+      pp.stride[round] = static_cast<int>(kN * kZeroBytes);
+      pp.live[round] = true;
+    } else if (p < kParamPieces) {  // x row r, piece c
+      const int q = p - kSPieces - kZPieces, r = q / kXPieces, c = q % kXPieces;
+      pp.base[round] = reinterpret_cast<const char*>(op.x + static_cast<long long>(min(m0 + r, M - 1)) * kK) + 16 * c;
+      pp.stride[round] = 64 * static_cast<int>(sizeof(TX));
+      pp.live[round] = m0 + r < M;
+      pp.is_x[round] = true;
+    }
+  }
+  return pp;
+}
+
 template <CopyPart kPart = kCopyAll>
-__device__ __forceinline__ void copy_chunk(const Operands& op, const int (&tile)[kTiles], int kc, int m0, int M,
+__device__ __forceinline__ void copy_chunk(const Operands& op, const int (&tile)[kTiles], const ParamPieces& pp, int kc,
                                            int lane, unsigned* slot) {
   constexpr bool kW = kPart != kCopyX, kXPart = kPart != kCopyWeights;
 #pragma unroll
@@ -402,30 +452,17 @@ __device__ __forceinline__ void copy_chunk(const Operands& op, const int (&tile)
         asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(d), "l"(src), "n"(4 * kVec) : "memory");
       }
     }
-  // Piece p of the rest: scales, then zeros, then x, in slot order.
+  const int group_step = kc * 64 / kGroup;
 #pragma unroll
-  for (int round = 0; round < (kParamPieces + 31) / 32; ++round) {
-    const int p = round * 32 + lane;
-    if (p < kSPieces) {  // 8 scales: tile p / (2G), group (p / 2) % G, half p % 2
-      if (!kW) continue;
-      const int i = p / (2 * kGroupsPerChunk), gi = (p / 2) % kGroupsPerChunk, h = p % 2;
-      const int group = kc * 64 / kGroup + gi;
-      cp_async16(slot + kSlotW + 4 * p, scales_of(op, i) + static_cast<long long>(group) * kN + tile_of(tile, i) * 16 + 8 * h);
-    } else if (p < kSPieces + kZPieces) {  // 16 zero bytes or 8 offsets
-      if (!kW) continue;
-      const int q = p - kSPieces;
-      const int i = q / (kZeroBytes * kGroupsPerChunk), gi = (q / kZeroBytes) % kGroupsPerChunk, h = q % kZeroBytes;
-      const int group = kc * 64 / kGroup + gi;
-      const unsigned char* base = static_cast<const unsigned char*>(zeros_of(op, i));
-      cp_async16(slot + kSlotW + kSlotS + 4 * q,
-                 base + (static_cast<long long>(group) * kN + tile_of(tile, i) * 16) * kZeroBytes + 16 * h);
-    } else if (p < kParamPieces) {  // x row r, piece c
-      if (!kXPart) continue;
-      const int q = p - kSPieces - kZPieces, r = q / kXPieces, c = q % kXPieces;
-      if (m0 + r < M)
-        cp_async16_l1(slot + kSlotW + kSlotS + kSlotZ + 4 * q,
-                      reinterpret_cast<const char*>(op.x + static_cast<long long>(m0 + r) * kK + kc * 64) + 16 * c);
-    }
+  for (int round = 0; round < kParamRounds; ++round) {
+    const bool x_piece = pp.is_x[round];
+    if (!pp.live[round] || (x_piece ? !kXPart : !kW)) continue;
+    // One 32 x 32 -> 64-bit multiply-add (a signed 64-bit product took five).
+    const unsigned step = x_piece ? kc : group_step;
+    const char* src = pp.base[round] + static_cast<unsigned long long>(step) * static_cast<unsigned>(pp.stride[round]);
+    unsigned* dst = slot + kSlotW + 4 * (round * 32 + lane);
+    if (x_piece) cp_async16_l1(dst, src);
+    else cp_async16(dst, src);
   }
 }
 
@@ -498,6 +535,7 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
   // The warp's chunks are part, part + kSplitK, ...: number i is chunk part + i·kSplitK.
   const int count = part < end ? (end - 1 - part) / kSplitK + 1 : 0;
   const XRows xr = x_rows(op.x, m0, M, lane);  // kXRegs
+  const ParamPieces pp = param_pieces(op, tile, m0, M, lane);
   __syncwarp();  // the previous pass over m has read every slot
   // The first kStages - 1 chunks' weights, scales and zeros go out before
   // the grid waits for its predecessor, x after it: a chain of kernels then
@@ -507,14 +545,14 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
   // holds all of those weights, so chunk 0 waits for them once.
 #pragma unroll
   for (int s = 0; s < kRingStages - 1; ++s)
-    if (s < count) copy_chunk<kCopyWeights>(op, tile, part + s * kSplitK, m0, M, lane, ring + s * kSlotWords);
+    if (s < count) copy_chunk<kCopyWeights>(op, tile, pp, part + s * kSplitK, lane, ring + s * kSlotWords);
   prefetch_chunks_l2(op, tile, part, kRingStages - 1, kRingStages - 1 + kL2Ahead, count, lane);
   prefetch_x_l2(op.x, part, kRingStages - 1, count, m0, M, lane);
   wait_for_previous_grid();
   QJIT_MARK(1);
 #pragma unroll
   for (int s = 0; s < kRingStages - 1; ++s) {
-    if (s < count) copy_chunk<kCopyX>(op, tile, part + s * kSplitK, m0, M, lane, ring + s * kSlotWords);
+    if (s < count) copy_chunk<kCopyX>(op, tile, pp, part + s * kSplitK, lane, ring + s * kSlotWords);
     asm volatile("cp.async.commit_group;" ::: "memory");  // empty groups keep the count uniform
   }
   // Chunk i of the warp: refill the slot chunk i - 1 used, wait for chunk i's
@@ -533,7 +571,7 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
     __syncwarp();  // every lane has read slot (i - 1) % kStages, which this copy refills
     const int ahead = i + kRingStages - 1;
     if (ahead < count)
-      copy_chunk(op, tile, part + ahead * kSplitK, m0, M, lane, ring + ahead % kRingStages * kSlotWords);
+      copy_chunk(op, tile, pp, part + ahead * kSplitK, lane, ring + ahead % kRingStages * kSlotWords);
     prefetch_chunks_l2(op, tile, part, ahead + kL2Ahead, ahead + kL2Ahead + 1, count, lane);
     asm volatile("cp.async.commit_group;" ::: "memory");
     asm volatile("cp.async.wait_group %0;" ::"n"(kRingStages - 1) : "memory");  // this lane's part of chunk i landed
