@@ -178,7 +178,7 @@ struct Chunk {
   unsigned b[kMTiles][8];
 };
 
-constexpr int kChains = kMTiles >= 2 ? 1 : 2;  // partial-sum chains per tile of x (see mma_chunk)
+constexpr int kChains = kMTiles >= 2 || kTiles >= 2 ? 1 : 2;  // partial-sum chains per tile of x (see mma_chunk)
 
 __device__ __forceinline__ void mma_chunk(const Chunk& c, float (&acc)[kTiles][kMTiles][4]) {
   float xsum[kMTiles][4];  // kZeroAfter: X of the lane's columns (every row of the product holds it)
@@ -386,14 +386,34 @@ __device__ __forceinline__ void cp_async16_l1(unsigned* dst, const void* src) {
 // the previous grid (weights, scales, zeros), or only x.
 enum CopyPart { kCopyAll, kCopyWeights, kCopyX };
 
+// Where piece p < kSPieces + kZPieces of a slot (after the weights) comes
+// from for chunk kc: 8 scales or 16 zero bytes (8 fp16 offsets) of a tile
+// slot's rows for one group of the chunk.
+__device__ __forceinline__ const char* weight_param_src(const Operands& op, const int (&tile)[kTiles], int kc, int p) {
+  if (p < kSPieces) {  // 8 scales: tile p / (2G), group (p / 2) % G, half p % 2
+    const int i = p / (2 * kGroupsPerChunk), gi = (p / 2) % kGroupsPerChunk, h = p % 2;
+    const int group = kc * 64 / kGroup + gi;
+    return reinterpret_cast<const char*>(scales_of(op, i) + static_cast<long long>(group) * kN + tile_of(tile, i) * 16 + 8 * h);
+  }
+  const int q = p - kSPieces;  // 16 zero bytes or 8 offsets
+  const int i = q / (kZeroBytes * kGroupsPerChunk), gi = (q / kZeroBytes) % kGroupsPerChunk, h = q % kZeroBytes;
+  const int group = kc * 64 / kGroup + gi;
+  return static_cast<const char*>(zeros_of(op, i)) + (static_cast<long long>(group) * kN + tile_of(tile, i) * 16) * kZeroBytes +
+         16 * h;
+}
+
 // The lane's pieces of a slot after the weights (piece p = 32·round + lane:
-// scales, then zeros, then x, in slot order), addressed once per pass so
-// that a chunk's copy is the same few instructions on every lane. Piece p
-// of chunk kc is at base + step(kc)·stride bytes, where step is the chunk's
-// group for scales and zeros (kc·64 / kGroup; the piece's group within the
-// chunk is in base) and kc itself for x. Decided per chunk, the three kinds
-// were three branches that every warp ran in turn (about 20 of a chunk's
-// ~215 instructions at M = 1).
+// scales, then zeros, then x, in slot order) for a ring that carries x,
+// addressed once per pass so that a chunk's copy is the same few
+// instructions on every lane. Piece p of chunk kc is at base + step(kc)·
+// stride bytes, where step is the chunk's group for scales and zeros
+// (kc·64 / kGroup; the piece's group within the chunk is in base) and kc
+// itself for x. Decided per chunk, the three kinds were three branches that
+// every warp ran in turn (the M = 1 ring: 215 -> 199 instructions per chunk,
+// 10.0 -> 9.45 us at 4096 x 11008 on an H100). With kXRegs the slot has no
+// x, and copy_chunk keeps the per-chunk branches: the same change made the
+// x_regs ring 1 us slower at M = 8 and 16 in A/Bs on one H100 (BENCHMARKS.md
+// session 12).
 constexpr int kParamRounds = (kParamPieces + 31) / 32;
 struct ParamPieces {
   const char* base[kParamRounds];
@@ -410,27 +430,15 @@ __device__ __forceinline__ ParamPieces param_pieces(const Operands& op, const in
     const int p = round * 32 + lane;
     pp.base[round] = reinterpret_cast<const char*>(op.x);
     pp.stride[round] = 0;
-    pp.live[round] = false;
-    pp.is_x[round] = false;
-    if (p < kSPieces) {  // 8 scales: tile p / (2G), group (p / 2) % G, half p % 2
-      const int i = p / (2 * kGroupsPerChunk), gi = (p / 2) % kGroupsPerChunk, h = p % 2;
-      pp.base[round] = reinterpret_cast<const char*>(scales_of(op, i) + static_cast<long long>(gi) * kN +
-                                                      tile_of(tile, i) * 16 + 8 * h);
-      pp.stride[round] = static_cast<int>(kN * sizeof(TS));
-      pp.live[round] = true;
-    } else if (p < kSPieces + kZPieces) {  // 16 zero bytes or 8 offsets
-      const int q = p - kSPieces;
-      const int i = q / (kZeroBytes * kGroupsPerChunk), gi = (q / kZeroBytes) % kGroupsPerChunk, h = q % kZeroBytes;
-      pp.base[round] = static_cast<const char*>(zeros_of(op, i)) +
-                       (static_cast<long long>(gi) * kN + tile_of(tile, i) * 16) * kZeroBytes + 16 * h;
-      pp.stride[round] = static_cast<int>(kN * kZeroBytes);
-      pp.live[round] = true;
+    pp.live[round] = p < kParamPieces && (p < kSPieces + kZPieces || m0 + (p - kSPieces - kZPieces) / kXPieces < M);
+    pp.is_x[round] = p >= kSPieces + kZPieces;
+    if (p < kSPieces + kZPieces) {
+      pp.base[round] = weight_param_src(op, tile, 0, p);
+      pp.stride[round] = p < kSPieces ? static_cast<int>(kN * sizeof(TS)) : static_cast<int>(kN * kZeroBytes);
     } else if (p < kParamPieces) {  // x row r, piece c
       const int q = p - kSPieces - kZPieces, r = q / kXPieces, c = q % kXPieces;
       pp.base[round] = reinterpret_cast<const char*>(op.x + static_cast<long long>(min(m0 + r, M - 1)) * kK) + 16 * c;
       pp.stride[round] = 64 * static_cast<int>(sizeof(TX));
-      pp.live[round] = m0 + r < M;
-      pp.is_x[round] = true;
     }
   }
   return pp;
@@ -452,17 +460,25 @@ __device__ __forceinline__ void copy_chunk(const Operands& op, const int (&tile)
         asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(d), "l"(src), "n"(4 * kVec) : "memory");
       }
     }
-  const int group_step = kc * 64 / kGroup;
+  if constexpr (kXInRegs) {
 #pragma unroll
-  for (int round = 0; round < kParamRounds; ++round) {
-    const bool x_piece = pp.is_x[round];
-    if (!pp.live[round] || (x_piece ? !kXPart : !kW)) continue;
-    // One 32 x 32 -> 64-bit multiply-add (a signed 64-bit product took five).
-    const unsigned step = x_piece ? kc : group_step;
-    const char* src = pp.base[round] + static_cast<unsigned long long>(step) * static_cast<unsigned>(pp.stride[round]);
-    unsigned* dst = slot + kSlotW + 4 * (round * 32 + lane);
-    if (x_piece) cp_async16_l1(dst, src);
-    else cp_async16(dst, src);
+    for (int round = 0; round < kParamRounds && kW; ++round) {
+      const int p = round * 32 + lane;
+      if (p < kParamPieces) cp_async16(slot + kSlotW + 4 * p, weight_param_src(op, tile, kc, p));
+    }
+  } else {
+    const int group_step = kc * 64 / kGroup;
+#pragma unroll
+    for (int round = 0; round < kParamRounds; ++round) {
+      const bool x_piece = pp.is_x[round];
+      if (!pp.live[round] || (x_piece ? !kXPart : !kW)) continue;
+      // One 32 x 32 -> 64-bit multiply-add (a signed 64-bit product took five).
+      const unsigned step = x_piece ? kc : group_step;
+      const char* src = pp.base[round] + static_cast<unsigned long long>(step) * static_cast<unsigned>(pp.stride[round]);
+      unsigned* dst = slot + kSlotW + 4 * (round * 32 + lane);
+      if (x_piece) cp_async16_l1(dst, src);
+      else cp_async16(dst, src);
+    }
   }
 }
 
