@@ -178,7 +178,7 @@ struct Chunk {
   unsigned b[kMTiles][8];
 };
 
-constexpr int kChains = kMTiles >= 2 || kTiles >= 2 ? 1 : 2;  // partial-sum chains per tile of x (see mma_chunk)
+constexpr int kChains = kMTiles >= 2 || kTiles >= 2 ? 1 : 2;  // partial-sum chains per tile (see mma_chunk)
 
 __device__ __forceinline__ void mma_chunk(const Chunk& c, float (&acc)[kTiles][kMTiles][4]) {
   float xsum[kMTiles][4];  // kZeroAfter: X of the lane's columns (every row of the product holds it)
@@ -195,12 +195,13 @@ __device__ __forceinline__ void mma_chunk(const Chunk& c, float (&acc)[kTiles][k
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) {
     const RowParams rp[2] = {row_params(c.rows[i][0]), row_params(c.rows[i][1])};
-    // Two accumulator chains (even and odd k16 steps) for one tile of x:
-    // four dependent mma in a row would leave the tensor core waiting on its
-    // own latency. Two or more tiles of x are independent chains already, and
-    // a second chain would cost a zeroing and an add per accumulator and
-    // chunk (16 + 16 instructions of a tile's ~120 at M = 16). With
-    // kScaleAfter they hold the chunk's sum of (q - zero)·x.
+    // Two accumulator chains (even and odd k16 steps) where a row group has
+    // one tile and one tile of x: four dependent mma in a row would leave
+    // the tensor core waiting on its own latency. Two tiles of x, or two
+    // tiles of W (interleaved by the unrolled loops), are independent chains
+    // already, and a second chain would cost a zeroing and an add per
+    // accumulator and chunk (16 + 16 instructions of a tile's ~120 at
+    // M = 16). With kScaleAfter they hold the chunk's sum of (q - zero)·x.
     float part[kChains][kMTiles][4];
 #pragma unroll
     for (int h = 0; h < kChains; ++h)
