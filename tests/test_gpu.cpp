@@ -422,20 +422,49 @@ TEST_CASE("wq_gemm balanced schedule: split row groups summed right launch after
   }
 }
 
+namespace {
+
+// One config of a wq_gemm shape, run at M inside its bucket (rows).
+struct BucketCase {
+  nlohmann::json params, config;
+  std::vector<int> rows;
+};
+
+// Tunes each case's config alone, at the bucket of its first M, into its own
+// cache (cases may share a spec), then runs the cached kernel through the
+// typed API at every M of the case against the reference.
+template <size_t N>
+void run_inside_bucket(const BucketCase (&cases)[N]) {
+  test::TempDir dir;
+  int n = 0;
+  for (const BucketCase& c : cases) {
+    const std::string db = dir.file("kernels_" + std::to_string(n++) + ".db");
+    cache::Store store(db);
+    set_cache_path(db);
+    nlohmann::json p = c.params;
+    p["m"] = codegen::wq_gemm_bucket(c.rows.front());
+    const auto spec = codegen::make_spec("wq_gemm", p);
+    tuner::TuneOptions opt;
+    opt.seed = fresh_seed();
+    opt.only_configs = {c.config};
+    const auto rep = tuner::tune(spec, store, opt);
+    INFO(spec.label() << " " << c.config.dump());
+    REQUIRE(rep.best.config == c.config);
+    for (int rows : c.rows) check_wq_gemm(c.params, rows);
+  }
+}
+
+}  // namespace
+
 TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past M (typed API)", "[gpu]") {
   if (runtime::current_device().arch != "sm_90") {
     WARN("not run: the wgmma family runs on compute capability 9.0 only");
     return;
   }
-  test::TempDir dir;
   // The tuner verifies at the bucket's M; these run the cached wgmma kernel at
   // M that leave rows of the last block past M (copied as zeros, not stored)
   // and, in the 1024 bucket, loop past the grid (a split's clusters loop
   // together). One cache per case: cases may share a spec.
-  struct Case {
-    nlohmann::json params, config;
-    std::vector<int> rows;
-  };
   const auto wgmma = [](int groups, int rows, int stages, int chunks, int split = 1, int producer = 0, int a_smem = 0) {
     nlohmann::json j{{"family", "wgmma"}, {"groups", groups}, {"rows", rows}, {"stages", stages}, {"chunks", chunks}};
     if (split > 1) j["split"] = split;
@@ -443,7 +472,7 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
     if (a_smem) j["a_smem"] = a_smem;
     return j;
   };
-  const Case cases[] = {
+  const BucketCase cases[] = {
       {{{"k", 1024}, {"n", 272}, {"bits", 4}, {"zero", "int"}}, wgmma(2, 128, 4, 2), {129, 200}},
       {{{"k", 320}, {"n", 80}, {"bits", 3}, {"zero", "float"}, {"scales", "bf16"}, {"x", "bf16"}, {"g", 64}},
        wgmma(1, 64, 3, 1), {65, 100}},
@@ -471,35 +500,14 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
       {{{"k", 768}, {"n", 128}, {"bits", 2}, {"zero", "int"}, {"residual", "yes"}, {"g", 32}},
        wgmma(1, 256, 4, 1, 2, 1, 1), {257, 512}},
   };
-  int n = 0;
-  for (const Case& c : cases) {
-    const std::string db = dir.file("kernels_" + std::to_string(n++) + ".db");
-    cache::Store store(db);
-    set_cache_path(db);
-    nlohmann::json p = c.params;
-    p["m"] = codegen::wq_gemm_bucket(c.rows.front());
-    const auto spec = codegen::make_spec("wq_gemm", p);
-    tuner::TuneOptions opt;
-    opt.seed = fresh_seed();
-    opt.only_configs = {c.config};
-    const auto rep = tuner::tune(spec, store, opt);
-    INFO(spec.label() << " " << c.config.dump());
-    REQUIRE(rep.best.config == c.config);
-    for (int rows : c.rows) check_wq_gemm(c.params, rows);
-  }
+  run_inside_bucket(cases);
 }
 
 TEST_CASE("wq_gemm small-M kernels: M inside the bucket, rows past M never stored (typed API)", "[gpu]") {
-  test::TempDir dir;
   // The tuner verifies at the bucket's M. Rows of x past M are read as a
   // copy of row M - 1 by the register pipeline and x_regs (load_x), left
   // uncopied and read as zeros by the ring; either way their columns of the
-  // product are never stored. Each case tunes one config into its own cache,
-  // then runs it at M below the bucket.
-  struct Case {
-    nlohmann::json params, config;
-    std::vector<int> rows;
-  };
+  // product are never stored.
   const auto mma = [](int warps, int split, int tiles, int mtiles, int unroll, int stages) {
     return nlohmann::json{{"warps", warps}, {"split_k", split}, {"tiles", tiles}, {"mtiles", mtiles}, {"unroll", unroll},
                           {"stages", stages}};
@@ -509,7 +517,7 @@ TEST_CASE("wq_gemm small-M kernels: M inside the bucket, rows past M never store
     return c;
   };
   const nlohmann::json main_shape = {{"k", 1024}, {"n", 528}, {"bits", 4}, {"zero", "int"}};
-  const Case cases[] = {
+  const BucketCase cases[] = {
       {main_shape, with(with(mma(4, 4, 2, 2, 1, 4), "x_regs", 1), "spread", 1), {9, 13}},
       {main_shape, with(mma(8, 8, 2, 2, 1, 4), "x_regs", 1), {15}},
       {main_shape, mma(8, 8, 2, 1, 1, 3), {5, 7}},
@@ -519,22 +527,7 @@ TEST_CASE("wq_gemm small-M kernels: M inside the bucket, rows past M never store
       {{{"k", 512}, {"n", 96}, {"bits", 8}, {"zero", "sym"}, {"x", "bf16"}, {"bias", "yes"}, {"act", "relu"}},
        mma(4, 4, 1, 2, 3, 0), {10, 14}},
   };
-  int n = 0;
-  for (const Case& c : cases) {
-    const std::string db = dir.file("kernels_" + std::to_string(n++) + ".db");
-    cache::Store store(db);
-    set_cache_path(db);
-    nlohmann::json p = c.params;
-    p["m"] = codegen::wq_gemm_bucket(c.rows.front());
-    const auto spec = codegen::make_spec("wq_gemm", p);
-    tuner::TuneOptions opt;
-    opt.seed = fresh_seed();
-    opt.only_configs = {c.config};
-    const auto rep = tuner::tune(spec, store, opt);
-    INFO(spec.label() << " " << c.config.dump());
-    REQUIRE(rep.best.config == c.config);
-    for (int rows : c.rows) check_wq_gemm(c.params, rows);
-  }
+  run_inside_bucket(cases);
 }
 
 namespace {
