@@ -51,7 +51,8 @@ struct LaunchGeometry {
   // overlaps the previous kernel's tail.
   bool programmatic = false;
   // A persistent grid: grid[0] = grid_per_sm × the device's SMs (set when
-  // the runtime loads the kernel; grid[0] is ignored).
+  // the runtime loads the kernel; grid[0] is ignored). Each block takes
+  // 1/grid_per_sm of the SM's shared memory, or dynamic_smem if that is more.
   unsigned grid_per_sm = 0;
   // At most ceil(blocks / SMs) blocks on any SM: each block takes that share
   // of the SM's shared memory (the runtime pads dynamic_smem up to it, never

@@ -124,8 +124,12 @@ void resolve_for_device(LoadedKernel& k) {
     // first: a persistent grid of 2 blocks per SM ran 3 blocks on 63 SMs of
     // an H100, 1 on 37 and none on 13 (qjit_timeline_probe), and SMs with 3
     // finished 5 µs after those with 1. The kernel's static shared memory
-    // counts towards the share.
-    g.dynamic_smem = smem_share_for(static_cast<int>(g.grid_per_sm), budget);
+    // counts towards the share. Never less than the kernel needs: a share
+    // below it (wgmma's stream schedule at 3 blocks of 77 KB: 75 KB each)
+    // ran the ring past its end (CUDA_ERROR_ILLEGAL_ADDRESS); then fewer
+    // blocks fit on an SM, and the grid still completes (a block waits only
+    // for blocks dispatched before it).
+    g.dynamic_smem = std::max(g.dynamic_smem, smem_share_for(static_cast<int>(g.grid_per_sm), budget));
   } else if (g.spread) {
     // At most ceil(blocks / SMs) blocks per SM by the same share
     // (codegen/op.h): padding only, never less than the kernel uses.
