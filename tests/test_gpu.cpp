@@ -465,11 +465,13 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
   // M that leave rows of the last block past M (copied as zeros, not stored)
   // and, in the 1024 bucket, loop past the grid (a split's clusters loop
   // together). One cache per case: cases may share a spec.
-  const auto wgmma = [](int groups, int rows, int stages, int chunks, int split = 1, int producer = 0, int a_smem = 0) {
+  const auto wgmma = [](int groups, int rows, int stages, int chunks, int split = 1, int producer = 0, int a_smem = 0,
+                        int stream = 0) {
     nlohmann::json j{{"family", "wgmma"}, {"groups", groups}, {"rows", rows}, {"stages", stages}, {"chunks", chunks}};
     if (split > 1) j["split"] = split;
     if (producer) j["producer"] = producer;
     if (a_smem) j["a_smem"] = a_smem;
+    if (stream) j["stream"] = stream;
     return j;
   };
   const BucketCase cases[] = {
@@ -499,6 +501,15 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
        wgmma(1, 256, 3, 1, 1, 0, 1), {1025, 1500}},
       {{{"k", 768}, {"n", 128}, {"bits", 2}, {"zero", "int"}, {"residual", "yes"}, {"g", 32}},
        wgmma(1, 256, 4, 1, 2, 1, 1), {257, 512}},
+      // the stream schedule: tiles split between 2 to 4 blocks (fewer units than 132 SMs × blocks hold,
+      // so some blocks have none), runs of several pieces, m-blocks past M, a producer, 2 blocks per SM
+      {{{"k", 1024}, {"n", 272}, {"bits", 4}, {"zero", "int"}}, wgmma(1, 128, 4, 1, 1, 0, 0, 1), {129, 256}},
+      {{{"k", 4096}, {"n", 272}, {"bits", 4}, {"zero", "int"}, {"bias", "yes"}, {"act", "relu"}},
+       wgmma(2, 64, 3, 2, 1, 0, 0, 2), {65, 128}},
+      {{{"k", 320}, {"n", 80}, {"bits", 3}, {"zero", "float"}, {"scales", "bf16"}, {"x", "bf16"}, {"g", 64}},
+       wgmma(1, 64, 3, 1, 1, 1, 1, 3), {65, 100}},
+      {{{"k", 2048}, {"n", 512}, {"bits", 8}, {"zero", "sym"}, {"residual", "yes"}}, wgmma(2, 256, 4, 1, 1, 0, 1, 1),
+       {257, 512}},
   };
   run_inside_bucket(cases);
 }

@@ -563,6 +563,31 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   CHECK_THROWS_WITH(op.validate_config(big, one_group_256), Catch::Contains("rows=256 with A in registers needs groups=2"));
   one_group_256["a_smem"] = 1;
   CHECK(std::find(space.begin(), space.end(), one_group_256) != space.end());
+  // stream: a persistent grid (grid_per_sm) with the runtime's workspace (a
+  // flag per output tile, one piece of sums per block); absent when 0; no
+  // split, no 1024 bucket.
+  const auto stream = bad("stream", 1);
+  CHECK(std::find(space.begin(), space.end(), stream) != space.end());
+  CHECK(std::find(space.begin(), space.end(), bad("stream", 0)) == space.end());
+  CHECK_THROWS_WITH(op.validate_config(big, bad("stream", 4)), Catch::Contains("stream must be 0"));
+  nlohmann::json stream_split = stream;
+  stream_split["split"] = 2;
+  CHECK_THROWS_WITH(op.validate_config(big, stream_split), Catch::Contains("split must be 1"));
+  CHECK_THROWS_WITH(op.validate_config(parse_spec("wq_gemm", "k=4096,n=11008,m=1024"), stream),
+                    Catch::Contains("m below 1024"));
+  const auto gst = op.launch_geometry(big, stream);
+  CHECK(gst.grid_per_sm == 1);
+  CHECK(gst.dynamic_smem == g.dynamic_smem);
+  CHECK(gst.workspace_param == 8);
+  CHECK(gst.workspace_fixed == (86 * 2 * 4 + 255) / 256 * 256);  // 86 n-blocks × 2 m-blocks of 128 rows
+  CHECK(gst.workspace_per_block == 256 * 64 * 4);                 // 256 threads × 64 accumulators
+  CHECK(g.workspace_fixed + g.workspace_per_block == 0);          // the grid schedules take none
+  // Two or three blocks per SM only where their shared memory fits that many.
+  for (const auto& j : space)
+    if (j.value("family", "") == "wgmma" && j.value("stream", 0) > 1)
+      CHECK((op.launch_geometry(big, j).dynamic_smem + 1152) * j.at("stream").get<int>() <= 228 * 1024);
+  const auto stream_src = codegen::generate_source(big, stream);
+  CHECK(stream_src.text.find("kStream = 1;") != std::string::npos);
   const auto split_src = codegen::generate_source(big, split);
   CHECK(split_src.text.find("kSplit = 3;") != std::string::npos);
   CHECK(split_src.text.find("#define QJIT_WQ_CLUSTER __cluster_dims__(1, 1, kSplit)") != std::string::npos);
@@ -611,9 +636,9 @@ TEST_CASE("wq_gemm: candidates compile for sm_90 without spills", "[wq_gemm][nvr
     jobs.push_back({spec, op.default_config(spec)});
     for (size_t i = 0; i < space.size(); i += 5) jobs.push_back({spec, space[i]});
   }
-  // wgmma: a third of the main large-M space, and all of an odd number of
+  // wgmma: a quarter of the main large-M space, and all of an odd number of
   // chunks of k (a stage past k; a split's last block entirely past k).
-  for (const auto& [s, stride] : {std::pair{"k=4096,n=11008,m=256", 3},
+  for (const auto& [s, stride] : {std::pair{"k=4096,n=11008,m=256", 4},
                                   std::pair{"k=320,n=80,bits=3,zero=float,scales=bf16,x=bf16,m=128,g=64", 1}}) {
     const auto spec = codegen::parse_spec("wq_gemm", s);
     int i = 0;

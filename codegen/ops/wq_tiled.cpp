@@ -126,14 +126,15 @@ WqWgmmaConfig WqWgmmaConfig::from(const nlohmann::json& j) {
   // Keys added after the family existed are optional and written only when
   // they differ from their default, so cached configs keep their meaning.
   auto optional = [&](const char* k, int fallback) { return j.is_object() && j.contains(k) ? get(k) : fallback; };
-  const size_t optional_keys = j.is_object() ? j.count("split") + j.count("producer") + j.count("a_smem") : 0;
+  const size_t optional_keys =
+      j.is_object() ? j.count("split") + j.count("producer") + j.count("a_smem") + j.count("stream") : 0;
   if (!is_wgmma(j) || j.size() != 5u + optional_keys)
     throw Error("config",
-                "wq_gemm wgmma config needs family, groups, rows, stages, chunks and optionally split, producer and "
-                "a_smem: " +
+                "wq_gemm wgmma config needs family, groups, rows, stages, chunks and optionally split, producer, "
+                "a_smem and stream: " +
                     j.dump());
-  return {get("groups"), get("rows"), get("stages"), get("chunks"), optional("split", 1), optional("producer", 0),
-          optional("a_smem", 0)};
+  return {get("groups"),         get("rows"),           get("stages"),       get("chunks"),
+          optional("split", 1), optional("producer", 0), optional("a_smem", 0), optional("stream", 0)};
 }
 
 nlohmann::json WqWgmmaConfig::to_json() const {
@@ -141,6 +142,7 @@ nlohmann::json WqWgmmaConfig::to_json() const {
   if (split != 1) j["split"] = split;
   if (producer != 0) j["producer"] = producer;
   if (a_smem != 0) j["a_smem"] = a_smem;
+  if (stream != 0) j["stream"] = stream;
   return j;
 }
 
@@ -166,6 +168,9 @@ std::string wq_wgmma_problem(const WqShape& s, const WqWgmmaConfig& c) {
   if (s.k / 64 < int64_t{c.chunks} * c.split) return "split × chunks exceeds the number of 64-wide chunks of k";
   if (!one_of(c.producer, {0, 1})) return "producer must be 0 or 1";
   if (!one_of(c.a_smem, {0, 1})) return "a_smem must be 0 or 1";
+  if (!one_of(c.stream, {0, 1, 2, 3})) return "stream must be 0 (a block per output tile) or 1 to 3 blocks per SM";
+  if (c.stream > 0 && c.split != 1) return "stream balances k itself (split must be 1)";
+  if (c.stream > 0 && s.m >= 1024) return "stream covers the bucket's rows in one pass (m below 1024)";
   // Register limits (ptxas spills past them): a third warpgroup leaves 168
   // registers per thread, short of 128 accumulators and tight for two chunks
   // per stage; A in registers takes 16 more per chunk of a stage, twice (the
@@ -191,10 +196,16 @@ std::vector<WqWgmmaConfig> wq_wgmma_space(const WqShape& s) {
         for (int chunks : {1, 2})
           for (int split : {1, 2, 3, 4})
             for (int producer : {0, 1})
-              for (int a_smem : {0, 1}) {
-                const WqWgmmaConfig c{groups, rows, stages, chunks, split, producer, a_smem};
-                if (wq_wgmma_problem(s, c).empty()) out.push_back(c);
-              }
+              for (int a_smem : {0, 1})
+                for (int stream : {0, 1, 2, 3}) {
+                  const WqWgmmaConfig c{groups, rows, stages, chunks, split, producer, a_smem, stream};
+                  if (!wq_wgmma_problem(s, c).empty()) continue;
+                  // Only as many blocks per SM as their shared memory fits (an H100's 228 KB, 1 KB
+                  // reserved per block, and the runtime's 128 bytes of slack): more would not be
+                  // resident together.
+                  if (stream > 1 && (wq_wgmma_smem_bytes(s, c) + 1152) * stream > 228 * 1024) continue;
+                  out.push_back(c);
+                }
   return out;
 }
 
@@ -207,6 +218,8 @@ std::vector<Constant> wq_wgmma_constants(const WqShape& s, const WqWgmmaConfig& 
   out.push_back({"int", "kSplit", std::to_string(c.split), "tunable: blocks of a cluster splitting k"});
   out.push_back({"int", "kProducer", std::to_string(c.producer), "tunable: 1 = a warpgroup that only copies"});
   out.push_back({"bool", "kASmem", c.a_smem ? "true" : "false", "tunable: dequantised weights through shared memory"});
+  out.push_back({"int", "kStream", std::to_string(c.stream),
+                 "tunable: 0 a block per output tile, else blocks per SM of the stream schedule"});
   // Only a split launches clusters: configs without one launch exactly as before the key existed.
   out.push_back({"macro", "QJIT_WQ_CLUSTER", c.split > 1 ? "__cluster_dims__(1, 1, kSplit)" : "",
                  "the kernel's cluster: kSplit blocks along z"});
@@ -215,12 +228,23 @@ std::vector<Constant> wq_wgmma_constants(const WqShape& s, const WqWgmmaConfig& 
 
 LaunchGeometry wq_wgmma_geometry(const WqShape& s, const WqWgmmaConfig& c) {
   LaunchGeometry g;
-  g.grid[0] = static_cast<unsigned>((s.m + c.rows - 1) / c.rows);
-  g.grid[1] = static_cast<unsigned>((s.n + 64 * c.groups - 1) / (64 * c.groups));
-  g.grid[2] = static_cast<unsigned>(c.split);  // one cluster along z (the kernel's __cluster_dims__)
+  const int64_t n_blocks = (s.n + 64 * c.groups - 1) / (64 * c.groups);
   g.block[0] = static_cast<unsigned>(128 * (c.groups + c.producer));
   g.dynamic_smem = static_cast<unsigned>(wq_wgmma_smem_bytes(s, c));
   g.programmatic = true;
+  g.workspace_param = 8;  // after x, qweight, scales, zeros, bias, residual, y and M (null unless stream)
+  if (c.stream > 0) {
+    // The template's workspace: a flag per output tile, then one piece of
+    // sums per block (128 threads per warpgroup × rows / 2 floats).
+    const int64_t tiles = n_blocks * ((s.m + c.rows - 1) / c.rows);
+    g.grid_per_sm = static_cast<unsigned>(c.stream);
+    g.workspace_fixed = static_cast<size_t>((tiles * 4 + 255) / 256 * 256);
+    g.workspace_per_block = size_t{128} * c.groups * (c.rows / 2) * 4;
+    return g;
+  }
+  g.grid[0] = static_cast<unsigned>((s.m + c.rows - 1) / c.rows);
+  g.grid[1] = static_cast<unsigned>(n_blocks);
+  g.grid[2] = static_cast<unsigned>(c.split);  // one cluster along z (the kernel's __cluster_dims__)
   return g;
 }
 

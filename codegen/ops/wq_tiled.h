@@ -50,11 +50,15 @@ LaunchGeometry wq_tiled_geometry(const WqShape& s, const WqTiledConfig& c);
 // its sums through distributed shared memory; with `producer` 1, one more
 // warpgroup issues every copy; with `a_smem` 1, the dequantised weights reach
 // wgmma through shared memory instead of registers, so x is copied in natural
-// order. These three keys are absent at their defaults (1, 0 and 0), so
-// configs cached before them keep their meaning.
+// order; with `stream` b > 0, a persistent grid of b blocks per SM takes
+// equal runs of (output tile, stage) units and completes split tiles through
+// the runtime's workspace (buckets below 1024, no split). These four keys
+// are absent at their defaults (1, 0, 0 and 0), so configs cached before
+// them keep their meaning.
 struct WqWgmmaConfig {
   int groups, rows, stages, chunks, split = 1, producer = 0;
   int a_smem = 0;  // 1: dequantised weights go through shared memory (x copied 16 bytes at a time)
+  int stream = 0;  // > 0: a persistent grid of this many blocks per SM sharing (tile, stage) units evenly
 
   static bool is_wgmma(const nlohmann::json& j);  // "family": "wgmma"
   static WqWgmmaConfig from(const nlohmann::json& j);

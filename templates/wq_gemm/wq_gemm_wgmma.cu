@@ -54,7 +54,8 @@
 // tile, each taking kMine consecutive stages, and adds its sums through
 // distributed shared memory at the end (below). It fills the SMs when the
 // output has few tiles: 4096 × 11008 at M = 256 has 86 tiles of 128 × 256
-// for 132 SMs.
+// for 132 SMs. The stream schedule (kStream > 0, below) fills them instead
+// with a persistent grid that shares (tile, stage) units evenly.
 //
 // No wgmma may sit behind a branch: ptxas then serialises every wgmma of the
 // kernel (info C7520; a 25% loss measured on the H100). So every block runs
@@ -442,9 +443,186 @@ __device__ __forceinline__ void store_four(const float (&v)[4], int j, int tile,
   }
 }
 
+// --- one output tile's stages (every schedule) ----------------------------------
+
+// Sums stages [begin, begin + count) of the output tile at rows m0 of x and
+// block tile first_tile of n into acc. count is a compile-time constant for
+// the grid schedules (inlined) and a run-time one for the stream schedule:
+// ptxas takes a loop of run-time trip count around wgmma without serialising
+// them (no C7520; checked by a CPU test).
+__device__ __forceinline__ void accumulate_tile(const TX* __restrict__ x, const unsigned* __restrict__ qweight,
+                                                const TS* __restrict__ scales, const void* __restrict__ zeros, int M,
+                                                int m0, int first_tile, int begin, int count, bool mma, bool copier,
+                                                int bt, int lane, uint4* ring, unsigned char* sb, float (&acc)[kAcc]) {
+  const int end = begin + count;
+  __syncthreads();  // the previous tile is done with the ring and sB
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+  fence_acc(acc);
+
+  ABuffers a;
+  a.smem = sb + kStages * kSbStage + (bt / 4) * 2 * kSaStage;  // unused by the producer and without kASmem
+  const auto stage_x = [&](int stage_index, int slot) {
+    if constexpr (kASmem) copy_x_natural(x, m0, M, stage_index, sb + slot * kSbStage);
+    else copy_x_permuted(x, m0, M, stage_index, sb + slot * kSbStage);
+  };
+  if (copier) {
+    ring_prologue(qweight, scales, zeros, first_tile, begin, end, ring, stage_x);
+    asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");  // stage `begin`
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  __syncthreads();
+  if (mma) dequant_stage<0>(ring + (begin % kStages) * kStagePieces, begin, bt, lane, a);
+
+  // Unrolled by two so the A buffer index is a constant.
+#pragma unroll 1
+  for (int i = 0; i < count / 2; ++i) {
+    iteration<0>(begin + 2 * i, end, mma, copier, qweight, scales, zeros, first_tile, bt, lane, ring, sb, a, acc, stage_x);
+    iteration<1>(begin + 2 * i + 1, end, mma, copier, qweight, scales, zeros, first_tile, bt, lane, ring, sb, a, acc, stage_x);
+  }
+  if (count % 2 == 1)
+    iteration<0>(end - 1, end, mma, copier, qweight, scales, zeros, first_tile, bt, lane, ring, sb, a, acc, stage_x);
+  if (mma) asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+  fence_acc(acc);
+  if (copier) asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
+// The epilogue of a whole output tile: warp bt's 16 rows of n × kBlockRows rows of x.
+__device__ __forceinline__ void store_tile(const float (&acc)[kAcc], int tile, int m0, int M, int lane,
+                                           const TX* __restrict__ bias, const TX* residual, TX* y) {
+  if (tile >= kNTiles) return;
+#pragma unroll
+  for (int j = 0; j < kAcc / 4; ++j) {
+    const float v[4] = {acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]};
+    store_four(v, j, tile, m0, M, lane, bias, residual, y);
+  }
+}
+
+// --- the stream schedule (kStream > 0) -------------------------------------------
+//
+// Output tiles (kBlockRows rows of x × 64·kGroups rows of n) number 4096 ×
+// 11008's 86 at M = 256 (rows 256, 2 warpgroups), two thirds of an H100's
+// 132 SMs; splitting k over clusters left SMs idle too (a GPC runs whole
+// clusters) and refilled each block's ring (BENCHMARKS.md, sessions 6-7).
+// Here a persistent grid of kStream blocks per SM (the runtime gives each
+// 1/kStream of the SM's shared memory) shares the work evenly: a unit is
+// one stage of one output tile, U = tiles · kIters with the tile's m-block
+// fastest, and block w of W = min(gridDim.x, U) takes units [w·U/W,
+// (w+1)·U/W) (as wq_balanced.cuh does for small M).
+//
+// A run is at most: the head of one tile, whole tiles, the tail of another,
+// each a piece, done in that order. A tile split between blocks is completed
+// by the last block holding a piece of it (the one whose run starts in it:
+// its piece comes last in its run, when the earlier blocks, whose runs are
+// as long, are done with theirs). The others store their sums in the
+// workspace and release the tile's flag; it waits for the flag, adds the
+// pieces in block order and runs the epilogue. A block waits only for
+// blocks of lower index, which the GPU dispatches first: no deadlock.
+//
+// Workspace (runtime-owned, one per stream, zeroed when allocated):
+//   [0, kCounterBytes)  one flag per output tile: pieces stored so far; the
+//                       completing block sets it back to 0 for the next
+//                       launch (which touches it only after waiting for
+//                       this grid)
+//   then                one piece per block (a block stores at most one):
+//                       [kAcc / 4][kMmaThreads] float4, every load and
+//                       store coalesced
+constexpr int kNBlocks = (kNTiles + kBlockTiles - 1) / kBlockTiles;
+constexpr int kMBlocksMax = (kBucketM + kBlockRows - 1) / kBlockRows;
+constexpr int kCounterBytes = (kNBlocks * kMBlocksMax * 4 + 255) / 256 * 256;  // wq_tiled.cpp's workspace_fixed
+static_assert(kStream == 0 || (kSplit == 1 && kBucketM < 1024), "the stream schedule: no split, one pass over M");
+
+__device__ __forceinline__ int run_start(long long w, long long units, int workers) {
+  return static_cast<int>(w * units / workers);
+}
+// The block whose run holds unit u: the largest w with w·U/W <= u.
+__device__ __forceinline__ int worker_of(long long u, long long units, int workers) {
+  return static_cast<int>(((u + 1) * workers - 1) / units);
+}
+__device__ __forceinline__ float4* piece_of(void* workspace, int w) {
+  return reinterpret_cast<float4*>(static_cast<char*>(workspace) + kCounterBytes) +
+         static_cast<long long>(w) * (kAcc / 4) * kMmaThreads;
+}
+
+// Piece p of this block's run: output tile t (m-block t % m_blocks, n-block
+// t / m_blocks), its stages [c0, c1); t = -1 for a block without units.
+struct StreamPiece {
+  int t, c0, c1;
+};
+struct StreamRun {
+  long long units;
+  int workers, pieces;
+  StreamPiece piece;
+};
+__device__ __forceinline__ StreamRun stream_run(int M, int p) {
+  StreamRun r;
+  r.units = static_cast<long long>((M + kBlockRows - 1) / kBlockRows) * kNBlocks * kIters;
+  r.workers = static_cast<int>(min(static_cast<long long>(gridDim.x), r.units));
+  if (static_cast<int>(blockIdx.x) >= r.workers) {
+    r.pieces = 0, r.piece = {-1, 0, 0};
+    return r;
+  }
+  const int start = run_start(blockIdx.x, r.units, r.workers), stop = run_start(blockIdx.x + 1, r.units, r.workers);
+  const int ga = start / kIters, gb = (stop - 1) / kIters;
+  r.pieces = gb - ga + 1;
+  // The head of gb, whole tiles, then the tail of ga (one piece if ga == gb).
+  const int t = r.pieces == 1 ? ga : p == 0 ? gb : p == r.pieces - 1 ? ga : ga + p;
+  r.piece = {t, t == ga ? start - ga * kIters : 0, t == gb ? stop - gb * kIters : kIters};
+  return r;
+}
+
+// This block's piece r.piece in acc: stored, or completed and stored to y.
+__device__ __forceinline__ void finish_piece(const StreamRun& r, bool mma, int M, int lane, void* workspace,
+                                             float (&acc)[kAcc], const TX* __restrict__ bias, const TX* residual,
+                                             TX* y) {
+  const int t = r.piece.t, w = blockIdx.x, m_blocks = (M + kBlockRows - 1) / kBlockRows;
+  const int m0 = (t % m_blocks) * kBlockRows;
+  const int tile = (t / m_blocks) * kBlockTiles + static_cast<int>(threadIdx.x) / 32;
+  const long long units = r.units;
+  const int workers = r.workers;
+  if (r.piece.c0 == 0 && r.piece.c1 == kIters) {
+    if (mma) store_tile(acc, tile, m0, M, lane, bias, residual, y);
+    return;
+  }
+  unsigned* flag = static_cast<unsigned*>(workspace) + t;
+  const int first = worker_of(static_cast<long long>(t) * kIters, units, workers);
+  const int last = worker_of(static_cast<long long>(t) * kIters + kIters - 1, units, workers);
+  if (w != last) {
+    if (mma) {
+      float4* mine = piece_of(workspace, w) + threadIdx.x;
+#pragma unroll
+      for (int j = 0; j < kAcc / 4; ++j)
+        __stcg(mine + j * kMmaThreads, make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
+      __threadfence();
+    }
+    __syncthreads();  // every thread's stores (each fenced) before the release
+    if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(flag) : "memory");
+    return;
+  }
+  if (threadIdx.x == 0) {
+    unsigned stored;
+    do {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(stored) : "l"(flag) : "memory");
+    } while (stored != static_cast<unsigned>(last - first));
+    *flag = 0;
+  }
+  __syncthreads();  // thread 0's acquire, for every thread's reads (through L2: __ldcg)
+  if (!mma) return;
+  for (int v = first; v < last; ++v) {
+    const float4* p = piece_of(workspace, v) + threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < kAcc / 4; ++j) {
+      const float4 q = __ldcg(p + j * kMmaThreads);
+      acc[4 * j] += q.x, acc[4 * j + 1] += q.y, acc[4 * j + 2] += q.z, acc[4 * j + 3] += q.w;
+    }
+  }
+  store_tile(acc, tile, m0, M, lane, bias, residual, y);
+}
+
 extern "C" __global__ void QJIT_WQ_CLUSTER __launch_bounds__(kThreads)
 qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, const TS* __restrict__ scales,
-             const void* __restrict__ zeros, const TX* __restrict__ bias, const TX* residual, TX* y, int M) {
+             const void* __restrict__ zeros, const TX* __restrict__ bias, const TX* residual, TX* y, int M,
+             void* workspace) {
   // kStages × kStagePieces of ring, then from the next 1024-byte boundary
   // (the swizzle atoms' alignment; the host adds 1024 bytes) kStages slots of
   // sB and each warpgroup's two sA buffers.
@@ -452,62 +630,44 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
   const unsigned ring_end = static_cast<unsigned>(__cvta_generic_to_shared(ring + kStages * kStagePieces));
   unsigned char* sb = reinterpret_cast<unsigned char*>(ring + kStages * kStagePieces) + ((1024 - ring_end % 1024) % 1024);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int first_tile = blockIdx.y * kBlockTiles;
   const int bt = warp;  // the warp's tile in the block: warpgroup warp / 4, warp warp % 4 of it
-  // This block's kMine stages of k, from `begin`: the z-th of kSplit equal
-  // ranges. The last may run past kIters; those stages hold zeros, so every
-  // block runs the same, compile-time number of iterations.
-  constexpr int kMine = (kIters + kSplit - 1) / kSplit;
-  const int begin = blockIdx.z * kMine, end = begin + kMine;
   // Roles: every thread does both without a producer warpgroup.
   const bool mma = kProducer == 0 || __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0) < kGroups;
   const bool copier = kProducer == 0 || !mma;
   allow_next_grid();
   if (!copier) qjit::wait_for_previous_grid();  // the copiers wait inside ring_prologue; y is written after
+  float acc[kAcc];
 
+  if constexpr (kStream > 0) {
+    const StreamRun first = stream_run(M, 0);
+    if (first.piece.t < 0) return;  // more blocks than units: this one has none
+#pragma unroll 1
+    for (int p = 0; p < first.pieces; ++p) {
+      // Recomputed around the mainloop rather than kept: live across it, the
+      // schedule cost the 256-row kernel its last registers (ptxas spilled).
+      StreamRun r = stream_run(M, p);
+      const int m_blocks = (M + kBlockRows - 1) / kBlockRows;
+      accumulate_tile(x, qweight, scales, zeros, M, (r.piece.t % m_blocks) * kBlockRows,
+                      (r.piece.t / m_blocks) * kBlockTiles, r.piece.c0, r.piece.c1 - r.piece.c0, mma, copier, bt, lane,
+                      ring, sb, acc);
+      r = stream_run(M, p);
+      finish_piece(r, mma, M, lane, workspace, acc, bias, residual, y);
+    }
+    return;
+  }
+
+  const int first_tile = blockIdx.y * kBlockTiles;
+  // This block's kMine stages of k, from `begin`: the z-th of kSplit equal
+  // ranges. The last may run past kIters; those stages hold zeros, so every
+  // block of a cluster runs the same number of iterations.
+  constexpr int kMine = (kIters + kSplit - 1) / kSplit;
+  const int begin = blockIdx.z * kMine;
   // Every bucket but 1024 covers M in one pass; 1024 loops over any M.
   for (int m0 = blockIdx.x * kBlockRows; m0 < M; m0 += gridDim.x * kBlockRows) {
-    __syncthreads();  // the previous pass is done with the ring and sB
-    float acc[kAcc];
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
-    fence_acc(acc);
-
-    ABuffers a;
-    a.smem = sb + kStages * kSbStage + (bt / 4) * 2 * kSaStage;  // unused by the producer and without kASmem
-    const auto stage_x = [&](int stage_index, int slot) {
-      if constexpr (kASmem) copy_x_natural(x, m0, M, stage_index, sb + slot * kSbStage);
-      else copy_x_permuted(x, m0, M, stage_index, sb + slot * kSbStage);
-    };
-    if (copier) {
-      ring_prologue(qweight, scales, zeros, first_tile, begin, end, ring, stage_x);
-      asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");  // stage `begin`
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    }
-    __syncthreads();
-    if (mma) dequant_stage<0>(ring + (begin % kStages) * kStagePieces, begin, bt, lane, a);
-
-    // Unrolled by two so the A buffer index is a constant; the trip
-    // count is too, so no wgmma sits behind a branch.
-#pragma unroll 1
-    for (int i = 0; i < kMine / 2; ++i) {
-      iteration<0>(begin + 2 * i, end, mma, copier, qweight, scales, zeros, first_tile, bt, lane, ring, sb, a, acc, stage_x);
-      iteration<1>(begin + 2 * i + 1, end, mma, copier, qweight, scales, zeros, first_tile, bt, lane, ring, sb, a, acc, stage_x);
-    }
-    if constexpr (kMine % 2 == 1)
-      iteration<0>(end - 1, end, mma, copier, qweight, scales, zeros, first_tile, bt, lane, ring, sb, a, acc, stage_x);
-    if (mma) asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    fence_acc(acc);
-    if (copier) asm volatile("cp.async.wait_all;" ::: "memory");
+    accumulate_tile(x, qweight, scales, zeros, M, m0, first_tile, begin, kMine, mma, copier, bt, lane, ring, sb, acc);
     const int tile = first_tile + bt;
     if constexpr (kSplit == 1) {
-      if (mma && tile < kNTiles) {
-#pragma unroll
-        for (int j = 0; j < kAcc / 4; ++j) {
-          const float v[4] = {acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]};
-          store_four(v, j, tile, m0, M, lane, bias, residual, y);
-        }
-      }
+      if (mma) store_tile(acc, tile, m0, M, lane, bias, residual, y);
     } else {
       __syncthreads();  // every warp is done with the ring: it holds the partial sums now
       float4* partial = reinterpret_cast<float4*>(ring);  // [kAcc / 4][kMmaThreads]: conflict-free
