@@ -466,12 +466,13 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
   // and, in the 1024 bucket, loop past the grid (a split's clusters loop
   // together). One cache per case: cases may share a spec.
   const auto wgmma = [](int groups, int rows, int stages, int chunks, int split = 1, int producer = 0, int a_smem = 0,
-                        int stream = 0) {
+                        int stream = 0, int a_quad = 0) {
     nlohmann::json j{{"family", "wgmma"}, {"groups", groups}, {"rows", rows}, {"stages", stages}, {"chunks", chunks}};
     if (split > 1) j["split"] = split;
     if (producer) j["producer"] = producer;
     if (a_smem) j["a_smem"] = a_smem;
     if (stream) j["stream"] = stream;
+    if (a_quad) j["a_quad"] = a_quad;
     return j;
   };
   const BucketCase cases[] = {
@@ -510,6 +511,13 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
        wgmma(1, 64, 3, 1, 1, 1, 1, 3), {65, 100}},
       {{{"k", 2048}, {"n", 512}, {"bits", 8}, {"zero", "sym"}, {"residual", "yes"}}, wgmma(2, 256, 4, 1, 1, 0, 1, 1),
        {257, 512}},
+      // A traded into natural k order within each quad (4-bit): two groups per chunk (g = 32, a step's
+      // group is its own), float zeros with bf16, a producer, 256 rows with the stream schedule
+      {{{"k", 1024}, {"n", 272}, {"bits", 4}, {"zero", "int"}, {"g", 32}}, wgmma(1, 64, 3, 2, 2, 0, 0, 0, 1), {65, 100}},
+      {{{"k", 320}, {"n", 80}, {"bits", 4}, {"zero", "float"}, {"scales", "bf16"}, {"x", "bf16"}, {"g", 64}},
+       wgmma(1, 128, 4, 1, 1, 1, 0, 1, 1), {129, 200}},
+      {{{"k", 768}, {"n", 128}, {"bits", 4}, {"zero", "sym"}, {"bias", "yes"}, {"act", "relu6"}},
+       wgmma(2, 256, 4, 1, 1, 0, 0, 1, 1), {257, 512}},
   };
   run_inside_bucket(cases);
 }

@@ -503,9 +503,14 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   using codegen::parse_spec;
   const auto& op = codegen::find_op("wq_gemm");
   const auto big = parse_spec("wq_gemm", "k=4096,n=11008,m=256");
-  const nlohmann::json c = {{"family", "wgmma"}, {"groups", 2}, {"rows", 128}, {"stages", 3}, {"chunks", 2}};
+  // A in registers at 4 bits is searched only in natural order (a_quad).
+  const nlohmann::json c = {{"family", "wgmma"}, {"groups", 2}, {"rows", 128}, {"stages", 3}, {"chunks", 2}, {"a_quad", 1}};
   const auto space = op.tunable_space(big);
   CHECK(std::find(space.begin(), space.end(), c) != space.end());
+  auto without = [](nlohmann::json j, const char* key) {
+    j.erase(key);
+    return j;
+  };
   // Not below m = 64 (rows of x per block are 64 at least), nor for x of
   // another type than the scales (x is copied unconverted).
   auto wgmma_count = [&](const char* shape) {
@@ -554,9 +559,9 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   // a_smem: two stages of sA per warpgroup (64 rows × 128 bytes per chunk)
   // on top of the ring; absent when 0. With A out of registers, one
   // warpgroup holds 256 rows of accumulators.
-  const auto a_smem = bad("a_smem", 1);
+  const auto a_smem = without(bad("a_smem", 1), "a_quad");
   CHECK(std::find(space.begin(), space.end(), a_smem) != space.end());
-  CHECK(std::find(space.begin(), space.end(), bad("a_smem", 0)) == space.end());
+  CHECK(std::find(space.begin(), space.end(), with_key(a_smem, "a_smem", 0)) == space.end());
   CHECK(op.launch_geometry(big, a_smem).dynamic_smem == g.dynamic_smem + 2 * 2 * 2 * 64 * 128);
   CHECK(codegen::generate_source(big, a_smem).text.find("kASmem = true;") != std::string::npos);
   nlohmann::json one_group_256 = {{"family", "wgmma"}, {"groups", 1}, {"rows", 256}, {"stages", 3}, {"chunks", 1}};
@@ -588,6 +593,23 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
       CHECK((op.launch_geometry(big, j).dynamic_smem + 1152) * j.at("stream").get<int>() <= 228 * 1024);
   const auto stream_src = codegen::generate_source(big, stream);
   CHECK(stream_src.text.find("kStream = 1;") != std::string::npos);
+  // a_quad: A in registers traded into natural k order (4-bit only), x
+  // copied 16 bytes at a time; absent when 0; not with a_smem. At 4 bits the
+  // permuted order (x copied 4 bytes at a time) stays legal but unsearched;
+  // other widths search only it.
+  const auto permuted = without(c, "a_quad");
+  CHECK_NOTHROW(op.validate_config(big, permuted));
+  CHECK(std::find(space.begin(), space.end(), permuted) == space.end());
+  CHECK(std::find(space.begin(), space.end(), bad("a_quad", 0)) == space.end());
+  const auto big8 = parse_spec("wq_gemm", "k=4096,n=11008,m=256,bits=8");
+  const auto space8 = op.tunable_space(big8);
+  CHECK(std::find(space8.begin(), space8.end(), permuted) != space8.end());
+  CHECK_THROWS_WITH(op.validate_config(big8, c), Catch::Contains("bits must be 4"));
+  CHECK_THROWS_WITH(op.validate_config(big, with_key(c, "a_smem", 1)), Catch::Contains("a_smem must be 0"));
+  CHECK(op.launch_geometry(big, permuted).dynamic_smem == g.dynamic_smem);
+  const auto permuted_ptx = codegen::compile(codegen::generate_source(big, permuted), "sm_90");
+  REQUIRE(permuted_ptx.ok);
+  CHECK(permuted_ptx.ptx.find("cp.async.ca.shared.global") != std::string::npos);  // x 4 bytes at a time
   const auto split_src = codegen::generate_source(big, split);
   CHECK(split_src.text.find("kSplit = 3;") != std::string::npos);
   CHECK(split_src.text.find("#define QJIT_WQ_CLUSTER __cluster_dims__(1, 1, kSplit)") != std::string::npos);
@@ -602,6 +624,8 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   REQUIRE(r.ok);
   CHECK(r.ptx.find(".target sm_90a") != std::string::npos);
   CHECK(r.ptx.find("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16") != std::string::npos);
+  CHECK(r.ptx.find("shfl.sync.bfly") != std::string::npos);                 // a_quad: the quad's trade
+  CHECK(r.ptx.find("cp.async.ca.shared.global") == std::string::npos);      // and no 4-byte copies of x
   CHECK(r.spill_bytes == 0);
   CHECK_THROWS_WITH(codegen::compile(src, "sm_80"), Catch::Contains("compute capability 9.0 only, not sm_80"));
   CHECK_FALSE(codegen::generate_source(big, op.default_config(big)).needs_sm90a);

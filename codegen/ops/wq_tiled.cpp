@@ -127,14 +127,17 @@ WqWgmmaConfig WqWgmmaConfig::from(const nlohmann::json& j) {
   // they differ from their default, so cached configs keep their meaning.
   auto optional = [&](const char* k, int fallback) { return j.is_object() && j.contains(k) ? get(k) : fallback; };
   const size_t optional_keys =
-      j.is_object() ? j.count("split") + j.count("producer") + j.count("a_smem") + j.count("stream") : 0;
+      j.is_object()
+          ? j.count("split") + j.count("producer") + j.count("a_smem") + j.count("stream") + j.count("a_quad")
+          : 0;
   if (!is_wgmma(j) || j.size() != 5u + optional_keys)
     throw Error("config",
                 "wq_gemm wgmma config needs family, groups, rows, stages, chunks and optionally split, producer, "
-                "a_smem and stream: " +
+                "a_smem, stream and a_quad: " +
                     j.dump());
-  return {get("groups"),         get("rows"),           get("stages"),       get("chunks"),
-          optional("split", 1), optional("producer", 0), optional("a_smem", 0), optional("stream", 0)};
+  return {get("groups"),           get("rows"),          get("stages"),
+          get("chunks"),           optional("split", 1), optional("producer", 0),
+          optional("a_smem", 0),   optional("stream", 0), optional("a_quad", 0)};
 }
 
 nlohmann::json WqWgmmaConfig::to_json() const {
@@ -143,6 +146,7 @@ nlohmann::json WqWgmmaConfig::to_json() const {
   if (producer != 0) j["producer"] = producer;
   if (a_smem != 0) j["a_smem"] = a_smem;
   if (stream != 0) j["stream"] = stream;
+  if (a_quad != 0) j["a_quad"] = a_quad;
   return j;
 }
 
@@ -171,6 +175,9 @@ std::string wq_wgmma_problem(const WqShape& s, const WqWgmmaConfig& c) {
   if (!one_of(c.stream, {0, 1, 2, 3})) return "stream must be 0 (a block per output tile) or 1 to 3 blocks per SM";
   if (c.stream > 0 && c.split != 1) return "stream balances k itself (split must be 1)";
   if (c.stream > 0 && s.m >= 1024) return "stream covers the bucket's rows in one pass (m below 1024)";
+  if (!one_of(c.a_quad, {0, 1})) return "a_quad must be 0 or 1";
+  if (c.a_quad && c.a_smem) return "a_quad orders A in registers (a_smem must be 0)";
+  if (c.a_quad && s.bits != 4) return "a_quad trades 4-bit words (bits must be 4)";
   // Register limits (ptxas spills past them): a third warpgroup leaves 168
   // registers per thread, short of 128 accumulators and tight for two chunks
   // per stage; A in registers takes 16 more per chunk of a stage, twice (the
@@ -197,9 +204,14 @@ std::vector<WqWgmmaConfig> wq_wgmma_space(const WqShape& s) {
           for (int split : {1, 2, 3, 4})
             for (int producer : {0, 1})
               for (int a_smem : {0, 1})
-                for (int stream : {0, 1, 2, 3}) {
-                  const WqWgmmaConfig c{groups, rows, stages, chunks, split, producer, a_smem, stream};
+                for (int stream : {0, 1, 2, 3})
+                  for (int a_quad : {0, 1}) {
+                  const WqWgmmaConfig c{groups, rows, stages, chunks, split, producer, a_smem, stream, a_quad};
                   if (!wq_wgmma_problem(s, c).empty()) continue;
+                  // At 4 bits, A in registers is always traded into natural order: the permuted copies
+                  // of x lost to it on every shape tuned (H100: 27.4 against 24.4 us at 4096 x 11008,
+                  // M = 64; 62.4 against 51.0 at M = 256; 58.4 against 50.6 at 11008 x 4096, M = 256).
+                  if (s.bits == 4 && a_smem == 0 && a_quad == 0) continue;
                   // Only as many blocks per SM as their shared memory fits (an H100's 228 KB, 1 KB
                   // reserved per block, and the runtime's 128 bytes of slack): more would not be
                   // resident together.
@@ -218,6 +230,8 @@ std::vector<Constant> wq_wgmma_constants(const WqShape& s, const WqWgmmaConfig& 
   out.push_back({"int", "kSplit", std::to_string(c.split), "tunable: blocks of a cluster splitting k"});
   out.push_back({"int", "kProducer", std::to_string(c.producer), "tunable: 1 = a warpgroup that only copies"});
   out.push_back({"bool", "kASmem", c.a_smem ? "true" : "false", "tunable: dequantised weights through shared memory"});
+  out.push_back({"bool", "kAQuad", c.a_quad ? "true" : "false",
+                 "tunable: A in registers put in natural k order within each quad (x copied in natural order)"});
   out.push_back({"int", "kStream", std::to_string(c.stream),
                  "tunable: 0 a block per output tile, else blocks per SM of the stream schedule"});
   // Only a split launches clusters: configs without one launch exactly as before the key existed.

@@ -39,6 +39,9 @@
 //     the warps dequantise stage it + 1 while the tensor cores read stage it)
 //     and a warpgroup barrier per iteration. It wins at 256 rows, where the
 //     4-byte copies of x cost more than the wgmma work (H100, session 7).
+//   - Registers in natural k order (kAQuad = 1, 4-bit): the lanes of a quad
+//     trade their words first (quad_transpose below), so x is copied in
+//     natural order as for sA, without sA's stores, reads and barrier.
 //
 // Pipeline: kStages ring slots, each holding one stage (kChunksPerStage
 // chunks of 64 k): the weights, scales and zeros in the cp.async ring of
@@ -316,6 +319,63 @@ __device__ __forceinline__ void copy_x_natural(const TX* __restrict__ x, int m0,
 
 // --- A: dequantised weights -----------------------------------------------------
 
+// A in natural k order (kAQuad, 4-bit): the native layout gives lane (gq, t)
+// rows gq and gq + 8 at physical k 16t .. 16t + 15, its word s holding step
+// s of that order (wq_dequant.cuh); hence the 4-byte copies of x above. Here
+// the four lanes of a quad trade words so that lane t holds, for step S, the
+// natural k 16S + 2t + {0, 1} and 16S + 2t + 8 + {0, 1}: wgmma's A fragment
+// for x copied in natural order, 16 bytes at a time (copy_x_natural).
+// Physical k 16S + 2t + 8h + e sits in lane S, word t/2 + 2h, byte t%2 (e =
+// 0) or 2 + t%2 (e = 1), each byte one value of rows gq and gq + 8. So lane
+// S packs P_j for lane j (one prmt: bytes j%2 and 2 + j%2 of words j/2 and
+// j/2 + 2, in a native word's order), and a 4 × 4 transpose of the P_j
+// across the quad (two rounds of shfl.xor, 4 shuffles and 8 selects) leaves
+// lane t the four natural words, which dequantise as native ones.
+__device__ __forceinline__ void quad_transpose(unsigned (&w)[4], int t) {
+  unsigned x[4] = {__byte_perm(w[0], w[2], 0x6240), __byte_perm(w[0], w[2], 0x7351),
+                   __byte_perm(w[1], w[3], 0x6240), __byte_perm(w[1], w[3], 0x7351)};
+  // Round 1, lanes t and t ^ 2: the lane with bit 1 set sends x0, x1 and
+  // takes the partner's x2, x3 in their place; the other sends x2, x3.
+  const bool b1 = (t & 2) != 0, b0 = (t & 1) != 0;
+  unsigned r0 = __shfl_xor_sync(0xffffffffu, b1 ? x[0] : x[2], 2);
+  unsigned r1 = __shfl_xor_sync(0xffffffffu, b1 ? x[1] : x[3], 2);
+  x[0] = b1 ? r0 : x[0], x[1] = b1 ? r1 : x[1], x[2] = b1 ? x[2] : r0, x[3] = b1 ? x[3] : r1;
+  // Round 2, lanes t and t ^ 1: the same for x0, x2 against x1, x3.
+  r0 = __shfl_xor_sync(0xffffffffu, b0 ? x[0] : x[1], 1);
+  r1 = __shfl_xor_sync(0xffffffffu, b0 ? x[2] : x[3], 1);
+  x[0] = b0 ? r0 : x[0], x[1] = b0 ? x[1] : r0, x[2] = b0 ? r1 : x[2], x[3] = b0 ? x[3] : r1;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) w[i] = x[i];
+}
+
+// dequant_lane's registers in natural k order (kAQuad): step S covers k
+// 16S .. 16S + 15 of the chunk, so its group is (16S) / kGroup. A template
+// only so that it is compiled for 4-bit kernels alone.
+template <int kB = kBits>
+__device__ __forceinline__ void dequant_lane_quad(const uint4* chunk, int bt, int lane, unsigned (&a)[4][4]) {
+  static_assert(kB == 4, "the quad transpose moves 4-bit words (a word is a step)");
+  const int gq = lane / 4, t = lane % 4;
+  const uint4 q = reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned*>(chunk) + bt * 32 * kB)[lane];
+  unsigned w[kB] = {q.x, q.y, q.z, q.w};
+  quad_transpose(w, t);
+  const auto* s16 = reinterpret_cast<const unsigned short*>(chunk + kWPieces);
+  RowParams rp[kGroupsPerChunk][2];
+#pragma unroll
+  for (int gi = 0; gi < kGroupsPerChunk; ++gi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int at = (bt * kGroupsPerChunk + gi) * 16 + gq + 8 * h;
+      RowRaw raw{s16[at], 0};
+      if constexpr (kZeroMode == 1) raw.zo = reinterpret_cast<const unsigned char*>(chunk + kWPieces + kSPieces)[at];
+      if constexpr (kZeroMode == 2) raw.zo = reinterpret_cast<const unsigned short*>(chunk + kWPieces + kSPieces)[at];
+      rp[gi][h] = row_params(raw);
+    }
+#pragma unroll
+  for (int s = 0; s < 4; ++s)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a[s][r] = dequant2<false>(w, 4 * s + r, rp[kGroupsPerChunk > 1 ? 16 * s / kGroup : 0][r % 2]);
+}
+
 // The two A buffers of a warpgroup: registers, or sA (kASmem).
 struct ABuffers {
   unsigned reg[2][kChunksPerStage][4][4];
@@ -350,7 +410,8 @@ __device__ __forceinline__ void dequant_stage(const uint4* at, int stage, int bt
     unsigned scratch[4][4];  // sA: the registers only carry the values to the stores
     unsigned(&r)[4][4] = kASmem ? scratch : a.reg[B][kk];
     if (stage * kChunksPerStage + kk < kChunks) {
-      dequant_lane(at + kk * kChunkPieces, bt, lane, r);
+      if constexpr (kAQuad) dequant_lane_quad(at + kk * kChunkPieces, bt, lane, r);
+      else dequant_lane(at + kk * kChunkPieces, bt, lane, r);
     } else {
 #pragma unroll
       for (int s = 0; s < 4; ++s)
@@ -463,7 +524,7 @@ __device__ __forceinline__ void accumulate_tile(const TX* __restrict__ x, const 
   ABuffers a;
   a.smem = sb + kStages * kSbStage + (bt / 4) * 2 * kSaStage;  // unused by the producer and without kASmem
   const auto stage_x = [&](int stage_index, int slot) {
-    if constexpr (kASmem) copy_x_natural(x, m0, M, stage_index, sb + slot * kSbStage);
+    if constexpr (kASmem || kAQuad) copy_x_natural(x, m0, M, stage_index, sb + slot * kSbStage);
     else copy_x_permuted(x, m0, M, stage_index, sb + slot * kSbStage);
   };
   if (copier) {
