@@ -358,18 +358,10 @@ __device__ __forceinline__ void dequant_lane_quad(const uint4* chunk, int bt, in
   const uint4 q = reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned*>(chunk) + bt * 32 * kB)[lane];
   unsigned w[kB] = {q.x, q.y, q.z, q.w};
   quad_transpose(w, t);
-  const auto* s16 = reinterpret_cast<const unsigned short*>(chunk + kWPieces);
   RowParams rp[kGroupsPerChunk][2];
 #pragma unroll
   for (int gi = 0; gi < kGroupsPerChunk; ++gi)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int at = (bt * kGroupsPerChunk + gi) * 16 + gq + 8 * h;
-      RowRaw raw{s16[at], 0};
-      if constexpr (kZeroMode == 1) raw.zo = reinterpret_cast<const unsigned char*>(chunk + kWPieces + kSPieces)[at];
-      if constexpr (kZeroMode == 2) raw.zo = reinterpret_cast<const unsigned short*>(chunk + kWPieces + kSPieces)[at];
-      rp[gi][h] = row_params(raw);
-    }
+    rp[gi][0] = staged_row_params(chunk, bt, gi, gq), rp[gi][1] = staged_row_params(chunk, bt, gi, gq + 8);
 #pragma unroll
   for (int s = 0; s < 4; ++s)
 #pragma unroll

@@ -106,6 +106,16 @@ __device__ __forceinline__ void to_mma_type(uint4 v, unsigned (&b)[4]) {
   }
 }
 
+// Dequantisation parameters of row `row` (0..15) of block tile bt for the
+// chunk's group gi, from the scales and zeros staged in the chunk.
+__device__ __forceinline__ RowParams staged_row_params(const uint4* chunk, int bt, int gi, int row) {
+  const int at = (bt * kGroupsPerChunk + gi) * 16 + row;
+  RowRaw raw{reinterpret_cast<const unsigned short*>(chunk + kWPieces)[at], 0};
+  if constexpr (kZeroMode == 1) raw.zo = reinterpret_cast<const unsigned char*>(chunk + kWPieces + kSPieces)[at];
+  if constexpr (kZeroMode == 2) raw.zo = reinterpret_cast<const unsigned short*>(chunk + kWPieces + kSPieces)[at];
+  return row_params(raw);
+}
+
 // Lane `lane`'s 16 A registers of block tile bt for the chunk at `chunk`,
 // dequantised (register R = 4s + r as a[s][r]: row gq + 8(r%2) of the tile,
 // see wq_dequant.cuh): its native words, as load_tile reads them from global,
@@ -126,16 +136,7 @@ __device__ __forceinline__ void dequant_lane(const uint4* chunk, int bt, int lan
     }
   }
   const int gi = kGroupsPerChunk > 1 ? (16 * t) / kGroup : 0;
-  const auto* s16 = reinterpret_cast<const unsigned short*>(chunk + kWPieces);
-  RowParams rp[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int at = (bt * kGroupsPerChunk + gi) * 16 + gq + 8 * h;
-    RowRaw raw{s16[at], 0};
-    if constexpr (kZeroMode == 1) raw.zo = reinterpret_cast<const unsigned char*>(chunk + kWPieces + kSPieces)[at];
-    if constexpr (kZeroMode == 2) raw.zo = reinterpret_cast<const unsigned short*>(chunk + kWPieces + kSPieces)[at];
-    rp[h] = row_params(raw);
-  }
+  const RowParams rp[2] = {staged_row_params(chunk, bt, gi, gq), staged_row_params(chunk, bt, gi, gq + 8)};
 #pragma unroll
   for (int s = 0; s < 4; ++s)
 #pragma unroll
