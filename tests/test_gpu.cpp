@@ -233,6 +233,44 @@ TEST_CASE("fp_lut: every candidate verifies on random odd-length tensors (tuner)
   }
 }
 
+TEST_CASE("a candidate that a tuning run stopped on is skipped afterwards, and --retune measures it", "[gpu]") {
+  // The tuner stores a candidate as unfinished before the GPU runs it and
+  // replaces that with its result; one still unfinished means the run died
+  // on it (a fault poisons the context, a hang gets the process killed).
+  test::TempDir dir;
+  cache::Store store(dir.file("kernels.db"));
+  const auto spec = codegen::parse_spec("fp_lut", "n=4097,fn=exp,in=fp16,out=bf16");
+  tuner::TuneOptions opt;
+  opt.seed = fresh_seed();
+  const auto first = tuner::tune(spec, store, opt);
+  for (const auto& t : first.trials) CHECK(t.message != tuner::kUnfinishedTrial);  // every placeholder replaced
+  // The fastest candidate (not a library baseline): a run that died on it must not pick it.
+  const auto fastest = std::find_if(first.trials.begin(), first.trials.end(),
+                                    [](const cache::TrialRecord& t) { return !t.config.contains("baseline"); });
+  REQUIRE(fastest != first.trials.end());
+  REQUIRE(first.candidates_total >= 2);
+  cache::TrialRecord died = *fastest;
+  died.status = cache::TrialStatus::wrong_result;
+  died.message = tuner::kUnfinishedTrial;
+  died.median_us = 0;
+  store.put_trials({died});
+  const auto again = tuner::tune(spec, store, opt);
+  CHECK(again.measured_now == 0);
+  CHECK(again.skipped_known == first.candidates_total);
+  CHECK(again.best.config != died.config);
+  const auto kept = std::find_if(again.trials.begin(), again.trials.end(),
+                                 [&](const cache::TrialRecord& t) { return t.config == died.config; });
+  REQUIRE(kept != again.trials.end());
+  CHECK(kept->message == tuner::kUnfinishedTrial);
+  tuner::TuneOptions retune = opt;
+  retune.retune = true;
+  retune.only_configs = {died.config};
+  const auto measured = tuner::tune(spec, store, retune);
+  CHECK(measured.measured_now == 1);
+  for (const auto& t : measured.trials)
+    if (t.config == died.config) CHECK(t.status == cache::TrialStatus::ok);
+}
+
 TEST_CASE("fused_ffn with the FP16 SiLU table: every candidate and the typed API", "[gpu]") {
   test::TempDir dir;
   cache::Store store(dir.file("kernels.db"));

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <ostream>
@@ -179,7 +180,25 @@ TuneReport tune(const codegen::OpSpec& spec, cache::Store& store, const TuneOpti
   double best_us = INFINITY;
   std::map<std::string, size_t> verified_now;  // config -> index in cands: the winner need not compile again
   int measured = 0;
+  // Every candidate's trials reach the store when its turn ends, however it
+  // ends (continue, or a driver error unwinding): a run that stops loses
+  // nothing it measured.
+  size_t stored = 0;  // new_trials[0, stored) are in the store
+  const auto flush = [&] {
+    store.put_trials({new_trials.begin() + static_cast<std::ptrdiff_t>(stored), new_trials.end()});
+    stored = new_trials.size();
+  };
+  struct FlushAtEnd {
+    const std::function<void()> flush;
+    ~FlushAtEnd() {
+      try {
+        flush();
+      } catch (...) {  // unwinding already: the error in flight is the one to report
+      }
+    }
+  };
   for (auto& c : cands) {
+    const FlushAtEnd flush_at_end{flush};
     if (c.compiled.log.empty() && !c.compiled.ok) continue;  // never started (deadline)
     if (!c.compiled.ok) {
       record(c.config, cache::TrialStatus::compile_error, first_lines(c.compiled.log, 6), &c.compiled);
@@ -210,26 +229,46 @@ TuneReport tune(const codegen::OpSpec& spec, cache::Store& store, const TuneOpti
       CUmodule m;
       ~ModuleGuard() { runtime::driver().cuModuleUnload(m); }
     } mguard{k.module};
-    // Verify on copy 0, output poisoned first.
-    work->poison_output(stream);
-    CUresult r = runtime::try_launch(k, work->args(0), stream);
-    if (r == CUDA_SUCCESS) r = runtime::driver().cuStreamSynchronize(stream);
-    if (r == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES || r == CUDA_ERROR_INVALID_VALUE) {
-      record(c.config, cache::TrialStatus::resource_error, runtime::describe(r), &c.compiled);
-      ++rep.failed_now;
-      continue;
+    // Stored before the GPU runs the candidate, replaced by its result at
+    // the end: if the process dies on it (a fault that poisons the context,
+    // a hang that gets it killed), the next run finds it measured and skips
+    // it instead of dying on it again (--retune tries it anyway).
+    {
+      cache::TrialRecord pending;
+      pending.key = key;
+      pending.config = c.config;
+      pending.status = cache::TrialStatus::wrong_result;
+      pending.message = kUnfinishedTrial;
+      store.put_trials({pending});
     }
-    if (r != CUDA_SUCCESS) throw Error("driver", "candidate " + c.config.dump() + " failed: " + runtime::describe(r));
-    Verification v = work->verify();
-    if (!v.ok) {
-      auto* t = record(c.config, cache::TrialStatus::wrong_result, v.message, &c.compiled);
-      t->verify_error = v.rel_error;
-      ++rep.failed_now;
-      if (out) *out << "  WRONG " << c.config.dump() << ": " << v.message << "\n";
-      continue;
+    Verification v;
+    Timing tm;
+    try {
+      // Verify on copy 0, output poisoned first.
+      work->poison_output(stream);
+      CUresult r = runtime::try_launch(k, work->args(0), stream);
+      if (r == CUDA_SUCCESS) r = runtime::driver().cuStreamSynchronize(stream);
+      if (r == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES || r == CUDA_ERROR_INVALID_VALUE) {
+        record(c.config, cache::TrialStatus::resource_error, runtime::describe(r), &c.compiled);
+        ++rep.failed_now;
+        continue;
+      }
+      if (r != CUDA_SUCCESS) throw Error("driver", "candidate " + c.config.dump() + " failed: " + runtime::describe(r));
+      v = work->verify();
+      if (!v.ok) {
+        auto* t = record(c.config, cache::TrialStatus::wrong_result, v.message, &c.compiled);
+        t->verify_error = v.rel_error;
+        ++rep.failed_now;
+        if (out) *out << "  WRONG " << c.config.dump() << ": " << v.message << "\n";
+        continue;
+      }
+      tm = time_launches([&](int i) { runtime::launch(k, work->args(i % work->copies()), stream); }, stream);
+    } catch (const Error& e) {
+      // The context is unusable after most launch failures: record the
+      // culprit with the driver's words (stored with the rest), then stop.
+      record(c.config, cache::TrialStatus::wrong_result, e.what(), &c.compiled);
+      throw;
     }
-    Timing tm = time_launches(
-        [&](int i) { runtime::launch(k, work->args(i % work->copies()), stream); }, stream);
     auto* t = record(c.config, cache::TrialStatus::ok, "", &c.compiled);
     t->median_us = tm.median_us;
     t->gbps = rep.bytes / (tm.median_us * 1e3);
@@ -269,7 +308,7 @@ TuneReport tune(const codegen::OpSpec& spec, cache::Store& store, const TuneOpti
       *out << line;
     }
   }
-  store.put_trials(new_trials);
+  flush();
 
   // 4. Winner over every ok trial of this key, this run's and earlier ones'.
   //    Ties within the noise (1%) go to the simpler config.
