@@ -206,18 +206,18 @@ std::vector<WqWgmmaConfig> wq_wgmma_space(const WqShape& s) {
               for (int a_smem : {0, 1})
                 for (int stream : {0, 1, 2, 3})
                   for (int a_quad : {0, 1}) {
-                  const WqWgmmaConfig c{groups, rows, stages, chunks, split, producer, a_smem, stream, a_quad};
-                  if (!wq_wgmma_problem(s, c).empty()) continue;
-                  // At 4 bits, A in registers is always traded into natural order: the permuted copies
-                  // of x lost to it on every shape tuned (H100: 27.4 against 24.4 us at 4096 x 11008,
-                  // M = 64; 62.4 against 51.0 at M = 256; 58.4 against 50.6 at 11008 x 4096, M = 256).
-                  if (s.bits == 4 && a_smem == 0 && a_quad == 0) continue;
-                  // Only as many blocks per SM as their shared memory fits (an H100's 228 KB, 1 KB
-                  // reserved per block, and the runtime's 128 bytes of slack): more would not be
-                  // resident together.
-                  if (stream > 1 && (wq_wgmma_smem_bytes(s, c) + 1152) * stream > 228 * 1024) continue;
-                  out.push_back(c);
-                }
+                    const WqWgmmaConfig c{groups, rows, stages, chunks, split, producer, a_smem, stream, a_quad};
+                    if (!wq_wgmma_problem(s, c).empty()) continue;
+                    // At 4 bits, A in registers is always traded into natural order: the permuted copies
+                    // of x lost to it on every shape tuned (H100: 27.4 against 24.4 us at 4096 x 11008,
+                    // M = 64; 62.4 against 51.0 at M = 256; 58.4 against 50.6 at 11008 x 4096, M = 256).
+                    if (s.bits == 4 && a_smem == 0 && a_quad == 0) continue;
+                    // Only as many blocks per SM as their shared memory fits (an H100's 228 KB, 1 KB
+                    // reserved per block, and the runtime's 128 bytes of slack): more would not be
+                    // resident together.
+                    if (stream > 1 && (wq_wgmma_smem_bytes(s, c) + 1152) * stream > 228 * 1024) continue;
+                    out.push_back(c);
+                  }
   return out;
 }
 
