@@ -37,6 +37,7 @@
 //   then                two pieces per block (of its first and its last row
 //                       group): warp 0's kAccWords accumulators, [word][lane]
 #include "qjit/wq_gemm/wq_mma_mainloop.cuh"
+#include "qjit/wq_gemm/wq_even_runs.cuh"
 
 static_assert(kBalance == 0 || (kGroupsPerBlock == 1 && kBucketM <= kMBlock),
               "the balanced schedule runs one row group per block and one pass over m");
@@ -48,11 +49,8 @@ constexpr int kCounterBytes = (kRowGroups * 4 + 255) / 256 * 256;  // codegen/op
 static_assert(kUnits < (1LL << 31), "units are counted in 32 bits");
 
 // First unit of block w's run (of `workers`), and the block whose run holds unit u.
-__device__ __forceinline__ int run_start(long long w, int workers) { return static_cast<int>(w * kUnits / workers); }
-__device__ __forceinline__ int worker_of(long long u, int workers) {
-  // The largest w with w·U/W <= u, i.e. w·U < (u + 1)·W.
-  return static_cast<int>(((u + 1) * workers - 1) / kUnits);
-}
+__device__ __forceinline__ int run_start(long long w, int workers) { return run_start(w, kUnits, workers); }
+__device__ __forceinline__ int worker_of(long long u, int workers) { return worker_of(u, kUnits, workers); }
 
 // Where block v keeps its piece of row group g: slot 0 if its run starts in
 // g, slot 1 if g is where its run ends.
@@ -84,16 +82,10 @@ __device__ __forceinline__ void finish_piece(int g, int c0, int c1, int w, int w
     // Release after __syncwarp: every lane's stores are visible to the
     // block that acquires the flag.
     __syncwarp();
-    if (lane == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(flag) : "memory");
+    if (lane == 0) release_piece(flag);
     return;
   }
-  if (lane == 0) {
-    unsigned stored;
-    do {
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(stored) : "l"(flag) : "memory");
-    } while (stored != static_cast<unsigned>(last - first));
-    *flag = 0;
-  }
+  if (lane == 0) acquire_pieces(flag, static_cast<unsigned>(last - first));
   __syncwarp();  // lane 0's acquire, for every lane's reads
   float sum[kTiles][kMTiles][4];
   zero_acc(sum);

@@ -85,6 +85,7 @@ constexpr int kWarpsK = kChunksPerStage;  // the ring's chunks per stage (all wa
 constexpr int kRingRows = 0;              // x goes straight to sB
 #include "qjit/wq_gemm/wq_stage_ring.cuh"
 #include "qjit/wq_gemm/wq_gemm_epilogue.cuh"
+#include "qjit/wq_gemm/wq_even_runs.cuh"
 
 constexpr int kAcc = kBlockRows / 2;                   // accumulators per thread: 64 × kBlockRows / 128
 constexpr int kSbBytes = kBlockRows * 128;             // one chunk of sB: rows of 64 k
@@ -329,7 +330,7 @@ __device__ __forceinline__ void copy_x_natural(const TX* __restrict__ x, int m0,
 // 0) or 2 + t%2 (e = 1), each byte one value of rows gq and gq + 8. So lane
 // S packs P_j for lane j (one prmt: bytes j%2 and 2 + j%2 of words j/2 and
 // j/2 + 2, in a native word's order), and a 4 × 4 transpose of the P_j
-// across the quad (two rounds of shfl.xor, 4 shuffles and 8 selects) leaves
+// across the quad (two rounds of shfl.xor, 4 shuffles and 12 selects) leaves
 // lane t the four natural words, which dequantise as native ones.
 __device__ __forceinline__ void quad_transpose(unsigned (&w)[4], int t) {
   unsigned x[4] = {__byte_perm(w[0], w[2], 0x6240), __byte_perm(w[0], w[2], 0x7351),
@@ -585,13 +586,7 @@ constexpr int kMBlocksMax = (kBucketM + kBlockRows - 1) / kBlockRows;
 constexpr int kCounterBytes = (kNBlocks * kMBlocksMax * 4 + 255) / 256 * 256;  // wq_tiled.cpp's workspace_fixed
 static_assert(kStream == 0 || (kSplit == 1 && kBucketM < 1024), "the stream schedule: no split, one pass over M");
 
-__device__ __forceinline__ int run_start(long long w, long long units, int workers) {
-  return static_cast<int>(w * units / workers);
-}
-// The block whose run holds unit u: the largest w with w·U/W <= u.
-__device__ __forceinline__ int worker_of(long long u, long long units, int workers) {
-  return static_cast<int>(((u + 1) * workers - 1) / units);
-}
+__device__ __forceinline__ int m_blocks_of(int M) { return (M + kBlockRows - 1) / kBlockRows; }
 __device__ __forceinline__ float4* piece_of(void* workspace, int w) {
   return reinterpret_cast<float4*>(static_cast<char*>(workspace) + kCounterBytes) +
          static_cast<long long>(w) * (kAcc / 4) * kMmaThreads;
@@ -609,7 +604,7 @@ struct StreamRun {
 };
 __device__ __forceinline__ StreamRun stream_run(int M, int p) {
   StreamRun r;
-  r.units = static_cast<long long>((M + kBlockRows - 1) / kBlockRows) * kNBlocks * kIters;
+  r.units = static_cast<long long>(m_blocks_of(M)) * kNBlocks * kIters;
   r.workers = static_cast<int>(min(static_cast<long long>(gridDim.x), r.units));
   if (static_cast<int>(blockIdx.x) >= r.workers) {
     r.pieces = 0, r.piece = {-1, 0, 0};
@@ -628,7 +623,7 @@ __device__ __forceinline__ StreamRun stream_run(int M, int p) {
 __device__ __forceinline__ void finish_piece(const StreamRun& r, bool mma, int M, int lane, void* workspace,
                                              float (&acc)[kAcc], const TX* __restrict__ bias, const TX* residual,
                                              TX* y) {
-  const int t = r.piece.t, w = blockIdx.x, m_blocks = (M + kBlockRows - 1) / kBlockRows;
+  const int t = r.piece.t, w = blockIdx.x, m_blocks = m_blocks_of(M);
   const int m0 = (t % m_blocks) * kBlockRows;
   const int tile = (t / m_blocks) * kBlockTiles + static_cast<int>(threadIdx.x) / 32;
   const long long units = r.units;
@@ -649,16 +644,10 @@ __device__ __forceinline__ void finish_piece(const StreamRun& r, bool mma, int M
       __threadfence();
     }
     __syncthreads();  // every thread's stores (each fenced) before the release
-    if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(flag) : "memory");
+    if (threadIdx.x == 0) release_piece(flag);
     return;
   }
-  if (threadIdx.x == 0) {
-    unsigned stored;
-    do {
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(stored) : "l"(flag) : "memory");
-    } while (stored != static_cast<unsigned>(last - first));
-    *flag = 0;
-  }
+  if (threadIdx.x == 0) acquire_pieces(flag, static_cast<unsigned>(last - first));
   __syncthreads();  // thread 0's acquire, for every thread's reads (through L2: __ldcg)
   if (!mma) return;
   for (int v = first; v < last; ++v) {
@@ -699,7 +688,7 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
       // Recomputed around the mainloop rather than kept: live across it, the
       // schedule cost the 256-row kernel its last registers (ptxas spilled).
       StreamRun r = stream_run(M, p);
-      const int m_blocks = (M + kBlockRows - 1) / kBlockRows;
+      const int m_blocks = m_blocks_of(M);
       accumulate_tile(x, qweight, scales, zeros, M, (r.piece.t % m_blocks) * kBlockRows,
                       (r.piece.t / m_blocks) * kBlockTiles, r.piece.c0, r.piece.c1 - r.piece.c0, mma, copier, bt, lane,
                       ring, sb, acc);
