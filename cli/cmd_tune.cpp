@@ -77,7 +77,7 @@ void add_tune(CLI::App& app, int& rc) {
   struct Opts {
     SpecOptions spec;
     CacheOption cache;
-    std::string budget, arch = "sm_90";
+    std::string budget, only, arch = "sm_90";
     bool retune = false, json = false, quiet = false;
     int threads = 0;
   };
@@ -86,6 +86,9 @@ void add_tune(CLI::App& app, int& rc) {
   o->cache.add_to(cmd);
   cmd->add_option("--budget", o->budget, "stop after this long (30s, 2m) or this many new candidates (40)");
   cmd->add_flag("--retune", o->retune, "measure again candidates that already have trials");
+  cmd->add_option("--only", o->only,
+                  "tune only the candidates holding these keys, e.g. '{\"family\":\"wgmma\",\"ws\":1}' "
+                  "(see qjit source --configs)");
   cmd->add_option("--threads", o->threads, "compile threads (default: one per core)");
   cmd->add_option("--arch", o->arch, "without a GPU: target of the GPU-free compile")->capture_default_str();
   cmd->add_flag("--json", o->json, "print the result as JSON on stdout");
@@ -97,6 +100,14 @@ void add_tune(CLI::App& app, int& rc) {
     topt.retune = o->retune;
     topt.compile_threads = o->threads;
     topt.progress = o->quiet ? nullptr : &std::cerr;
+    // The filter is checked against every spec's space before any GPU work (or the GPU-free part).
+    std::vector<std::vector<nlohmann::json>> only(specs.size());
+    if (!o->only.empty()) {
+      const auto filter = nlohmann::json::parse(o->only, nullptr, /*allow_exceptions=*/false);
+      if (filter.is_discarded()) throw Error("argument", "malformed --only '" + o->only + "' (expected a JSON object)");
+      for (size_t i = 0; i < specs.size(); ++i)
+        only[i] = tuner::select_configs(codegen::find_op(specs[i].op).tunable_space(specs[i]), filter);
+    }
     std::string why;
     if (!runtime::gpu_available(&why)) {
       rc = gpu_free_part(specs, o->arch, o->cache.resolved(), why);
@@ -104,7 +115,9 @@ void add_tune(CLI::App& app, int& rc) {
     }
     cache::Store store(o->cache.resolved());
     nlohmann::json all = nlohmann::json::array();
-    for (const auto& spec : specs) {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const auto& spec = specs[i];
+      topt.only_configs = only[i];
       auto rep = tuner::tune(spec, store, topt);
       if (o->json) all.push_back(rep.to_json());
       else {

@@ -21,6 +21,7 @@
 #include "codegen/spec.h"
 #include "tests/helpers.h"
 #include "tuner/reference/wq_gemm.h"
+#include "tuner/tuner.h"
 
 using qjit::test::TempDir;
 using json = nlohmann::json;
@@ -130,6 +131,9 @@ TEST_CASE("cli: bad arguments exit 2 and name the bad value", "[cli]") {
       {"tune --op fused_ffn --shape d=4096,h=64 --m 1-x", "1-x"},
       {"tune --op fused_ffn --shape d=4096,h=64,m=2 --m 3", "m given both"},
       {"tune --op fused_ffn --shape d=4096,h=64 --budget xyz", "xyz"},
+      {"tune --op fused_ffn --shape d=4096,h=64 --only '{bad'", "{bad"},
+      {"tune --op fused_ffn --shape d=4096,h=64 --only '[1]'", "JSON object of config keys"},
+      {"tune --op wq_gemm --shape k=4096,n=11008,m=16 --only '{\"family\":\"wgmma\"}'", "matches none of the"},
       {"tune --op fused_ffn --shape d=4096,h=64 --dtype fp8", "dtype=fp8"},
       {"tune --op fused_ffn --shape d=0,h=64", "d=0"},
       {"tune --op fused_ffn", "--shape"},
@@ -590,4 +594,22 @@ TEST_CASE("cli: repack converts awq and gptq tensors to the native layout bit-ex
   CHECK(contains(io.err, "no/such/dir/q.bin"));
   CHECK_FALSE(fs::exists(fresh_z));
   CHECK(no_tmp_files(td.path));
+}
+
+TEST_CASE("qjit tune --only: the candidates holding every key of the filter", "[cli]") {
+  using namespace qjit;
+  const auto space = codegen::find_op("wq_gemm").tunable_space(codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=256"));
+  const auto ws = tuner::select_configs(space, {{"family", "wgmma"}, {"ws", 1}});
+  const auto wgmma = tuner::select_configs(space, {{"family", "wgmma"}});
+  REQUIRE(!ws.empty());
+  CHECK(ws.size() < wgmma.size());
+  CHECK(wgmma.size() < space.size());  // the tiled family is left out
+  for (const auto& c : ws) CHECK((c.at("family") == "wgmma" && c.at("ws") == 1));
+  // Every wgmma config with ws = 1 is kept, in the space's order.
+  std::vector<nlohmann::json> expected;
+  for (const auto& c : wgmma)
+    if (c.value("ws", 0) == 1) expected.push_back(c);
+  CHECK(ws == expected);
+  CHECK_THROWS_WITH(tuner::select_configs(space, {{"ws", "1"}}), Catch::Contains("matches none of the"));
+  CHECK_THROWS_WITH(tuner::select_configs(space, nlohmann::json::array()), Catch::Contains("JSON object"));
 }

@@ -75,6 +75,22 @@ double config_complexity(const nlohmann::json& config) {
   return c;
 }
 
+std::vector<nlohmann::json> select_configs(const std::vector<nlohmann::json>& space, const nlohmann::json& filter) {
+  if (!filter.is_object() || filter.empty())
+    throw Error("argument", "--only takes a JSON object of config keys, e.g. '{\"family\":\"wgmma\"}', not '" +
+                                filter.dump() + "'");
+  std::vector<nlohmann::json> out;
+  for (const auto& c : space) {
+    bool all = true;
+    for (const auto& [k, v] : filter.items()) all = all && c.is_object() && c.contains(k) && c.at(k) == v;
+    if (all) out.push_back(c);
+  }
+  if (out.empty())
+    throw Error("argument", "--only " + filter.dump() + " matches none of the " + std::to_string(space.size()) +
+                                " candidates");
+  return out;
+}
+
 TuneReport tune(const codegen::OpSpec& spec, cache::Store& store, const TuneOptions& opt) {
   const auto start = Clock::now();
   std::ostream* out = opt.progress;

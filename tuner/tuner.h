@@ -26,6 +26,11 @@ struct TuneOptions {
   std::vector<nlohmann::json> only_configs;
 };
 
+// The configs of `space` holding every key of `filter` with its value (a key
+// a config lacks does not match); `qjit tune --only`. Throws Error naming the
+// filter when it is not a JSON object or matches none.
+std::vector<nlohmann::json> select_configs(const std::vector<nlohmann::json>& space, const nlohmann::json& filter);
+
 struct BaselineResult {
   std::string name;
   double median_us = 0;
