@@ -69,6 +69,19 @@ struct LaunchGeometry {
   // callers pass the ones before it.
   size_t workspace_fixed = 0, workspace_per_block = 0;
   int workspace_param = -1;
+  // A bulk-tensor-copy descriptor (CUtensorMap, 128 bytes) of a row-major
+  // 16-bit matrix, made by the runtime at each launch and passed by value as
+  // the kernel's last parameter (after the workspace): the matrix is caller
+  // parameter `source` (a device pointer) with caller parameter `rows_param`
+  // (an int) rows of `cols` values; the kernel copies boxes of box_cols ×
+  // box_rows with the 128-byte swizzle (box_cols · 2 = 128 bytes), and rows
+  // past the matrix arrive as zeros. param < 0: none.
+  struct TensorMap {
+    int param = -1, source = 0, rows_param = 0;
+    long long cols = 0;
+    unsigned box_cols = 0, box_rows = 0;
+    bool bf16 = false;
+  } tensor_map;
 };
 
 // A pointer parameter of the kernel, in launch order, and the alignment the

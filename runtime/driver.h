@@ -17,7 +17,7 @@ namespace qjit::runtime {
   X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemsetD8) X(cuMemsetD8Async) X(cuStreamCreate) X(cuStreamDestroy)                \
   X(cuStreamSynchronize) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)                        \
   X(cuEventSynchronize) X(cuEventElapsedTime) X(cuGetErrorName) X(cuGetErrorString)                 \
-  X(cuMemGetInfo) X(cuFuncSetAttribute) X(cuLaunchKernelEx) X(cuModuleGetGlobal)
+  X(cuMemGetInfo) X(cuFuncSetAttribute) X(cuLaunchKernelEx) X(cuModuleGetGlobal) X(cuTensorMapEncodeTiled)
 
 struct Driver {
 #define QJIT_DECLARE_FN(name) decltype(&::name) name = nullptr;

@@ -504,13 +504,15 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
   // and, in the 1024 bucket, loop past the grid (a split's clusters loop
   // together). One cache per case: cases may share a spec.
   const auto wgmma = [](int groups, int rows, int stages, int chunks, int split = 1, int producer = 0, int a_smem = 0,
-                        int stream = 0, int a_quad = 0) {
+                        int stream = 0, int a_quad = 0, int ws = 0, int tma_x = 0) {
     nlohmann::json j{{"family", "wgmma"}, {"groups", groups}, {"rows", rows}, {"stages", stages}, {"chunks", chunks}};
     if (split > 1) j["split"] = split;
     if (producer) j["producer"] = producer;
     if (a_smem) j["a_smem"] = a_smem;
     if (stream) j["stream"] = stream;
     if (a_quad) j["a_quad"] = a_quad;
+    if (ws) j["ws"] = ws;
+    if (tma_x) j["tma_x"] = tma_x;
     return j;
   };
   const BucketCase cases[] = {
@@ -556,6 +558,32 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
        wgmma(1, 128, 4, 1, 1, 1, 0, 1, 1), {129, 200}},
       {{{"k", 768}, {"n", 128}, {"bits", 4}, {"zero", "sym"}, {"bias", "yes"}, {"act", "relu6"}},
        wgmma(2, 256, 4, 1, 1, 0, 0, 1, 1), {257, 512}},
+      // warp specialisation (mbarriers per slot, setmaxnreg): the 1024 bucket's loop over M (the block's
+      // stage count runs on across tiles), the stream schedule (runs of pieces shorter than the ring,
+      // split tiles), one consumer warpgroup with x permuted and stages past k, A through shared memory
+      {{{"k", 1024}, {"n", 272}, {"bits", 4}, {"zero", "int"}}, wgmma(2, 256, 4, 1, 1, 1, 0, 0, 1, 1), {1025, 1500}},
+      {{{"k", 4096}, {"n", 272}, {"bits", 4}, {"zero", "sym"}, {"bias", "yes"}, {"act", "relu"}},
+       wgmma(2, 128, 4, 1, 1, 1, 0, 1, 1, 1), {129, 256}},
+      {{{"k", 320}, {"n", 80}, {"bits", 3}, {"zero", "float"}, {"scales", "bf16"}, {"x", "bf16"}, {"g", 64}},
+       wgmma(1, 64, 3, 2, 1, 1, 0, 1, 0, 1), {65, 100}},
+      {{{"k", 2048}, {"n", 512}, {"bits", 8}, {"zero", "sym"}, {"residual", "yes"}}, wgmma(2, 64, 3, 1, 1, 1, 1, 2, 0, 1),
+       {129, 256}},
+      {{{"k", 768}, {"n", 128}, {"bits", 4}, {"zero", "float"}, {"scales", "bf16"}, {"x", "bf16"}, {"g", 32}},
+       wgmma(2, 256, 3, 1, 1, 1, 0, 0, 1, 1), {257, 512}},
+      // x by the tensor copy engine: rows past M and a stage past k (5 chunks in stages of 2) arrive as
+      // zeros; the 1024 bucket's loop over M; the stream schedule; bf16; A through shared memory
+      {{{"k", 1024}, {"n", 272}, {"bits", 4}, {"zero", "int"}}, wgmma(2, 256, 4, 1, 1, 1, 0, 0, 1, 1, 1), {1025, 1500}},
+      {{{"k", 4096}, {"n", 272}, {"bits", 4}, {"zero", "sym"}, {"bias", "yes"}, {"act", "relu"}},
+       wgmma(2, 128, 4, 1, 1, 1, 0, 1, 1, 1, 1), {129, 256}},
+      {{{"k", 320}, {"n", 80}, {"bits", 3}, {"zero", "float"}, {"scales", "bf16"}, {"x", "bf16"}, {"g", 64}},
+       wgmma(1, 64, 3, 2, 1, 1, 1, 1, 0, 1, 1), {65, 100}},
+      {{{"k", 768}, {"n", 128}, {"bits", 4}, {"zero", "float"}, {"scales", "bf16"}, {"x", "bf16"}, {"g", 32}},
+       wgmma(2, 256, 3, 1, 1, 1, 0, 0, 1, 1, 1), {257, 300}},
+      // two warp-specialised blocks per SM (each splitting its half of the registers)
+      {{{"k", 4096}, {"n", 272}, {"bits", 4}, {"zero", "int"}, {"act", "relu"}}, wgmma(2, 64, 4, 1, 1, 1, 0, 2, 1, 1, 1),
+       {65, 100}},
+      {{{"k", 320}, {"n", 80}, {"bits", 3}, {"zero", "float"}, {"scales", "bf16"}, {"x", "bf16"}, {"g", 64}},
+       wgmma(1, 128, 3, 1, 1, 1, 1, 2, 0, 1, 1), {129, 200}},
   };
   run_inside_bucket(cases);
 }

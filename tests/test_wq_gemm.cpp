@@ -41,6 +41,13 @@ PlainQuant constant_quant(int64_t k, int64_t n, int bits, uint8_t q) {
 }
 
 // `config` with one key set to `value` (for the config-error checks).
+// Occurrences of `what` in `text`.
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
+
 nlohmann::json with_key(nlohmann::json config, const char* key, int value) {
   config[key] = value;
   return config;
@@ -610,6 +617,75 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   const auto permuted_ptx = codegen::compile(codegen::generate_source(big, permuted), "sm_90");
   REQUIRE(permuted_ptx.ok);
   CHECK(permuted_ptx.ptx.find("cp.async.ca.shared.global") != std::string::npos);  // x 4 bytes at a time
+  // ws: warp specialisation of the producer (mbarriers per ring slot, setmaxnreg); absent when 0;
+  // needs the producer and no split. It lifts the producer's register limit: two consumer
+  // warpgroups of 256 rows get 224 registers each.
+  // Searched with x by the tensor copy engine (tma_x, below) only, in natural order.
+  const auto ws = with_key(with_key(producer, "ws", 1), "rows", 256);
+  CHECK_NOTHROW(op.validate_config(big, ws));
+  CHECK(std::find(space.begin(), space.end(), ws) == space.end());
+  CHECK(std::find(space.begin(), space.end(), with_key(ws, "ws", 0)) == space.end());
+  CHECK_THROWS_WITH(op.validate_config(big, with_key(ws, "ws", 0)), Catch::Contains("unless ws=1"));
+  CHECK_THROWS_WITH(op.validate_config(big, with_key(c, "ws", 1)), Catch::Contains("producer must be 1"));
+  CHECK_THROWS_WITH(op.validate_config(big, with_key(ws, "split", 2)), Catch::Contains("ws takes no split"));
+  CHECK_THROWS_WITH(op.validate_config(big, with_key(ws, "ws", 2)), Catch::Contains("ws must be 0 or 1"));
+  CHECK(op.launch_geometry(big, ws).block[0] == 384);
+  const auto ws_src = codegen::generate_source(big, ws);
+  CHECK(ws_src.text.find("kWs = true;") != std::string::npos);
+  CHECK(ws_src.text.find("#define QJIT_WQ_BOUNDS __launch_bounds__(kThreads, 1)") != std::string::npos);
+  // Two blocks per SM (stream=2): each splits its pool (384 threads × 80 at entry), 96 per consumer thread.
+  const auto ws2 = with_key(with_key(with_key(ws, "stream", 2), "rows", 64), "tma_x", 1);
+  CHECK(std::find(space.begin(), space.end(), ws2) != space.end());
+  CHECK(codegen::generate_source(big, ws2).text.find("#define QJIT_WQ_BOUNDS __launch_bounds__(kThreads, 2)") !=
+        std::string::npos);
+  CHECK_THROWS_WITH(op.validate_config(big, with_key(ws2, "rows", 128)), Catch::Contains("rows <= 64"));
+  CHECK_THROWS_WITH(op.validate_config(big, with_key(ws2, "stream", 3)), Catch::Contains("stream=3"));
+  const auto ws2_ptx = codegen::compile(codegen::generate_source(big, ws2), "sm_90");
+  CHECK(ws2_ptx.ok);
+  CHECK(ws2_ptx.registers <= 80);  // at entry: 65536 / (2 × 384), rounded down
+  CHECK(ws2_ptx.ptx.find("setmaxnreg.inc.sync.aligned.u32 96") != std::string::npos);
+  CHECK(ws2_ptx.ptx.find("setmaxnreg.dec.sync.aligned.u32 40") != std::string::npos);
+  CHECK(ws2_ptx.spill_bytes == 0);
+  CHECK(codegen::generate_source(big, producer).text.find("#define QJIT_WQ_BOUNDS __launch_bounds__(kThreads) ") !=
+        std::string::npos);
+  const auto ws_ptx = codegen::compile(ws_src, "sm_90");
+  INFO(ws_ptx.log);
+  REQUIRE(ws_ptx.ok);
+  CHECK(ws_ptx.ptx.find("setmaxnreg.inc.sync.aligned.u32 224") != std::string::npos);
+  CHECK(ws_ptx.ptx.find("setmaxnreg.dec.sync.aligned.u32 56") != std::string::npos);
+  CHECK(ws_ptx.log.find("C7508") == std::string::npos);  // ptxas would say so if it ignored setmaxnreg
+  CHECK(ws_ptx.ptx.find("cp.async.mbarrier.arrive.noinc") != std::string::npos);
+  // The block meets at one barrier, after the mbarriers' init, and none in the mainloop.
+  CHECK(count_of(ws_ptx.ptx, "bar.sync") == 1);
+  CHECK(ws_ptx.spill_bytes == 0);
+  // The stage clocks of qjit_ws_probe compile in only when asked for.
+  auto clocked = ws_src;
+  clocked.text = "#define QJIT_WS_CLOCKS 1\n" + clocked.text;
+  const auto clocked_ptx = codegen::compile(clocked, "sm_90");
+  INFO(clocked_ptx.log);
+  REQUIRE(clocked_ptx.ok);
+  CHECK(clocked_ptx.ptx.find("qjit_ws_clocks") != std::string::npos);
+  CHECK(ws_ptx.ptx.find("qjit_ws_clocks") == std::string::npos);
+  // tma_x (under ws, x in natural order): x by the bulk tensor copy engine from a tensor map the
+  // runtime makes at each launch, the kernel's parameter after the workspace.
+  const auto tma = with_key(ws, "tma_x", 1);
+  CHECK(std::find(space.begin(), space.end(), tma) != space.end());
+  CHECK_THROWS_WITH(op.validate_config(big, with_key(c, "tma_x", 1)), Catch::Contains("ws must be 1"));
+  CHECK_THROWS_WITH(op.validate_config(big, without(tma, "a_quad")), Catch::Contains("a_smem or a_quad must be 1"));
+  CHECK_THROWS_WITH(op.validate_config(big, with_key(tma, "tma_x", 2)), Catch::Contains("tma_x must be 0 or 1"));
+  const auto gt = op.launch_geometry(big, tma);
+  CHECK(gt.tensor_map.param == gt.workspace_param + 1);
+  CHECK((gt.tensor_map.source == 0 && gt.tensor_map.rows_param == 7 && gt.tensor_map.cols == 4096));
+  CHECK((gt.tensor_map.box_cols == 64 && gt.tensor_map.box_rows == 256 && !gt.tensor_map.bf16));
+  CHECK(op.launch_geometry(big, ws).tensor_map.param < 0);
+  const auto tma_ptx = codegen::compile(codegen::generate_source(big, tma), "sm_90");
+  INFO(tma_ptx.log);
+  REQUIRE(tma_ptx.ok);
+  CHECK(tma_ptx.ptx.find(".param .align 64 .b8 qjit_wq_gemm_param_9[128]") != std::string::npos);
+  CHECK(tma_ptx.ptx.find("cp.async.bulk.tensor.2d") != std::string::npos);
+  CHECK(tma_ptx.ptx.find("mbarrier.expect_tx") != std::string::npos);
+  CHECK(tma_ptx.ptx.find("fence.proxy.async") == std::string::npos);  // x never passes the generic proxy
+  CHECK(tma_ptx.spill_bytes == 0);
   const auto split_src = codegen::generate_source(big, split);
   CHECK(split_src.text.find("kSplit = 3;") != std::string::npos);
   CHECK(split_src.text.find("#define QJIT_WQ_CLUSTER __cluster_dims__(1, 1, kSplit)") != std::string::npos);

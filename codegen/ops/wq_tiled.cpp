@@ -128,16 +128,18 @@ WqWgmmaConfig WqWgmmaConfig::from(const nlohmann::json& j) {
   auto optional = [&](const char* k, int fallback) { return j.is_object() && j.contains(k) ? get(k) : fallback; };
   const size_t optional_keys =
       j.is_object()
-          ? j.count("split") + j.count("producer") + j.count("a_smem") + j.count("stream") + j.count("a_quad")
+          ? j.count("split") + j.count("producer") + j.count("a_smem") + j.count("stream") + j.count("a_quad") +
+                j.count("ws") + j.count("tma_x")
           : 0;
   if (!is_wgmma(j) || j.size() != 5u + optional_keys)
     throw Error("config",
                 "wq_gemm wgmma config needs family, groups, rows, stages, chunks and optionally split, producer, "
-                "a_smem, stream and a_quad: " +
+                "a_smem, stream, a_quad, ws and tma_x: " +
                     j.dump());
   return {get("groups"),           get("rows"),          get("stages"),
           get("chunks"),           optional("split", 1), optional("producer", 0),
-          optional("a_smem", 0),   optional("stream", 0), optional("a_quad", 0)};
+          optional("a_smem", 0),   optional("stream", 0), optional("a_quad", 0),
+          optional("ws", 0),       optional("tma_x", 0)};
 }
 
 nlohmann::json WqWgmmaConfig::to_json() const {
@@ -147,6 +149,8 @@ nlohmann::json WqWgmmaConfig::to_json() const {
   if (a_smem != 0) j["a_smem"] = a_smem;
   if (stream != 0) j["stream"] = stream;
   if (a_quad != 0) j["a_quad"] = a_quad;
+  if (ws != 0) j["ws"] = ws;
+  if (tma_x != 0) j["tma_x"] = tma_x;
   return j;
 }
 
@@ -178,12 +182,25 @@ std::string wq_wgmma_problem(const WqShape& s, const WqWgmmaConfig& c) {
   if (!one_of(c.a_quad, {0, 1})) return "a_quad must be 0 or 1";
   if (c.a_quad && c.a_smem) return "a_quad orders A in registers (a_smem must be 0)";
   if (c.a_quad && s.bits != 4) return "a_quad trades 4-bit words (bits must be 4)";
+  if (!one_of(c.ws, {0, 1})) return "ws must be 0 or 1";
+  if (c.ws && c.producer != 1) return "ws specialises the producer warpgroup (producer must be 1)";
+  if (c.ws && c.split != 1) return "ws takes no split (the split's sums reuse the ring; stream balances k instead)";
+  // Under ws the blocks per SM share the SM's registers (setmaxnreg splits each block's share).
+  if (c.ws && c.stream == 3) return "ws with stream=3: three blocks per SM leave the consumers 64 registers";
+  if (c.ws && c.stream == 2 && (c.chunks != 1 || c.rows > 128 / c.groups))
+    return "ws with stream=2 leaves the consumers " + std::to_string(c.groups == 2 ? 96 : 216) +
+           " registers: chunks=1 and rows <= " + std::to_string(128 / c.groups);
+  if (!one_of(c.tma_x, {0, 1})) return "tma_x must be 0 or 1";
+  if (c.tma_x && !c.ws) return "tma_x is the warp-specialised producer's copy (ws must be 1)";
+  if (c.tma_x && !c.a_smem && !c.a_quad) return "tma_x copies x in natural k order (a_smem or a_quad must be 1)";
   // Register limits (ptxas spills past them): a third warpgroup leaves 168
   // registers per thread, short of 128 accumulators and tight for two chunks
   // per stage; A in registers takes 16 more per chunk of a stage, twice (the
   // stage multiplied and the next).
-  if (c.producer == 1 && c.groups == 2 && (c.rows == 256 || c.chunks == 2))
-    return "producer=1 with groups=2 takes rows <= 128 and chunks=1 (168 registers per thread: ptxas spills)";
+  // Under ws the producer keeps 56 registers and two consumer warpgroups get 224 each (setmaxnreg).
+  if (c.producer == 1 && c.groups == 2 && !c.ws && (c.rows == 256 || c.chunks == 2))
+    return "producer=1 with groups=2 takes rows <= 128 and chunks=1 (168 registers per thread: ptxas spills), "
+           "unless ws=1";
   if (c.a_smem == 0 && c.rows == 256 && c.groups == 1)
     return "rows=256 with A in registers needs groups=2 (one warpgroup spills)";
   if (c.a_smem == 0 && c.rows == 256 && c.chunks == 2)
@@ -199,25 +216,31 @@ std::vector<WqWgmmaConfig> wq_wgmma_space(const WqShape& s) {
   std::vector<WqWgmmaConfig> out;
   for (int groups : {1, 2})
     for (int rows : {64, 128, 256})
-      for (int stages : {3, 4})  // 5 and 6 were within noise of 4 (H100, session 6)
+      for (int stages : {3, 4})  // 5 and 6 were within noise of 4, with ws too (H100, sessions 6 and 14)
         for (int chunks : {1, 2})
           for (int split : {1, 2, 3, 4})
             for (int producer : {0, 1})
               for (int a_smem : {0, 1})
                 for (int stream : {0, 1, 2, 3})
-                  for (int a_quad : {0, 1}) {
-                    const WqWgmmaConfig c{groups, rows, stages, chunks, split, producer, a_smem, stream, a_quad};
-                    if (!wq_wgmma_problem(s, c).empty()) continue;
-                    // At 4 bits, A in registers is always traded into natural order: the permuted copies
-                    // of x lost to it on every shape tuned (H100: 27.4 against 24.4 us at 4096 x 11008,
-                    // M = 64; 62.4 against 51.0 at M = 256; 58.4 against 50.6 at 11008 x 4096, M = 256).
-                    if (s.bits == 4 && a_smem == 0 && a_quad == 0) continue;
-                    // Only as many blocks per SM as their shared memory fits (an H100's 228 KB, 1 KB
-                    // reserved per block, and the runtime's 128 bytes of slack): more would not be
-                    // resident together.
-                    if (stream > 1 && (wq_wgmma_smem_bytes(s, c) + 1152) * stream > 228 * 1024) continue;
-                    out.push_back(c);
-                  }
+                  for (int a_quad : {0, 1})
+                    for (int ws : {0, 1})
+                      for (int tma_x : {0, 1}) {
+                        const WqWgmmaConfig c{groups, rows, stages, chunks, split, producer, a_smem, stream, a_quad, ws, tma_x};
+                        if (!wq_wgmma_problem(s, c).empty()) continue;
+                        // Under ws, x by the tensor copy engine beat the 16-byte copies in every pair
+                        // tuned (H100, session 14: 47.9 against 51.8 us at 4096 x 11008, M = 256;
+                        // 24.8 against 25.3 at M = 64); they stay for x in permuted order only.
+                        if (ws && !tma_x && (a_quad || a_smem)) continue;
+                        // At 4 bits, A in registers is always traded into natural order: the permuted copies
+                        // of x lost to it on every shape tuned (H100: 27.4 against 24.4 us at 4096 x 11008,
+                        // M = 64; 62.4 against 51.0 at M = 256; 58.4 against 50.6 at 11008 x 4096, M = 256).
+                        if (s.bits == 4 && a_smem == 0 && a_quad == 0) continue;
+                        // Only as many blocks per SM as their shared memory fits (an H100's 228 KB, 1 KB
+                        // reserved per block, and the runtime's 128 bytes of slack): more would not be
+                        // resident together.
+                        if (stream > 1 && (wq_wgmma_smem_bytes(s, c) + 1152) * stream > 228 * 1024) continue;
+                        out.push_back(c);
+                      }
   return out;
 }
 
@@ -234,6 +257,18 @@ std::vector<Constant> wq_wgmma_constants(const WqShape& s, const WqWgmmaConfig& 
                  "tunable: A in registers put in natural k order within each quad (x copied in natural order)"});
   out.push_back({"int", "kStream", std::to_string(c.stream),
                  "tunable: 0 a block per output tile, else blocks per SM of the stream schedule"});
+  out.push_back({"bool", "kWs", c.ws ? "true" : "false",
+                 "tunable: warp-specialised (mbarriers per ring slot, the producer's registers to the consumers)"});
+  out.push_back({"bool", "kTmaX", c.tma_x ? "true" : "false",
+                 "tunable: x copied by the bulk tensor copy engine (a tensor map parameter)"});
+  out.push_back({"macro", "QJIT_WQ_TMA_PARAM", c.tma_x ? ", const __grid_constant__ TensorMapParam x_map" : "",
+                 "the tensor map of x, the kernel's last parameter (kTmaX)"});
+  out.push_back({"macro", "QJIT_WQ_TMA_ARG", c.tma_x ? "&x_map" : "nullptr", "the tensor map of x, if any"});
+  // setmaxnreg needs the register cap set at entry: the blocks per SM in the bounds.
+  out.push_back({"macro", "QJIT_WQ_BOUNDS",
+                 c.ws ? "__launch_bounds__(kThreads, " + std::to_string(std::max(1, c.stream)) + ")"
+                      : "__launch_bounds__(kThreads)",
+                 "the kernel's launch bounds"});
   // Only a split launches clusters: configs without one launch exactly as before the key existed.
   out.push_back({"macro", "QJIT_WQ_CLUSTER", c.split > 1 ? "__cluster_dims__(1, 1, kSplit)" : "",
                  "the kernel's cluster: kSplit blocks along z"});
@@ -247,6 +282,13 @@ LaunchGeometry wq_wgmma_geometry(const WqShape& s, const WqWgmmaConfig& c) {
   g.dynamic_smem = static_cast<unsigned>(wq_wgmma_smem_bytes(s, c));
   g.programmatic = true;
   g.workspace_param = 8;  // after x, qweight, scales, zeros, bias, residual, y and M (null unless stream)
+  if (c.tma_x) {
+    // x [M][k] (caller parameters 0 and 7), boxes of one chunk of 64 k × the block's rows of x.
+    g.tensor_map.param = 9;
+    g.tensor_map.source = 0, g.tensor_map.rows_param = 7, g.tensor_map.cols = s.k;
+    g.tensor_map.box_cols = 64, g.tensor_map.box_rows = static_cast<unsigned>(c.rows);
+    g.tensor_map.bf16 = s.x == "bf16";
+  }
   if (c.stream > 0) {
     // The template's workspace: a flag per output tile, then one piece of
     // sums per block (128 threads per warpgroup × rows / 2 floats).

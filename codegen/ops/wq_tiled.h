@@ -54,14 +54,20 @@ LaunchGeometry wq_tiled_geometry(const WqShape& s, const WqTiledConfig& c);
 // equal runs of (output tile, stage) units and completes split tiles through
 // the runtime's workspace (buckets below 1024, no split); with `a_quad` 1
 // (4-bit, A in registers) the lanes of each quad trade weights into natural
-// k order, so x is copied in natural order without sA. These five keys are
-// absent at their defaults (1, 0, 0, 0 and 0), so configs cached before
-// them keep their meaning.
+// k order, so x is copied in natural order without sA; with `ws` 1 (warp
+// specialisation, with the producer) mbarriers per ring slot replace the
+// block barrier per stage and the producer gives its registers to the
+// warpgroups that multiply; with `tma_x` 1 (under ws) x arrives by the bulk
+// tensor copy engine from a tensor map the runtime makes at each launch.
+// These seven keys are absent at their defaults (1, 0, 0, 0, 0, 0 and 0), so
+// configs cached before them keep their meaning.
 struct WqWgmmaConfig {
   int groups, rows, stages, chunks, split = 1, producer = 0;
   int a_smem = 0;  // 1: dequantised weights go through shared memory (x copied 16 bytes at a time)
   int stream = 0;  // > 0: a persistent grid of this many blocks per SM sharing (tile, stage) units evenly
   int a_quad = 0;  // 1 (4-bit, A in registers): A put in natural k order within each quad, x copied 16 bytes at a time
+  int ws = 0;      // 1: warp-specialised (producer and consumers joined by mbarriers, setmaxnreg)
+  int tma_x = 0;   // 1 (with ws): x copied by cp.async.bulk.tensor, one instruction per chunk
 
   static bool is_wgmma(const nlohmann::json& j);  // "family": "wgmma"
   static WqWgmmaConfig from(const nlohmann::json& j);

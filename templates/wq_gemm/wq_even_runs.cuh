@@ -20,9 +20,10 @@ __device__ __forceinline__ int worker_of(long long u, long long units, int worke
   return static_cast<int>(((u + 1) * workers - 1) / units);
 }
 
-// One more piece stored. The caller has made every thread's stores of the
-// piece visible to this one first (__syncwarp, or fenced stores and a block
-// barrier).
+// One more piece stored. The caller has ordered every thread's stores of the
+// piece before this call (__syncwarp or a block barrier); the release is
+// cumulative (PTX ISA, memory consistency model), so an acquirer of the flag
+// sees them all.
 __device__ __forceinline__ void release_piece(unsigned* flag) {
   asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(flag) : "memory");
 }

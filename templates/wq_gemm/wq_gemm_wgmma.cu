@@ -68,7 +68,9 @@
 // and x), so the warpgroups that multiply only dequantise and issue wgmma;
 // the one block barrier per iteration still orders them. The roles are branched on
 // a shuffled (so provably warp-uniform) warpgroup index, which ptxas accepts
-// around wgmma.
+// around wgmma. With warp specialisation (kWs, wq_wgmma_ws.cuh) mbarriers per
+// ring slot replace that block barrier, and the producer gives its registers
+// to the warpgroups that multiply.
 #include "qjit/wq_gemm/wq_dequant.cuh"
 
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -619,6 +621,13 @@ __device__ __forceinline__ StreamRun stream_run(int M, int p) {
   return r;
 }
 
+// A barrier of the threads that finish pieces: the block, or without the
+// producer under warp specialisation (which never waits for the epilogue).
+__device__ __forceinline__ void finishers_sync() {
+  if constexpr (kWs) asm volatile("bar.sync 15, %0;" ::"n"(kMmaThreads) : "memory");
+  else __syncthreads();
+}
+
 // This block's piece r.piece in acc: stored, or completed and stored to y.
 __device__ __forceinline__ void finish_piece(const StreamRun& r, bool mma, int M, int lane, void* workspace,
                                              float (&acc)[kAcc], const TX* __restrict__ bias, const TX* residual,
@@ -641,14 +650,17 @@ __device__ __forceinline__ void finish_piece(const StreamRun& r, bool mma, int M
 #pragma unroll
       for (int j = 0; j < kAcc / 4; ++j)
         __stcg(mine + j * kMmaThreads, make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
-      __threadfence();
     }
-    __syncthreads();  // every thread's stores (each fenced) before the release
+    // Every thread's stores before thread 0's release, which is cumulative:
+    // it publishes what the barrier ordered before it. (A fence in each
+    // thread, as before, made this stage cost about 7700 cycles at 256 rows:
+    // qjit_ws_probe, H100, session 14.)
+    finishers_sync();
     if (threadIdx.x == 0) release_piece(flag);
     return;
   }
   if (threadIdx.x == 0) acquire_pieces(flag, static_cast<unsigned>(last - first));
-  __syncthreads();  // thread 0's acquire, for every thread's reads (through L2: __ldcg)
+  finishers_sync();  // thread 0's acquire, for every thread's reads (through L2: __ldcg)
   if (!mma) return;
   for (int v = first; v < last; ++v) {
     const float4* p = piece_of(workspace, v) + threadIdx.x;
@@ -661,10 +673,68 @@ __device__ __forceinline__ void finish_piece(const StreamRun& r, bool mma, int M
   store_tile(acc, tile, m0, M, lane, bias, residual, y);
 }
 
-extern "C" __global__ void QJIT_WQ_CLUSTER __launch_bounds__(kThreads)
+// --- warp specialisation (kWs) ----------------------------------------------------
+
+#include "qjit/wq_gemm/wq_wgmma_ws.cuh"
+
+// Calls fn(m0, first_tile, begin, count, p) for each output tile (or piece
+// p of one, under the stream schedule) of this block, in the order both
+// roles walk them.
+template <class Fn>
+__device__ __forceinline__ void for_each_tile(int M, Fn fn) {
+  if constexpr (kStream > 0) {
+    const StreamRun first = stream_run(M, 0);
+#pragma unroll 1
+    for (int p = 0; p < first.pieces; ++p) {  // none for a block without units
+      const StreamRun r = stream_run(M, p);
+      const int m_blocks = m_blocks_of(M);
+      fn((r.piece.t % m_blocks) * kBlockRows, (r.piece.t / m_blocks) * kBlockTiles, r.piece.c0,
+         r.piece.c1 - r.piece.c0, p);
+    }
+  } else {
+#pragma unroll 1
+    for (int m0 = blockIdx.x * kBlockRows; m0 < M; m0 += gridDim.x * kBlockRows)
+      fn(m0, static_cast<int>(blockIdx.y) * kBlockTiles, 0, kIters, 0);
+  }
+}
+
+// The warp-specialised kernel body. A template only so that other configs
+// never compile its barriers and register moves.
+template <bool kOn = kWs>
+__device__ __forceinline__ void ws_run(const TX* __restrict__ x, const TensorMapParam* x_map,
+                                       const unsigned* __restrict__ qweight,
+                                       const TS* __restrict__ scales, const void* __restrict__ zeros,
+                                       const TX* __restrict__ bias, const TX* residual, TX* y, int M,
+                                       void* workspace, uint4* ring, unsigned char* sb, bool mma, int bt, int lane) {
+  static_assert(kOn, "warp specialisation only");
+  __shared__ __align__(8) unsigned long long barriers[2 * kStages];
+  const WsBarriers bars{smem_address(barriers), smem_address(barriers + kStages)};
+  if (threadIdx.x == 0)
+    for (int i = 0; i < kStages; ++i) mbarrier_init(bars.full + 8 * i, 128), mbarrier_init(bars.empty + 8 * i, kMmaThreads);
+  __syncthreads();  // the barriers are initialised before anyone uses them
+  unsigned seq = 0;  // the block's stages so far
+  if (mma) {
+    if constexpr (kWsMovesRegisters) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kWsConsumerRegs));
+    float acc[kAcc];
+    for_each_tile(M, [&](int m0, int first_tile, int begin, int count, int p) {
+      ws_consume_tile(begin, count, seq, bt, lane, ring, sb, bars, acc);
+      seq += count;
+      if constexpr (kStream > 0) finish_piece(stream_run(M, p), true, M, lane, workspace, acc, bias, residual, y);
+      else store_tile(acc, first_tile + bt, m0, M, lane, bias, residual, y);
+    });
+  } else {
+    if constexpr (kWsMovesRegisters) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kWsProducerRegs));
+    for_each_tile(M, [&](int m0, int first_tile, int begin, int count, int) {
+      ws_produce_tile(x, x_map, qweight, scales, zeros, M, m0, first_tile, begin, count, seq, ring, sb, bars);
+      seq += count;
+    });
+  }
+}
+
+extern "C" __global__ void QJIT_WQ_CLUSTER QJIT_WQ_BOUNDS
 qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, const TS* __restrict__ scales,
              const void* __restrict__ zeros, const TX* __restrict__ bias, const TX* residual, TX* y, int M,
-             void* workspace) {
+             void* workspace QJIT_WQ_TMA_PARAM) {
   // kStages × kStagePieces of ring, then from the next 1024-byte boundary
   // (the swizzle atoms' alignment; the host adds 1024 bytes) kStages slots of
   // sB and each warpgroup's two sA buffers.
@@ -678,6 +748,10 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
   const bool copier = kProducer == 0 || !mma;
   allow_next_grid();
   if (!copier) qjit::wait_for_previous_grid();  // the copiers wait inside ring_prologue; y is written after
+  if constexpr (kWs) {
+    ws_run(x, QJIT_WQ_TMA_ARG, qweight, scales, zeros, bias, residual, y, M, workspace, ring, sb, mma, bt, lane);
+    return;
+  }
   float acc[kAcc];
 
   if constexpr (kStream > 0) {

@@ -1,0 +1,263 @@
+#pragma once
+// Warp specialisation for the wgmma kernel (kWs, wq_gemm_wgmma.cu).
+//
+// Without it every warp of a block passes one block barrier per stage, and
+// each warp's chain per stage is: wait for its previous wgmma, the barrier,
+// its share of the copies, the next stage's dequantisation, the next wgmma.
+// At M = 256 on the H100 that chain took about 2100 cycles per stage against
+// 1024 of tensor-core work (2 warps per scheduler, issue slots 24% busy;
+// BENCHMARKS.md, session 13).
+//
+// Here the producer warpgroup alone copies, and nothing is shared by a
+// barrier of the whole block. Ring slot i has two mbarriers (PTX ISA,
+// "Parallel Synchronization and Communication Instructions: mbarrier"):
+//   full[i]   128 arrivals, one per producer thread, each made by the
+//             hardware when that thread's copies of the stage have landed
+//             (cp.async.mbarrier.arrive.noinc);
+//   empty[i]  kMmaThreads arrivals, one per consumer thread, once its
+//             warpgroup's wgmma reading the slot have completed.
+// A block numbers its stages q = 0, 1, ... over all its tiles: stage q uses
+// slot q % kStages, in the (q / kStages)-th phase of both its barriers, so
+// it waits for full's phase parity (q / kStages) & 1, and the producer,
+// before refilling the slot with stage q >= kStages, for empty's phase of
+// stage q - kStages. The two consumer warpgroups drift apart by up to the
+// ring's depth, so one dequantises while the other's wgmma run.
+//
+// Registers (setmaxnreg, sm_90a): the producer drops to 56 per thread, which
+// frees the registers for consumers to hold 256 rows of accumulators beside
+// two stages of A (224 each with two consumer warpgroups: 56·128 + 224·256 =
+// 64512 of the SM's 65536); ptxas allocates each role's branch under its
+// count (without the move the 256-row kernel spills 336 bytes and serialises
+// its wgmma, C7512). At 40 the producer's copies of two chunks per stage
+// spilled. With kWsBlocks blocks per SM (the stream schedule's) each block
+// splits its own registers the same way (the producer at 40), so that they
+// are resident together. It takes effect because the kernel's register cap
+// is set at entry (__launch_bounds__(kThreads, kWsBlocks), QJIT_WQ_BOUNDS)
+// and the roles are the two branches of one if/else; one block of one
+// consumer warpgroup needs no move. A block's pool is its threads × the entry
+// cap (ptxas: 65536 / (threads × blocks per SM), down to a multiple of 8),
+// and setmaxnreg.inc waits until the pool can grant it: asking for more than
+// the producer gives back would wait forever (it did, at 104 for two blocks
+// of 384 threads, whose pool holds 96).
+//
+// x by the bulk tensor copy engine (kTmaX): one producer thread copies a
+// stage's x with one cp.async.bulk.tensor per chunk (PTX ISA, "Tensor
+// copy"), from a tensor map the runtime makes at each launch (x as [M][k]
+// 16-bit values, boxes of 64 k × kBlockRows rows, the 128-byte swizzle: the
+// layout the cp.async copies wrote, so nothing else changes; rows past M and
+// chunks past k arrive as zeros). It counts its bytes on the slot's full
+// barrier (expect_tx) beside the 128 arrivals of the weights' copies. The
+// 16-byte copies of x took the producer about 1000 cycles a stage at 256
+// rows (qjit_ws_probe, H100), as long as the tensor cores' work.
+//
+// The includer defines kWs, kStages, kMmaThreads and kGroups, and the
+// mainloop pieces (dequant_stage, multiply_stage, fence_acc, copy_x_natural,
+// copy_x_permuted, copy_weights, the stream schedule).
+
+static_assert(!kWs || (kProducer == 1 && kSplit == 1 && kGroups <= 2),
+              "warp specialisation: a producer warpgroup, no split, one or two consumer warpgroups");
+static_assert(!kTmaX || kWs, "x by the tensor copy engine is a warp-specialised producer's");
+
+constexpr int kWsBlocks = kStream > 1 ? kStream : 1;
+constexpr bool kWsMovesRegisters = kGroups == 2 || kWsBlocks > 1;
+constexpr int kWsEntryRegs = 65536 / (kThreads * kWsBlocks) / 8 * 8;
+constexpr int kWsProducerRegs = kWsBlocks > 1 ? 40 : 56;
+constexpr int kWsConsumerShare = (kThreads * kWsEntryRegs - 128 * kWsProducerRegs) / (128 * kGroups) / 8 * 8;
+constexpr int kWsConsumerRegs = kWsConsumerShare < 224 ? kWsConsumerShare : 224;
+static_assert(!kWsMovesRegisters ||
+                  128 * kWsProducerRegs + 128 * kGroups * kWsConsumerRegs <= kThreads * kWsEntryRegs,
+              "the consumers ask for no more registers than the producer gives back (or setmaxnreg waits forever)");
+
+__device__ __forceinline__ unsigned smem_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+// Blocks until the phase of parity `parity` of the barrier has completed
+// (try_wait suspends the thread for a while before it answers no).
+__device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
+  unsigned done;
+  do {
+    asm volatile(
+        "{.reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// One arrival (release: this thread's earlier reads of the slot are done).
+__device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
+  asm volatile("{.reg .b64 state;\n mbarrier.arrive.shared::cta.b64 state, [%0];\n}" ::"r"(bar) : "memory");
+}
+
+// An arrival that the hardware makes once every cp.async this thread has
+// issued so far has landed (noinc: the arrival is one of the init count).
+__device__ __forceinline__ void arrive_when_copied(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+
+// Stage clocks for tests/probe/ws_probe.cpp, which compiles the kernel with
+// QJIT_WS_CLOCKS defined; otherwise they are empty. Lane 0 of the first warp
+// of warpgroup r (consumers 0 .. kGroups - 1, then the producer) records
+// %clock64 for the block's stage q at event e:
+//   consumer  0 A of stage q ready (before its wgmma), 1 wgmma issued,
+//             2 the wgmma of stage q - 1 done, 3 stage q + 1's copies landed
+//   producer  0 before the wait for the slot, 1 the slot free, 2 copies issued
+#ifdef QJIT_WS_CLOCKS
+constexpr int kClockBlocks = 1024, kClockStages = 96, kClockEvents = 4;
+__device__ long long qjit_ws_clocks[kClockBlocks][kGroups + 1][kClockStages][kClockEvents];
+__device__ __forceinline__ void ws_clock(unsigned q, int event) {
+  const unsigned block = blockIdx.x + gridDim.x * blockIdx.y;
+  if (threadIdx.x % 128 != 0 || block >= kClockBlocks || q >= kClockStages) return;
+  long long t;
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));
+  qjit_ws_clocks[block][threadIdx.x / 128][q][event] = t;
+}
+#define QJIT_WS_CLOCK(q, event) ws_clock(q, event)
+#else
+#define QJIT_WS_CLOCK(q, event)
+#endif
+
+// The kernel parameter that holds a tensor map (CUtensorMap: 128 opaque
+// bytes, 64-byte aligned), passed by value (__grid_constant__).
+struct alignas(64) TensorMapParam {
+  unsigned long long words[16];
+};
+
+// The copies of stage q will bring `bytes` more through the async proxy.
+__device__ __forceinline__ void mbarrier_expect_bytes(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// The box at (column k, row) of the tensor map into dst (1024-byte aligned
+// for the swizzle), completing its bytes on the barrier.
+__device__ __forceinline__ void tma_load_box(unsigned dst, const TensorMapParam* map, int k, int row, unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(k), "r"(row), "r"(bar)
+      : "memory");
+}
+
+// The ring's barriers: slot i's full at full + 8i, its empty at empty + 8i.
+struct WsBarriers {
+  unsigned full, empty;
+  __device__ __forceinline__ unsigned full_of(unsigned q) const { return full + 8 * (q % kStages); }
+  __device__ __forceinline__ unsigned empty_of(unsigned q) const { return empty + 8 * (q % kStages); }
+  static __device__ __forceinline__ unsigned phase_of(unsigned q) { return (q / kStages) & 1; }
+};
+
+// --- producer ----------------------------------------------------------------------
+
+// Copies stages [begin, begin + count) of one output tile, the block's stages
+// seq .. seq + count - 1. The block's first tile copies the weights of the
+// stages the empty ring takes before waiting for the previous grid (which
+// may write x), as ring_prologue does.
+__device__ __forceinline__ void ws_produce_tile(const TX* __restrict__ x, const TensorMapParam* x_map,
+                                                const unsigned* __restrict__ qweight, const TS* __restrict__ scales,
+                                                const void* __restrict__ zeros, int M, int m0, int first_tile,
+                                                int begin, int count, unsigned seq, uint4* ring, unsigned char* sb,
+                                                const WsBarriers& bars) {
+  // Stage stage_index's x into slot `slot`, whose full barrier is `full`.
+  const auto stage_x = [&](int stage_index, int slot, unsigned full) {
+    if constexpr (kTmaX) {
+      if (copy_thread() == 0) {
+        mbarrier_expect_bytes(full, kSbStage);
+        const unsigned dst = smem_address(sb + slot * kSbStage);
+#pragma unroll
+        for (int kk = 0; kk < kChunksPerStage; ++kk)
+          tma_load_box(dst + kk * kSbBytes, x_map, (stage_index * kChunksPerStage + kk) * 64, m0, full);
+      }
+    } else if constexpr (kASmem || kAQuad) {
+      copy_x_natural(x, m0, M, stage_index, sb + slot * kSbStage);
+    } else {
+      copy_x_permuted(x, m0, M, stage_index, sb + slot * kSbStage);
+    }
+  };
+  int head = 0;
+  if (seq == 0) {
+    head = min(count, kStages);
+#pragma unroll 1
+    for (int s = 0; s < head; ++s)
+      copy_weights(qweight, scales, zeros, first_tile, begin + s, ring + (s % kStages) * kStagePieces);
+    qjit::wait_for_previous_grid();
+#pragma unroll 1
+    for (int s = 0; s < head; ++s) {
+      stage_x(begin + s, s % kStages, bars.full_of(s));
+      arrive_when_copied(bars.full_of(s));
+    }
+  }
+#pragma unroll 1
+  for (int s = head; s < count; ++s) {
+    const unsigned q = seq + s;
+    QJIT_WS_CLOCK(q, 0);
+    if (q >= kStages) mbarrier_wait(bars.empty_of(q), WsBarriers::phase_of(q - kStages));
+    QJIT_WS_CLOCK(q, 1);
+    const int slot = static_cast<int>(q % kStages);
+    copy_weights(qweight, scales, zeros, first_tile, begin + s, ring + slot * kStagePieces);
+    stage_x(begin + s, slot, bars.full_of(q));
+    arrive_when_copied(bars.full_of(q));
+    QJIT_WS_CLOCK(q, 2);
+  }
+}
+
+// --- consumers ---------------------------------------------------------------------
+
+// Waits for stage q's copies. x copied by cp.async reaches the tensor cores
+// through the async proxy, so the proxy fence follows the acquire; the
+// tensor copy engine writes x through the async proxy itself.
+__device__ __forceinline__ void ws_wait_stage(const WsBarriers& bars, unsigned q) {
+  mbarrier_wait(bars.full_of(q), WsBarriers::phase_of(q));
+  if constexpr (!kTmaX) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// Stage it (the block's stage q) multiplied from A buffer B; then, once the
+// warpgroup's wgmma of stage q - 1 are done, its slot released, and stage
+// it + 1 dequantised into the other buffer.
+template <int B>
+__device__ __forceinline__ void ws_step(int it, unsigned q, int begin, int end, int bt, int lane, const uint4* ring,
+                                        const unsigned char* sb, const WsBarriers& bars, ABuffers& a,
+                                        float (&acc)[kAcc]) {
+  if constexpr (kASmem) warpgroup_sync(bt / 4);  // the warpgroup's stores of stage it into sA
+  QJIT_WS_CLOCK(q, 0);
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+  multiply_stage<B>(a, sb + (q % kStages) * kSbStage, acc);
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  QJIT_WS_CLOCK(q, 1);
+  asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+  QJIT_WS_CLOCK(q, 2);
+  if (it > begin) mbarrier_arrive(bars.empty_of(q - 1));
+  if (it + 1 < end) {
+    ws_wait_stage(bars, q + 1);
+    QJIT_WS_CLOCK(q, 3);
+    dequant_stage<1 - B>(ring + ((q + 1) % kStages) * kStagePieces, it + 1, bt, lane, a);
+  }
+}
+
+// Sums stages [begin, begin + count) of one output tile (the block's stages
+// seq ..) into acc, releasing every slot it used.
+__device__ __forceinline__ void ws_consume_tile(int begin, int count, unsigned seq, int bt, int lane,
+                                                const uint4* ring, unsigned char* sb, const WsBarriers& bars,
+                                                float (&acc)[kAcc]) {
+  const int end = begin + count;
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+  fence_acc(acc);
+  ABuffers a;
+  a.smem = sb + kStages * kSbStage + (bt / 4) * 2 * kSaStage;  // unused without kASmem
+  ws_wait_stage(bars, seq);
+  dequant_stage<0>(ring + (seq % kStages) * kStagePieces, begin, bt, lane, a);
+  // Unrolled by two so the A buffer index is a constant.
+#pragma unroll 1
+  for (int i = 0; i < count / 2; ++i) {
+    ws_step<0>(begin + 2 * i, seq + 2 * i, begin, end, bt, lane, ring, sb, bars, a, acc);
+    ws_step<1>(begin + 2 * i + 1, seq + 2 * i + 1, begin, end, bt, lane, ring, sb, bars, a, acc);
+  }
+  if (count % 2 == 1) ws_step<0>(end - 1, seq + count - 1, begin, end, bt, lane, ring, sb, bars, a, acc);
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+  fence_acc(acc);
+  mbarrier_arrive(bars.empty_of(seq + count - 1));
+}
