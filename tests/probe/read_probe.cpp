@@ -20,7 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
-#include "codegen/nvrtc.h"
+#include "tests/probe/probe_module.h"
 #include "runtime/device.h"
 #include "runtime/driver.h"
 #include "runtime/kernel_cache.h"
@@ -76,25 +76,10 @@ extern "C" __global__ void __launch_bounds__(256) read_stream(const uint4* __res
 }
 )";
 
-struct Probe {
-  CUmodule module = nullptr;
-  CUfunction fn = nullptr;
-};
-
-static Probe build(int unroll, int wait) {
-  codegen::GeneratedSource src;
-  src.file_name = "read_probe.cu";
-  src.kernel_name = "read_stream";
-  src.text = "#define UNROLL " + std::to_string(unroll) + "\n#define WAIT " + std::to_string(wait) + "\n" + kSource;
-  const auto r = codegen::compile(src, runtime::current_device().arch);
-  if (!r.ok) {
-    std::fprintf(stderr, "read probe failed to compile:\n%s\n", r.log.c_str());
-    std::exit(1);
-  }
-  Probe p;
-  QJIT_CU(cuModuleLoadData(&p.module, r.cubin.data()));
-  QJIT_CU(cuModuleGetFunction(&p.fn, p.module, "read_stream"));
-  return p;
+static probe::Module build(int unroll, int wait) {
+  return probe::load_source("read_probe.cu", "read_stream",
+                            "#define UNROLL " + std::to_string(unroll) + "\n#define WAIT " + std::to_string(wait) + "\n" +
+                                kSource);
 }
 
 int main(int argc, char** argv) {
@@ -118,11 +103,11 @@ int main(int argc, char** argv) {
     for (int pattern = 0; pattern < 5; ++pattern) {
       const int wait = pattern < 2 ? pattern : pattern == 4 ? 3 : pattern - 1;  // the filling pattern is WAIT 1 with more shared memory
       const bool fill = pattern == 2;
-      std::vector<Probe> probes;
+      std::vector<probe::Module> probes;
       for (int u : unrolls) {
         probes.push_back(build(u, wait));
         if (fill)
-          QJIT_CU(cuFuncSetAttribute(probes.back().fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+          QJIT_CU(cuFuncSetAttribute(probes.back().function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                      smem_per_sm / 2 - 1024));
       }
       std::vector<double> xs, ys;
@@ -139,7 +124,7 @@ int main(int argc, char** argv) {
             // Filling: the SM's shared memory over `blocks`, less the 1 KB the driver reserves per block.
             // Launched as the runtime launches qjit's kernels (PDL unless the pattern has none).
             runtime::LoadedKernel k;
-            k.module = probes[pi].module, k.function = probes[pi].fn, k.programmatic = wait != 2;
+            k.module = probes[pi].module, k.function = probes[pi].function, k.programmatic = wait != 2;
             k.geometry.grid[0] = grid, k.geometry.block[0] = 256;
             k.geometry.dynamic_smem = fill ? static_cast<unsigned>(smem_per_sm / blocks - 1024) : 0;
             const auto t = tuner::time_launches(

@@ -23,7 +23,7 @@
 #include <random>
 #include <string>
 #include <vector>
-#include "codegen/nvrtc.h"
+#include "tests/probe/probe_module.h"
 #include "codegen/registry.h"
 #include "codegen/source.h"
 #include "runtime/device.h"
@@ -53,25 +53,16 @@ int main(int argc, char** argv) {
     const auto& dev = runtime::current_device();
     const auto spec = codegen::parse_spec("wq_gemm", argv[1]);
     const auto config = nlohmann::json::parse(argv[2]);
-    const auto& op = codegen::find_op("wq_gemm");
-    op.validate_config(spec, config);
     if (config.contains("family")) throw Error("argument", "the timeline marks are in the mma family only");
-    auto src = codegen::generate_source(spec, config);
-    src.text = "#define QJIT_TIMELINE 1\n" + src.text;
-    const auto compiled = codegen::compile(src, dev.arch);
-    if (!compiled.ok) throw Error("nvrtc", "timeline build failed:\n" + compiled.log);
-    CUmodule module = nullptr;
-    CUfunction fn = nullptr;
-    QJIT_CU(cuModuleLoadData(&module, compiled.cubin.data()));
-    QJIT_CU(cuModuleGetFunction(&fn, module, src.kernel_name.c_str()));
-    CUdeviceptr runs = 0, marks = 0;
-    size_t runs_bytes = 0, marks_bytes = 0;
+    // Launched as the runtime launches cached kernels (PDL from sm_90 on).
+    auto marked = probe::load_marked_wq_gemm(spec, config, "QJIT_TIMELINE", "qjit_timeline");
+    const runtime::LoadedKernel& kernel = marked.kernel;
+    const CUmodule module = kernel.module;
+    const CUdeviceptr marks = marked.marks;
+    const size_t marks_bytes = marked.marks_bytes;
+    CUdeviceptr runs = 0;
+    size_t runs_bytes = 0;
     QJIT_CU(cuModuleGetGlobal(&runs, &runs_bytes, module, "qjit_timeline_runs"));
-    QJIT_CU(cuModuleGetGlobal(&marks, &marks_bytes, module, "qjit_timeline"));
-    runtime::LoadedKernel kernel;  // launched as the runtime launches cached kernels (PDL from sm_90 on)
-    kernel.module = module, kernel.function = fn, kernel.geometry = op.launch_geometry(spec, config);
-    kernel.programmatic = std::stoi(dev.identity.compute_capability) >= 9;
-    runtime::resolve_for_device(kernel);
     const auto& g = kernel.geometry;
     const unsigned blocks = g.grid[0] * g.grid[1];
     if (blocks > kBlocks) throw Error("argument", "more than 4096 blocks: " + std::to_string(blocks));

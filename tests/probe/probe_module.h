@@ -1,0 +1,66 @@
+// What the qjit probes share: compiling a kernel source for this GPU with
+// NVRTC and loading it, and loading a wq_gemm config built with marks of a
+// probe's own (a #define the template reads) together with the __device__
+// array they write.
+#pragma once
+#include <string>
+#include <nlohmann/json.hpp>
+#include "codegen/error.h"
+#include "codegen/nvrtc.h"
+#include "codegen/registry.h"
+#include "codegen/source.h"
+#include "runtime/device.h"
+#include "runtime/driver.h"
+#include "runtime/kernel_cache.h"
+
+namespace qjit::probe {
+
+struct Module {
+  CUmodule module = nullptr;
+  CUfunction function = nullptr;
+};
+
+// `src` compiled for this GPU (sm_90a where it needs it) and loaded.
+inline Module load_source(const codegen::GeneratedSource& src) {
+  const auto r = codegen::compile(src, runtime::current_device().arch);
+  if (!r.ok) throw Error("nvrtc", src.file_name + " failed to compile:\n" + r.log);
+  Module m;
+  QJIT_CU(cuModuleLoadData(&m.module, r.cubin.data()));
+  QJIT_CU(cuModuleGetFunction(&m.function, m.module, src.kernel_name.c_str()));
+  return m;
+}
+
+// A probe's own kernel `kernel` from `text`.
+inline Module load_source(const std::string& file, const std::string& kernel, const std::string& text) {
+  codegen::GeneratedSource src;
+  src.file_name = file;
+  src.kernel_name = kernel;
+  src.text = text;
+  return load_source(src);
+}
+
+// A wq_gemm config compiled with `#define <define> 1` first, loaded as the
+// runtime loads cached kernels (its geometry resolved for this GPU, PDL),
+// and the __device__ array `marks` its marks go to.
+struct MarkedKernel {
+  runtime::LoadedKernel kernel;
+  CUdeviceptr marks = 0;
+  size_t marks_bytes = 0;
+};
+
+inline MarkedKernel load_marked_wq_gemm(const codegen::OpSpec& spec, const nlohmann::json& config,
+                                        const std::string& define, const std::string& marks) {
+  const auto& op = codegen::find_op("wq_gemm");
+  op.validate_config(spec, config);
+  auto src = codegen::generate_source(spec, config);
+  src.text = "#define " + define + " 1\n" + src.text;
+  const Module m = load_source(src);
+  MarkedKernel k;
+  k.kernel.module = m.module, k.kernel.function = m.function, k.kernel.geometry = op.launch_geometry(spec, config);
+  k.kernel.programmatic = std::stoi(runtime::current_device().identity.compute_capability) >= 9;
+  runtime::resolve_for_device(k.kernel);
+  QJIT_CU(cuModuleGetGlobal(&k.marks, &k.marks_bytes, m.module, marks.c_str()));
+  return k;
+}
+
+}  // namespace qjit::probe

@@ -1,0 +1,139 @@
+// qjit_ws_probe: where the cycles of one warp-specialised wgmma stage go
+// (wq_gemm wgmma family, ws = 1), warpgroup by warpgroup.
+//
+// It compiles the config with QJIT_WS_CLOCKS defined, so that lane 0 of the
+// first warp of each warpgroup records %clock64 at the events of every stage
+// (templates/wq_gemm/wq_wgmma_ws.cuh), launches it a few times to warm up,
+// then once alone, and prints, per warpgroup, the median cycles of each span
+// of a stage over the blocks and stages (the first two of each block left
+// out: the ring is filling):
+//   consumer  issue (its wgmma issued), wgmma_wait (until its previous
+//             stage's wgmma are done), full_wait (until the next stage's
+//             copies landed), dequant (the next stage's A), period
+//   producer  empty_wait (until the slot is free), issue (its copies), period
+// and the offset of the second consumer's stages behind the first's.
+//
+// Usage: qjit_ws_probe SHAPE CONFIG
+//   e.g. qjit_ws_probe k=4096,n=11008,m=256 '{"family":"wgmma","groups":2,"rows":256,"stages":4,"chunks":1,
+//        "producer":1,"a_quad":1,"ws":1}'
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+#include "tests/probe/probe_module.h"
+#include "codegen/registry.h"
+#include "codegen/source.h"
+#include "runtime/device.h"
+#include "runtime/driver.h"
+#include "runtime/kernel_cache.h"
+#include "tuner/workload.h"
+
+using namespace qjit;
+
+namespace {
+
+constexpr int kBlocks = 1024, kStages = 96, kEvents = 4;  // the template's qjit_ws_clocks[kBlocks][groups + 1][..][..]
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: qjit_ws_probe SHAPE CONFIG (a wq_gemm shape and a wgmma config with ws = 1)\n");
+    return 2;
+  }
+  try {
+    const auto& dev = runtime::current_device();
+    const auto spec = codegen::parse_spec("wq_gemm", argv[1]);
+    const auto config = nlohmann::json::parse(argv[2]);
+    if (config.value("ws", 0) != 1) throw Error("argument", "the stage clocks are in the ws pipeline only (ws = 1)");
+    const int groups = config.at("groups").get<int>();
+    auto marked = probe::load_marked_wq_gemm(spec, config, "QJIT_WS_CLOCKS", "qjit_ws_clocks");
+    const runtime::LoadedKernel& kernel = marked.kernel;
+    const CUmodule module = kernel.module;
+    const CUdeviceptr clocks = marked.marks;
+    const size_t clocks_bytes = marked.marks_bytes;
+    const auto& g = kernel.geometry;
+    const unsigned blocks = std::min<unsigned>(g.grid[0] * g.grid[1], kBlocks);
+
+    auto work = tuner::make_workload(spec, std::random_device{}(), dev.l2_bytes);
+    CUstream stream = nullptr;
+    QJIT_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    for (int i = 0; i < 6; ++i) runtime::launch(kernel, work->args(i % work->copies()), stream);
+    QJIT_CU(cuMemsetD8Async(clocks, 0, clocks_bytes, stream));
+    runtime::launch(kernel, work->args(0), stream);
+    QJIT_CU(cuStreamSynchronize(stream));
+    std::vector<long long> t(clocks_bytes / sizeof(long long));
+    QJIT_CU(cuMemcpyDtoH(t.data(), clocks, clocks_bytes));
+    auto at = [&](unsigned b, int role, int q, int e) {
+      return t[((static_cast<size_t>(b) * (groups + 1) + role) * kStages + q) * kEvents + e];
+    };
+    std::printf("{\"device\": \"%s\", \"shape\": \"%s\", \"config\": %s, \"blocks\": %u}\n", dev.identity.name.c_str(),
+                argv[1], config.dump().c_str(), g.grid[0] * g.grid[1]);
+    for (int role = 0; role <= groups; ++role) {
+      const bool producer = role == groups;
+      std::vector<double> span[5];
+      for (unsigned b = 0; b < blocks; ++b)
+        for (int q = 2; q + 1 < kStages; ++q) {
+          const int last = producer ? 2 : 3;
+          if (at(b, role, q, 0) == 0 || at(b, role, q, last) == 0 || at(b, role, q + 1, 0) == 0) continue;
+          for (int e = 0; e < last; ++e) span[e].push_back(static_cast<double>(at(b, role, q, e + 1) - at(b, role, q, e)));
+          if (!producer) span[3].push_back(static_cast<double>(at(b, role, q + 1, 0) - at(b, role, q, 3)));
+          span[4].push_back(static_cast<double>(at(b, role, q + 1, 0) - at(b, role, q, 0)));
+        }
+      if (producer)
+        std::printf("{\"warpgroup\": \"producer\", \"stages\": %zu, \"empty_wait\": %.0f, \"issue\": %.0f, \"period\": %.0f}\n",
+                    span[4].size(), median(span[0]), median(span[1]), median(span[4]));
+      else
+        std::printf("{\"warpgroup\": \"consumer %d\", \"stages\": %zu, \"issue\": %.0f, \"wgmma_wait\": %.0f, "
+                    "\"full_wait\": %.0f, \"dequant\": %.0f, \"period\": %.0f}\n",
+                    role, span[4].size(), median(span[0]), median(span[1]), median(span[2]), median(span[3]),
+                    median(span[4]));
+    }
+    {
+      // Consumer 0 of each block from its stage 2 to its last: the cycles, and how many of them went to
+      // stages longer than 1.5 × the median period (a tile's first stage, the stream schedule's fix-up).
+      std::vector<double> periods, spans, excess, slow;
+      for (unsigned b = 0; b < blocks; ++b)
+        for (int q = 2; q + 1 < kStages && at(b, 0, q + 1, 0); ++q)
+          periods.push_back(static_cast<double>(at(b, 0, q + 1, 0) - at(b, 0, q, 0)));
+      const double typical = median(periods);
+      for (unsigned b = 0; b < blocks; ++b) {
+        int last = 2;
+        double over = 0;
+        int n_slow = 0;
+        for (int q = 2; q + 1 < kStages && at(b, 0, q + 1, 0); ++q, ++last) {
+          const double p = static_cast<double>(at(b, 0, q + 1, 0) - at(b, 0, q, 0));
+          if (p > 1.5 * typical) over += p - typical, ++n_slow;
+        }
+        if (last > 2) {
+          spans.push_back(static_cast<double>(at(b, 0, last, 0) - at(b, 0, 2, 0)));
+          excess.push_back(over);
+          slow.push_back(n_slow);
+        }
+      }
+      std::printf("{\"consumer_0_per_block\": {\"span\": %.0f, \"in_slow_stages\": %.0f, \"slow_stages\": %.0f}}\n",
+                  median(spans), median(excess), median(slow));
+    }
+    if (groups == 2) {  // the second consumer's stage behind the first's (ready-to-issue to ready-to-issue)
+      std::vector<double> offset;
+      for (unsigned b = 0; b < blocks; ++b)
+        for (int q = 2; q < kStages; ++q)
+          if (at(b, 0, q, 0) && at(b, 1, q, 0)) offset.push_back(static_cast<double>(at(b, 1, q, 0) - at(b, 0, q, 0)));
+      std::printf("{\"consumer_1_behind_0\": %.0f}\n", median(offset));
+    }
+    std::printf("{\"note\": \"cycles (%%clock64), medians over blocks and stages 2 on\"}\n");
+    runtime::driver().cuStreamDestroy(stream);
+    runtime::driver().cuModuleUnload(module);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "qjit_ws_probe: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
