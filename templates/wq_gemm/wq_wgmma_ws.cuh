@@ -20,8 +20,10 @@
 // slot q % kStages, in the (q / kStages)-th phase of both its barriers, so
 // it waits for full's phase parity (q / kStages) & 1, and the producer,
 // before refilling the slot with stage q >= kStages, for empty's phase of
-// stage q - kStages. The two consumer warpgroups drift apart by up to the
-// ring's depth, so one dequantises while the other's wgmma run.
+// stage q - kStages. The two consumer warpgroups may drift apart by up to
+// the ring's depth; measured, they stay within ~40 cycles of each other
+// (qjit_ws_probe), and making them take turns did not help (BENCHMARKS.md,
+// session 14).
 //
 // Registers (setmaxnreg, sm_90a): the producer drops to 56 per thread, which
 // frees the registers for consumers to hold 256 rows of accumulators beside
