@@ -33,4 +33,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BrokenPipeError:  # a reader such as `head` stopped early: the lines it took were printed
+        sys.stderr.close()
