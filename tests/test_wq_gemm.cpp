@@ -658,14 +658,17 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   // The block meets at one barrier, after the mbarriers' init, and none in the mainloop.
   CHECK(count_of(ws_ptx.ptx, "bar.sync") == 1);
   CHECK(ws_ptx.spill_bytes == 0);
-  // The stage clocks of qjit_ws_probe compile in only when asked for.
-  auto clocked = ws_src;
+  // The stage clocks and block timelines of qjit_ws_probe compile in only when asked for (with
+  // the stream schedule, whose pieces the timeline tells apart).
+  auto clocked = codegen::generate_source(big, with_key(ws, "stream", 1));
   clocked.text = "#define QJIT_WS_CLOCKS 1\n" + clocked.text;
   const auto clocked_ptx = codegen::compile(clocked, "sm_90");
   INFO(clocked_ptx.log);
   REQUIRE(clocked_ptx.ok);
-  CHECK(clocked_ptx.ptx.find("qjit_ws_clocks") != std::string::npos);
-  CHECK(ws_ptx.ptx.find("qjit_ws_clocks") == std::string::npos);
+  for (const char* marks : {"qjit_ws_clocks", "qjit_ws_block", "qjit_ws_pieces"}) {
+    CHECK(clocked_ptx.ptx.find(marks) != std::string::npos);
+    CHECK(ws_ptx.ptx.find(marks) == std::string::npos);
+  }
   // tma_x (under ws, x in natural order): x by the bulk tensor copy engine from a tensor map the
   // runtime makes at each launch, the kernel's parameter after the workspace.
   const auto tma = with_key(ws, "tma_x", 1);

@@ -621,6 +621,12 @@ __device__ __forceinline__ StreamRun stream_run(int M, int p) {
   return r;
 }
 
+// Whether this block's piece holds its tile's last stage, and so completes the tile.
+__device__ __forceinline__ bool completes_tile(const StreamRun& r) {
+  return worker_of(static_cast<long long>(r.piece.t) * kIters + kIters - 1, r.units, r.workers) ==
+         static_cast<int>(blockIdx.x);
+}
+
 // A barrier of the threads that finish pieces: the block, or without the
 // producer under warp specialisation (which never waits for the epilogue).
 __device__ __forceinline__ void finishers_sync() {
@@ -644,7 +650,7 @@ __device__ __forceinline__ void finish_piece(const StreamRun& r, bool mma, int M
   unsigned* flag = static_cast<unsigned*>(workspace) + t;
   const int first = worker_of(static_cast<long long>(t) * kIters, units, workers);
   const int last = worker_of(static_cast<long long>(t) * kIters + kIters - 1, units, workers);
-  if (w != last) {
+  if (!completes_tile(r)) {
     if (mma) {
       float4* mine = piece_of(workspace, w) + threadIdx.x;
 #pragma unroll
@@ -711,17 +717,30 @@ __device__ __forceinline__ void ws_run(const TX* __restrict__ x, const TensorMap
   const WsBarriers bars{smem_address(barriers), smem_address(barriers + kStages)};
   if (threadIdx.x == 0)
     for (int i = 0; i < kStages; ++i) mbarrier_init(bars.full + 8 * i, 128), mbarrier_init(bars.empty + 8 * i, kMmaThreads);
+  QJIT_WS_BLOCK(0);
   __syncthreads();  // the barriers are initialised before anyone uses them
   unsigned seq = 0;  // the block's stages so far
   if (mma) {
     if constexpr (kWsMovesRegisters) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kWsConsumerRegs));
     float acc[kAcc];
     for_each_tile(M, [&](int m0, int first_tile, int begin, int count, int p) {
+      QJIT_WS_PIECE(p, 0, QJIT_WS_NOW());
+      QJIT_WS_PIECE(p, 4, seq);
+      QJIT_WS_PIECE(p, 5, count);
       ws_consume_tile(begin, count, seq, bt, lane, ring, sb, bars, acc);
       seq += count;
-      if constexpr (kStream > 0) finish_piece(stream_run(M, p), true, M, lane, workspace, acc, bias, residual, y);
-      else store_tile(acc, first_tile + bt, m0, M, lane, bias, residual, y);
+      QJIT_WS_PIECE(p, 1, QJIT_WS_NOW());
+      if constexpr (kStream > 0) {
+        const StreamRun r = stream_run(M, p);
+        QJIT_WS_PIECE(p, 3, r.piece.c0 == 0 && r.piece.c1 == kIters ? 0 : completes_tile(r) ? 2 : 1);
+        finish_piece(r, true, M, lane, workspace, acc, bias, residual, y);
+      } else {
+        QJIT_WS_PIECE(p, 3, 0);
+        store_tile(acc, first_tile + bt, m0, M, lane, bias, residual, y);
+      }
+      QJIT_WS_PIECE(p, 2, QJIT_WS_NOW());
     });
+    QJIT_WS_BLOCK(1);
   } else {
     if constexpr (kWsMovesRegisters) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kWsProducerRegs));
     for_each_tile(M, [&](int m0, int first_tile, int begin, int count, int) {

@@ -120,8 +120,54 @@ __device__ __forceinline__ void ws_clock(unsigned q, int event) {
   qjit_ws_clocks[block][threadIdx.x / 128][q][event] = t;
 }
 #define QJIT_WS_CLOCK(q, event) ws_clock(q, event)
+// The block's timeline, kept by thread 0 (lane 0 of consumer 0):
+//   qjit_ws_block[b]       entry and exit in %clock64, then in %globaltimer (ns,
+//                          comparable across SMs); then the start's steps in
+//                          %clock64: 4 the producer's copies of the first
+//                          stages' weights issued, 5 the previous grid done, 6
+//                          their x issued, 7 consumer 0 sees stage 0 landed
+//   qjit_ws_pieces[b][p]   piece p (a tile, or part of one under the stream
+//                          schedule): 0 its start, 1 its mainloop done, 2 its
+//                          sums stored or completed, 3 its kind (0 a whole
+//                          tile, 1 a part stored to the workspace, 2 the part
+//                          that completes a tile), 4 its first stage q, 5 its
+//                          stages
+constexpr int kClockPieces = 8, kPieceEvents = 6;
+__device__ long long qjit_ws_block[kClockBlocks][8];
+__device__ long long qjit_ws_pieces[kClockBlocks][kClockPieces][kPieceEvents];
+__device__ __forceinline__ bool ws_timeline_thread() {
+  return threadIdx.x == 0 && blockIdx.x + gridDim.x * blockIdx.y < kClockBlocks;
+}
+__device__ __forceinline__ long long ws_now() {
+  long long t;
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ void ws_block_mark(int exit) {
+  if (!ws_timeline_thread()) return;
+  long long ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  qjit_ws_block[blockIdx.x + gridDim.x * blockIdx.y][exit] = ws_now();
+  qjit_ws_block[blockIdx.x + gridDim.x * blockIdx.y][2 + exit] = ns;
+}
+// Step `event` (4 to 7) of the start, by the producer's first thread or consumer 0's.
+__device__ __forceinline__ void ws_start_mark(int event) {
+  const unsigned block = blockIdx.x + gridDim.x * blockIdx.y;
+  if ((threadIdx.x == 0 || threadIdx.x == kMmaThreads) && block < kClockBlocks) qjit_ws_block[block][event] = ws_now();
+}
+__device__ __forceinline__ void ws_piece_mark(int p, int event, long long value) {
+  if (ws_timeline_thread() && p < kClockPieces) qjit_ws_pieces[blockIdx.x + gridDim.x * blockIdx.y][p][event] = value;
+}
+#define QJIT_WS_BLOCK(exit) ws_block_mark(exit)
+#define QJIT_WS_PIECE(p, event, value) ws_piece_mark(p, event, value)
+#define QJIT_WS_NOW() ws_now()
+#define QJIT_WS_START(event) ws_start_mark(event)
 #else
+#define QJIT_WS_START(event)
 #define QJIT_WS_CLOCK(q, event)
+#define QJIT_WS_BLOCK(exit)
+#define QJIT_WS_PIECE(p, event, value)
+#define QJIT_WS_NOW() 0
 #endif
 
 // The kernel parameter that holds a tensor map (CUtensorMap: 128 opaque
@@ -185,12 +231,15 @@ __device__ __forceinline__ void ws_produce_tile(const TX* __restrict__ x, const 
 #pragma unroll 1
     for (int s = 0; s < head; ++s)
       copy_weights(qweight, scales, zeros, first_tile, begin + s, ring + (s % kStages) * kStagePieces);
+    QJIT_WS_START(4);
     qjit::wait_for_previous_grid();
+    QJIT_WS_START(5);
 #pragma unroll 1
     for (int s = 0; s < head; ++s) {
       stage_x(begin + s, s % kStages, bars.full_of(s));
       arrive_when_copied(bars.full_of(s));
     }
+    QJIT_WS_START(6);
   }
 #pragma unroll 1
   for (int s = head; s < count; ++s) {
@@ -251,6 +300,7 @@ __device__ __forceinline__ void ws_consume_tile(int begin, int count, unsigned s
   ABuffers a;
   a.smem = sb + kStages * kSbStage + (bt / 4) * 2 * kSaStage;  // unused without kASmem
   ws_wait_stage(bars, seq);
+  if (seq == 0) QJIT_WS_START(7);
   dequant_stage<0>(ring + (seq % kStages) * kStagePieces, begin, bt, lane, a);
   // Unrolled by two so the A buffer index is a constant.
 #pragma unroll 1

@@ -11,7 +11,8 @@
 //             stage's wgmma are done), full_wait (until the next stage's
 //             copies landed), dequant (the next stage's A), period
 //   producer  empty_wait (until the slot is free), issue (its copies), period
-// and the offset of the second consumer's stages behind the first's.
+// the offset of the second consumer's stages behind the first's, and the
+// blocks' timelines (print_timeline).
 //
 // Usage: qjit_ws_probe SHAPE CONFIG
 //   e.g. qjit_ws_probe k=4096,n=11008,m=256 '{"family":"wgmma","groups":2,"rows":256,"stages":4,"chunks":1,
@@ -41,6 +42,83 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The blocks' timelines (qjit_ws_block, qjit_ws_pieces in the template): the
+// launch's span in ns from the global timer, and per block, in cycles, where
+// consumer 0's time went: the start (entry to its first stage's A ready), each
+// kind of piece's mainloop per stage and its finish (sums stored to the
+// workspace, or pieces added and y stored), and the first stage of every
+// piece after the first (its wait and dequantisation, not overlapped), and
+// the start's steps (the producer's first copies, the wait for the previous
+// grid, consumer 0 seeing stage 0 land).
+struct Marks {
+  CUdeviceptr ptr = 0;
+  size_t bytes = 0;
+};
+
+Marks marks_of(CUmodule module, const char* name) {
+  Marks m;
+  QJIT_CU(cuModuleGetGlobal(&m.ptr, &m.bytes, module, name));
+  return m;
+}
+
+std::vector<long long> read_marks(const Marks& m) {
+  std::vector<long long> v(m.bytes / sizeof(long long));
+  QJIT_CU(cuMemcpyDtoH(v.data(), m.ptr, m.bytes));
+  return v;
+}
+
+void print_timeline(const Marks& block_marks, const Marks& piece_marks, const std::vector<long long>& stage_clocks,
+                    int groups, unsigned blocks) {
+  constexpr int kPieces = 8, kPieceEvents = 6;
+  const std::vector<long long> bl = read_marks(block_marks), pc = read_marks(piece_marks);
+  auto ready = [&](unsigned b, long long q) {  // consumer 0's stage q: its A ready
+    return q < kStages ? stage_clocks[((static_cast<size_t>(b) * (groups + 1)) * kStages + q) * kEvents] : 0;
+  };
+  long long first_entry = 0, last_entry = 0, first_exit = 0, last_exit = 0;
+  std::vector<double> ghz, start, tail, later_head, per_stage[3], finish[3];
+  std::vector<double> weights_issued, previous_grid, x_issued, landed;  // the start's steps, from entry
+  std::vector<double> pieces_per_block;
+  for (unsigned b = 0; b < blocks; ++b) {
+    const long long* m = &bl[8 * b];
+    if (m[2] == 0 || m[3] == 0) continue;  // a block without units records no exit
+    first_entry = first_entry ? std::min(first_entry, m[2]) : m[2], last_entry = std::max(last_entry, m[2]);
+    first_exit = first_exit ? std::min(first_exit, m[3]) : m[3], last_exit = std::max(last_exit, m[3]);
+    if (m[3] > m[2]) ghz.push_back(static_cast<double>(m[1] - m[0]) / static_cast<double>(m[3] - m[2]));
+    if (m[4] && m[5] && m[6] && m[7]) {
+      weights_issued.push_back(static_cast<double>(m[4] - m[0])), previous_grid.push_back(static_cast<double>(m[5] - m[0]));
+      x_issued.push_back(static_cast<double>(m[6] - m[0])), landed.push_back(static_cast<double>(m[7] - m[0]));
+    }
+    int n = 0;
+    long long last_finished = 0;
+    for (int p = 0; p < kPieces; ++p) {
+      const long long* e = &pc[(static_cast<size_t>(b) * kPieces + p) * kPieceEvents];
+      if (e[0] == 0) break;
+      ++n, last_finished = e[2];
+      const int kind = static_cast<int>(e[3]);
+      const long long first_ready = ready(b, e[4]);
+      if (kind < 0 || kind > 2 || first_ready == 0) continue;
+      if (p == 0) start.push_back(static_cast<double>(first_ready - m[0]));
+      else later_head.push_back(static_cast<double>(first_ready - e[0]));
+      per_stage[kind].push_back(static_cast<double>(e[1] - first_ready) / static_cast<double>(e[5]));
+      finish[kind].push_back(static_cast<double>(e[2] - e[1]));
+    }
+    pieces_per_block.push_back(n);
+    if (last_finished) tail.push_back(static_cast<double>(m[1] - last_finished));
+  }
+  std::printf("{\"timeline\": {\"launch_us\": %.2f, \"entries_spread_us\": %.2f, \"exits_spread_us\": %.2f, "
+              "\"ghz\": %.3f, \"pieces_per_block\": %.0f, \"start\": %.0f, \"later_piece_head\": %.0f, \"tail\": %.0f}}\n",
+              (last_exit - first_entry) / 1e3, (last_entry - first_entry) / 1e3, (last_exit - first_exit) / 1e3,
+              median(ghz), median(pieces_per_block), median(start), median(later_head), median(tail));
+  std::printf("{\"start_steps\": {\"weights_issued\": %.0f, \"previous_grid_done\": %.0f, \"x_issued\": %.0f, "
+              "\"stage_0_landed\": %.0f}}\n",
+              median(weights_issued), median(previous_grid), median(x_issued), median(landed));
+  const char* kinds[3] = {"whole tile", "part stored", "part completing"};
+  for (int k = 0; k < 3; ++k)
+    if (!finish[k].empty())
+      std::printf("{\"piece\": \"%s\", \"count\": %zu, \"per_stage\": %.0f, \"finish\": %.0f}\n", kinds[k],
+                  finish[k].size(), median(per_stage[k]), median(finish[k]));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -66,7 +144,10 @@ int main(int argc, char** argv) {
     CUstream stream = nullptr;
     QJIT_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
     for (int i = 0; i < 6; ++i) runtime::launch(kernel, work->args(i % work->copies()), stream);
+    const Marks block_marks = marks_of(module, "qjit_ws_block"), piece_marks = marks_of(module, "qjit_ws_pieces");
     QJIT_CU(cuMemsetD8Async(clocks, 0, clocks_bytes, stream));
+    QJIT_CU(cuMemsetD8Async(block_marks.ptr, 0, block_marks.bytes, stream));
+    QJIT_CU(cuMemsetD8Async(piece_marks.ptr, 0, piece_marks.bytes, stream));
     runtime::launch(kernel, work->args(0), stream);
     QJIT_CU(cuStreamSynchronize(stream));
     std::vector<long long> t(clocks_bytes / sizeof(long long));
@@ -128,6 +209,7 @@ int main(int argc, char** argv) {
           if (at(b, 0, q, 0) && at(b, 1, q, 0)) offset.push_back(static_cast<double>(at(b, 1, q, 0) - at(b, 0, q, 0)));
       std::printf("{\"consumer_1_behind_0\": %.0f}\n", median(offset));
     }
+    print_timeline(block_marks, piece_marks, t, groups, blocks);
     std::printf("{\"note\": \"cycles (%%clock64), medians over blocks and stages 2 on\"}\n");
     runtime::driver().cuStreamDestroy(stream);
     runtime::driver().cuModuleUnload(module);
