@@ -39,9 +39,9 @@ inline Module load_source(const std::string& file, const std::string& kernel, co
   return load_source(src);
 }
 
-// A wq_gemm config compiled with `#define <define> 1` first, loaded as the
-// runtime loads cached kernels (its geometry resolved for this GPU, PDL),
-// and the __device__ array `marks` its marks go to.
+// A wq_gemm config compiled with `#define <define> 1` (and each of `extra`)
+// first, loaded as the runtime loads cached kernels (its geometry resolved
+// for this GPU, PDL), and the __device__ array `marks` its marks go to.
 struct MarkedKernel {
   runtime::LoadedKernel kernel;
   CUdeviceptr marks = 0;
@@ -49,11 +49,13 @@ struct MarkedKernel {
 };
 
 inline MarkedKernel load_marked_wq_gemm(const codegen::OpSpec& spec, const nlohmann::json& config,
-                                        const std::string& define, const std::string& marks) {
+                                        const std::string& define, const std::string& marks,
+                                        const std::vector<std::string>& extra = {}) {
   const auto& op = codegen::find_op("wq_gemm");
   op.validate_config(spec, config);
   auto src = codegen::generate_source(spec, config);
   src.text = "#define " + define + " 1\n" + src.text;
+  for (const auto& d : extra) src.text = "#define " + d + " 1\n" + src.text;
   const Module m = load_source(src);
   MarkedKernel k;
   k.kernel.module = m.module, k.kernel.function = m.function, k.kernel.geometry = op.launch_geometry(spec, config);

@@ -19,6 +19,7 @@
 //        "producer":1,"a_quad":1,"ws":1}'
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -132,7 +133,18 @@ int main(int argc, char** argv) {
     const auto config = nlohmann::json::parse(argv[2]);
     if (config.value("ws", 0) != 1) throw Error("argument", "the stage clocks are in the ws pipeline only (ws = 1)");
     const int groups = config.at("groups").get<int>();
-    auto marked = probe::load_marked_wq_gemm(spec, config, "QJIT_WS_CLOCKS", "qjit_ws_clocks");
+    // QJIT_PROBE_DEFINES=A,B compiles the kernel with A and B defined too (what-if builds of a
+    // template under study; none are in the templates as committed).
+    std::vector<std::string> extra;
+    if (const char* env = std::getenv("QJIT_PROBE_DEFINES")) {
+      std::string list = env;
+      for (size_t at = 0; at < list.size();) {
+        const size_t comma = std::min(list.find(',', at), list.size());
+        if (comma > at) extra.push_back(list.substr(at, comma - at));
+        at = comma + 1;
+      }
+    }
+    auto marked = probe::load_marked_wq_gemm(spec, config, "QJIT_WS_CLOCKS", "qjit_ws_clocks", extra);
     const runtime::LoadedKernel& kernel = marked.kernel;
     const CUmodule module = kernel.module;
     const CUdeviceptr clocks = marked.marks;
@@ -210,6 +222,27 @@ int main(int argc, char** argv) {
       std::printf("{\"consumer_1_behind_0\": %.0f}\n", median(offset));
     }
     print_timeline(block_marks, piece_marks, t, groups, blocks);
+    {
+      // Back-to-back launches as the benchmark runs them (PDL between them, the workload's copies
+      // rotated): the mean of 30 between two events, three times; the median of the three.
+      CUevent begin = nullptr, end = nullptr;
+      QJIT_CU(cuEventCreate(&begin, CU_EVENT_DEFAULT));
+      QJIT_CU(cuEventCreate(&end, CU_EVENT_DEFAULT));
+      std::vector<double> means;
+      for (int round = 0; round < 3; ++round) {
+        QJIT_CU(cuEventRecord(begin, stream));
+        for (int i = 0; i < 30; ++i) runtime::launch(kernel, work->args(i % work->copies()), stream);
+        QJIT_CU(cuEventRecord(end, stream));
+        QJIT_CU(cuEventSynchronize(end));
+        float ms = 0;
+        QJIT_CU(cuEventElapsedTime(&ms, begin, end));
+        means.push_back(1e3 * ms / 30);
+      }
+      std::printf("{\"back_to_back_us\": %.2f, \"defines\": \"%s\"}\n", median(means),
+                  std::getenv("QJIT_PROBE_DEFINES") ? std::getenv("QJIT_PROBE_DEFINES") : "");
+      runtime::driver().cuEventDestroy(begin);
+      runtime::driver().cuEventDestroy(end);
+    }
     std::printf("{\"note\": \"cycles (%%clock64), medians over blocks and stages 2 on\"}\n");
     runtime::driver().cuStreamDestroy(stream);
     runtime::driver().cuModuleUnload(module);
