@@ -504,7 +504,7 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
   // and, in the 1024 bucket, loop past the grid (a split's clusters loop
   // together). One cache per case: cases may share a spec.
   const auto wgmma = [](int groups, int rows, int stages, int chunks, int split = 1, int producer = 0, int a_smem = 0,
-                        int stream = 0, int a_quad = 0, int ws = 0, int tma_x = 0) {
+                        int stream = 0, int a_quad = 0, int ws = 0, int tma_x = 0, int stage_y = 0) {
     nlohmann::json j{{"family", "wgmma"}, {"groups", groups}, {"rows", rows}, {"stages", stages}, {"chunks", chunks}};
     if (split > 1) j["split"] = split;
     if (producer) j["producer"] = producer;
@@ -513,6 +513,7 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
     if (a_quad) j["a_quad"] = a_quad;
     if (ws) j["ws"] = ws;
     if (tma_x) j["tma_x"] = tma_x;
+    if (stage_y) j["stage_y"] = stage_y;
     return j;
   };
   const BucketCase cases[] = {
@@ -584,6 +585,19 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
        {65, 100}},
       {{{"k", 320}, {"n", 80}, {"bits", 3}, {"zero", "float"}, {"scales", "bf16"}, {"x", "bf16"}, {"g", 64}},
        wgmma(1, 128, 3, 1, 1, 1, 1, 2, 0, 1, 1), {129, 200}},
+      // y through shared memory: the stream schedule's completed and whole tiles with bias and relu6,
+      // rows past M and a block past n (272 = 2 × 128 + 16); the 1024 bucket's loop with x permuted;
+      // bf16 without ws; two blocks per SM; A through shared memory beside the staging
+      {{{"k", 4096}, {"n", 272}, {"bits", 4}, {"zero", "int"}, {"bias", "yes"}, {"act", "relu6"}},
+       wgmma(2, 128, 4, 1, 1, 1, 0, 1, 1, 1, 1, 1), {129, 200}},
+      {{{"k", 768}, {"n", 128}, {"bits", 8}, {"zero", "sym"}, {"bias", "yes"}}, wgmma(2, 256, 4, 1, 1, 1, 0, 0, 0, 1, 0, 1),
+       {1025, 1500}},
+      {{{"k", 1024}, {"n", 272}, {"bits", 4}, {"zero", "float"}, {"scales", "bf16"}, {"x", "bf16"}, {"bias", "yes"}},
+       wgmma(2, 128, 4, 2, 1, 0, 0, 0, 1, 0, 0, 1), {129, 200}},
+      {{{"k", 4096}, {"n", 272}, {"bits", 4}, {"zero", "int"}, {"act", "relu"}},
+       wgmma(1, 64, 4, 1, 1, 1, 0, 2, 1, 1, 1, 1), {65, 100}},
+      {{{"k", 320}, {"n", 80}, {"bits", 3}, {"zero", "float"}, {"scales", "bf16"}, {"x", "bf16"}, {"g", 64}},
+       wgmma(1, 64, 3, 2, 1, 1, 1, 1, 0, 1, 1, 1), {65, 100}},
   };
   run_inside_bucket(cases);
 }

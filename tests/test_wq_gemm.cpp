@@ -689,6 +689,36 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   CHECK(tma_ptx.ptx.find("mbarrier.expect_tx") != std::string::npos);
   CHECK(tma_ptx.ptx.find("fence.proxy.async") == std::string::npos);  // x never passes the generic proxy
   CHECK(tma_ptx.spill_bytes == 0);
+  // stage_y: y through 64 rows × 64·groups of n of shared memory, stored in whole rows 16 bytes at a
+  // time (so y must be 16-byte aligned); searched under ws only; no split, no residual.
+  const auto staged = with_key(with_key(tma, "stream", 1), "stage_y", 1);
+  CHECK(std::find(space.begin(), space.end(), staged) != space.end());
+  CHECK(std::find(space.begin(), space.end(), with_key(c, "stage_y", 1)) == space.end());
+  CHECK_NOTHROW(op.validate_config(big, with_key(c, "stage_y", 1)));
+  CHECK_THROWS_WITH(op.validate_config(big, with_key(split, "stage_y", 1)), Catch::Contains("split must be 1"));
+  CHECK_THROWS_WITH(op.validate_config(big, with_key(c, "stage_y", 2)), Catch::Contains("stage_y must be 0 or 1"));
+  CHECK_THROWS_WITH(op.validate_config(parse_spec("wq_gemm", "k=4096,n=11008,m=256,residual=yes"), staged),
+                    Catch::Contains("residual=yes"));
+  const auto two_blocks = nlohmann::json{{"family", "wgmma"}, {"groups", 2}, {"rows", 64}, {"stages", 4}, {"chunks", 1},
+                                         {"producer", 1}, {"stream", 2}, {"a_quad", 1}, {"ws", 1}, {"tma_x", 1}};
+  const auto mid = parse_spec("wq_gemm", "k=4096,n=11008,m=64");
+  CHECK_NOTHROW(op.validate_config(mid, two_blocks));
+  CHECK_THROWS_WITH(op.validate_config(mid, with_key(two_blocks, "stage_y", 1)), Catch::Contains("96 registers"));
+  CHECK(op.launch_geometry(big, staged).dynamic_smem ==
+        op.launch_geometry(big, with_key(tma, "stream", 1)).dynamic_smem + 64 * 128 * 2);
+  for (const auto& arg : op.pointer_args(big, staged))
+    if (arg.name == "y") CHECK(arg.align == 16);
+  for (const auto& arg : op.pointer_args(big, tma))
+    if (arg.name == "y") CHECK(arg.align == 2);
+  const auto staged_src = codegen::generate_source(big, staged);
+  CHECK(staged_src.text.find("kStageY = true;") != std::string::npos);
+  const auto staged_ptx = codegen::compile(staged_src, "sm_90");
+  INFO(staged_ptx.log);
+  REQUIRE(staged_ptx.ok);
+  CHECK(staged_ptx.ptx.find("movmatrix.sync.aligned.m8n8.trans.b16") != std::string::npos);
+  CHECK(staged_ptx.ptx.find("st.global.v4") != std::string::npos);  // y's rows, 16 bytes per store
+  CHECK(tma_ptx.ptx.find("st.global.v4") == std::string::npos);     // (without: 2 bytes per store)
+  CHECK(staged_ptx.spill_bytes == 0);
   const auto split_src = codegen::generate_source(big, split);
   CHECK(split_src.text.find("kSplit = 3;") != std::string::npos);
   CHECK(split_src.text.find("#define QJIT_WQ_CLUSTER __cluster_dims__(1, 1, kSplit)") != std::string::npos);

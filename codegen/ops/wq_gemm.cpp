@@ -13,6 +13,7 @@ WqShape shape_of(const OpSpec& spec) {
   s.k = spec.get_int("k"), s.n = spec.get_int("n"), s.m = spec.get_int("m"), s.g = spec.get_int("g");
   s.bits = static_cast<int>(spec.get_int("bits"));
   s.zero = spec.get_str("zero"), s.scales = spec.get_str("scales"), s.x = spec.get_str("x");
+  s.residual = spec.get_str("residual") == "yes";
   return s;
 }
 
@@ -120,13 +121,15 @@ std::vector<PointerArg> WqGemmOp::pointer_args(const OpSpec& spec, const nlohman
   // The large-M kernels copy weights, scales and zeros in 16-byte pieces.
   const WqAlign a = tiled(config) || wgmma(config) ? WqAlign{16, 16, 16} : wq_alignment(s, config_of(config));
   const int xb = bytes_of(s.x);
+  // y through shared memory (wgmma stage_y) stores y's rows 16 bytes at a time.
+  const int yb = wgmma(config) && WqWgmmaConfig::from(config).stage_y ? 16 : xb;
   return {{"x", 16},
           {"qweight", a.qweight},
           {"scales", a.scales},
           {"zeros", a.zeros, s.zero == "sym"},
           {"bias", xb, spec.get_str("bias") == "no"},
           {"residual", xb, spec.get_str("residual") == "no"},
-          {"y", xb}};
+          {"y", yb}};
 }
 
 Traffic WqGemmOp::traffic(const OpSpec& spec) const {

@@ -18,6 +18,7 @@ struct WqShape {
   int bits = 4;
   std::string zero = "int", scales = "fp16", x = "fp16";
   int matrices = 1;
+  bool residual = false;  // y += residual (wq_gemm's epilogue)
 };
 
 // A block has `warps` warps: warps/split_k row groups of `tiles` 16-row tile

@@ -129,17 +129,17 @@ WqWgmmaConfig WqWgmmaConfig::from(const nlohmann::json& j) {
   const size_t optional_keys =
       j.is_object()
           ? j.count("split") + j.count("producer") + j.count("a_smem") + j.count("stream") + j.count("a_quad") +
-                j.count("ws") + j.count("tma_x")
+                j.count("ws") + j.count("tma_x") + j.count("stage_y")
           : 0;
   if (!is_wgmma(j) || j.size() != 5u + optional_keys)
     throw Error("config",
                 "wq_gemm wgmma config needs family, groups, rows, stages, chunks and optionally split, producer, "
-                "a_smem, stream, a_quad, ws and tma_x: " +
+                "a_smem, stream, a_quad, ws, tma_x and stage_y: " +
                     j.dump());
   return {get("groups"),           get("rows"),          get("stages"),
           get("chunks"),           optional("split", 1), optional("producer", 0),
           optional("a_smem", 0),   optional("stream", 0), optional("a_quad", 0),
-          optional("ws", 0),       optional("tma_x", 0)};
+          optional("ws", 0),       optional("tma_x", 0),  optional("stage_y", 0)};
 }
 
 nlohmann::json WqWgmmaConfig::to_json() const {
@@ -151,6 +151,7 @@ nlohmann::json WqWgmmaConfig::to_json() const {
   if (a_quad != 0) j["a_quad"] = a_quad;
   if (ws != 0) j["ws"] = ws;
   if (tma_x != 0) j["tma_x"] = tma_x;
+  if (stage_y != 0) j["stage_y"] = stage_y;
   return j;
 }
 
@@ -158,9 +159,12 @@ int64_t wq_wgmma_smem_bytes(const WqShape& s, const WqWgmmaConfig& c) {
   // The ring without x, then up to 1024 bytes of alignment, a slot of x in
   // wgmma's layout per stage (rows × 128 bytes per chunk) and, with a_smem,
   // two stages of dequantised weights per warpgroup (64 rows × 128 bytes per
-  // chunk). A split adds its sums through the ring: rows / 2 floats per thread.
+  // chunk), then with stage_y 64 rows of y at a time (64 rows of x × 64·groups
+  // of n, 16-bit). A split adds its sums through the ring: rows / 2 floats per
+  // thread.
   const int64_t ring = c.stages * (stage_bytes(s, 4 * c.groups, 0, c.chunks) + int64_t{c.chunks} * c.rows * 128) +
-                       int64_t{c.a_smem} * c.groups * 2 * c.chunks * 64 * 128 + 1024;
+                       int64_t{c.a_smem} * c.groups * 2 * c.chunks * 64 * 128 + int64_t{c.stage_y} * 64 * 128 * c.groups +
+                       1024;
   const int64_t sums = c.split > 1 ? int64_t{128} * c.groups * (c.rows / 2) * 4 : 0;
   return std::max(ring, sums);
 }
@@ -193,6 +197,12 @@ std::string wq_wgmma_problem(const WqShape& s, const WqWgmmaConfig& c) {
   if (!one_of(c.tma_x, {0, 1})) return "tma_x must be 0 or 1";
   if (c.tma_x && !c.ws) return "tma_x is the warp-specialised producer's copy (ws must be 1)";
   if (c.tma_x && !c.a_smem && !c.a_quad) return "tma_x copies x in natural k order (a_smem or a_quad must be 1)";
+  if (!one_of(c.stage_y, {0, 1})) return "stage_y must be 0 or 1";
+  if (c.stage_y && c.split != 1) return "stage_y stores whole tiles (a split's blocks store parts: split must be 1)";
+  if (c.stage_y && c.ws && c.stream == 2 && c.groups == 2)
+    return "stage_y with ws, stream=2 and groups=2 (96 registers per consumer thread: ptxas spills)";
+  if (c.stage_y && s.residual)
+    return "stage_y rounds y before the residual could be added (residual=yes stores y element by element)";
   // Register limits (ptxas spills past them): a third warpgroup leaves 168
   // registers per thread, short of 128 accumulators and tight for two chunks
   // per stage; A in registers takes 16 more per chunk of a stage, twice (the
@@ -224,9 +234,14 @@ std::vector<WqWgmmaConfig> wq_wgmma_space(const WqShape& s) {
                 for (int stream : {0, 1, 2, 3})
                   for (int a_quad : {0, 1})
                     for (int ws : {0, 1})
-                      for (int tma_x : {0, 1}) {
-                        const WqWgmmaConfig c{groups, rows, stages, chunks, split, producer, a_smem, stream, a_quad, ws, tma_x};
+                      for (int tma_x : {0, 1})
+                        for (int stage_y : {0, 1}) {
+                        const WqWgmmaConfig c{groups, rows,   stages, chunks, split, producer,
+                                              a_smem, stream, a_quad, ws,     tma_x, stage_y};
                         if (!wq_wgmma_problem(s, c).empty()) continue;
+                        // y through shared memory is searched where the epilogue weighs most: the
+                        // warp-specialised kernels of large M (legal, and tested, with the others).
+                        if (stage_y && !ws) continue;
                         // Under ws, x by the tensor copy engine beat the 16-byte copies in every pair
                         // tuned (H100, session 14: 47.9 against 51.8 us at 4096 x 11008, M = 256;
                         // 24.8 against 25.3 at M = 64); they stay for x in permuted order only.
@@ -261,6 +276,8 @@ std::vector<Constant> wq_wgmma_constants(const WqShape& s, const WqWgmmaConfig& 
                  "tunable: warp-specialised (mbarriers per ring slot, the producer's registers to the consumers)"});
   out.push_back({"bool", "kTmaX", c.tma_x ? "true" : "false",
                  "tunable: x copied by the bulk tensor copy engine (a tensor map parameter)"});
+  out.push_back({"bool", "kStageY", c.stage_y ? "true" : "false",
+                 "tunable: y through shared memory, stored in whole rows of the tile"});
   out.push_back({"macro", "QJIT_WQ_TMA_PARAM", c.tma_x ? ", const __grid_constant__ TensorMapParam x_map" : "",
                  "the tensor map of x, the kernel's last parameter (kTmaX)"});
   out.push_back({"macro", "QJIT_WQ_TMA_ARG", c.tma_x ? "&x_map" : "nullptr", "the tensor map of x, if any"});

@@ -58,9 +58,11 @@ LaunchGeometry wq_tiled_geometry(const WqShape& s, const WqTiledConfig& c);
 // specialisation, with the producer) mbarriers per ring slot replace the
 // block barrier per stage and the producer gives its registers to the
 // warpgroups that multiply; with `tma_x` 1 (under ws) x arrives by the bulk
-// tensor copy engine from a tensor map the runtime makes at each launch.
-// These seven keys are absent at their defaults (1, 0, 0, 0, 0, 0 and 0), so
-// configs cached before them keep their meaning.
+// tensor copy engine from a tensor map the runtime makes at each launch;
+// with `stage_y` 1 (no split, no residual) the warps pass y through shared
+// memory and store whole rows of the tile. These eight keys are absent at
+// their defaults (1, 0, 0, 0, 0, 0, 0 and 0), so configs cached before them
+// keep their meaning.
 struct WqWgmmaConfig {
   int groups, rows, stages, chunks, split = 1, producer = 0;
   int a_smem = 0;  // 1: dequantised weights go through shared memory (x copied 16 bytes at a time)
@@ -68,6 +70,7 @@ struct WqWgmmaConfig {
   int a_quad = 0;  // 1 (4-bit, A in registers): A put in natural k order within each quad, x copied 16 bytes at a time
   int ws = 0;      // 1: warp-specialised (producer and consumers joined by mbarriers, setmaxnreg)
   int tma_x = 0;   // 1 (with ws): x copied by cp.async.bulk.tensor, one instruction per chunk
+  int stage_y = 0;  // 1: y through shared memory, stored in whole rows of the tile (16 bytes per thread)
 
   static bool is_wgmma(const nlohmann::json& j);  // "family": "wgmma"
   static WqWgmmaConfig from(const nlohmann::json& j);

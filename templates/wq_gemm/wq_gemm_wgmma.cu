@@ -543,9 +543,81 @@ __device__ __forceinline__ void accumulate_tile(const TX* __restrict__ x, const 
   if (copier) asm volatile("cp.async.wait_all;" ::: "memory");
 }
 
+// --- y through shared memory (kStageY) ---------------------------------------------
+//
+// Stored from the accumulators, a warp's store writes 2 bytes per lane to 4
+// rows of y (lane (gq, t): n = gq, m = 2t + e % 2): 4 partial sectors per
+// instruction, 4096 requests for a 256-row tile, whose epilogue took ~8000
+// cycles (qjit_ws_probe, H100, session 15). Here the threads that multiply
+// pass y through shared memory, kStageRows rows of x at a time, and store
+// whole rows of the tile: a warp's 16-byte stores cover 2 rows of 256 bytes
+// (2 warpgroups), 8 times fewer requests.
+//
+// Writing: for each 8 rows of x (j), lane (gq, t) holds y at n = gq (+8) of
+// its warp's tile and m = 8j + 2t, 8j + 2t + 1, an 8 × 8 matrix of n × m in
+// mma's fragment layout once packed to 16-bit pairs; movmatrix.trans (PTX ISA,
+// "movmatrix") turns it into m × n, so lane (gq, t) holds y[8j + gq][2t, 2t +
+// 1]: 4 bytes of row m. Each warpgroup's 64 n of a row are 128 bytes (one
+// "half" per warpgroup), 16-byte piece c of row r at piece c ^ (r % 8): the
+// 8 rows of one store (gq) land in 8 distinct bank groups. Reading: thread i
+// takes piece i % (8·kGroups) of row i / (8·kGroups) (and so on by
+// kMmaThreads), the 8 lanes of a 16-byte load phase reading one row's 8
+// pieces of a half. The bias and the clamp come first, so y is rounded once
+// (a residual would come after that rounding: the key excludes it).
+constexpr int kStageRows = 64;
+constexpr int kStageHalf = kStageRows * 128;  // one warpgroup's 64 n of the pass's rows
+constexpr int kStageYOffset = kStages * kSbStage + (kASmem ? kGroups * 2 * kSaStage : 0);  // past sB and sA
+static_assert(kBlockRows % kStageRows == 0, "whole passes of 64 rows of x");
+static_assert(!kStageY || !kHasResidual, "y through shared memory is rounded before a residual could be added");
+
+// A barrier of the kMmaThreads threads that multiply (named barrier 14: 0 is
+// the block's, 1 .. kGroups the warpgroups', 15 the stream finishers').
+__device__ __forceinline__ void mma_threads_sync() { asm volatile("bar.sync 14, %0;" ::"n"(kMmaThreads) : "memory"); }
+
+// The epilogue of the block's output tile through shared memory: warp w
+// holds tile `tile` (the block's tile w), rows m0 .. m0 + kBlockRows of x.
+__device__ __forceinline__ void store_tile_staged(const float (&acc)[kAcc], int tile, int m0, int M, int lane,
+                                                  const TX* __restrict__ bias, TX* y, unsigned char* sb) {
+  const int w = static_cast<int>(threadIdx.x) / 32, gq = lane / 4, t = lane % 4;
+  const int block_n = (tile - w) * 16;  // the block's first row of n
+  unsigned char* stage = sb + kStageYOffset;
+  float b[2] = {0.0f, 0.0f};
+  if constexpr (kHasBias)
+    if (tile < kNTiles) b[0] = qjit::to_f32(bias[tile * 16 + gq]), b[1] = qjit::to_f32(bias[tile * 16 + gq + 8]);
+  unsigned char* mine = stage + (w / 4) * kStageHalf + gq * 128 + t * 4;  // row gq of the warp's half
+#pragma unroll
+  for (int pass = 0; pass < kBlockRows / kStageRows; ++pass) {
+#pragma unroll
+    for (int jj = 0; jj < kStageRows / 8; ++jj) {
+      const int j = pass * (kStageRows / 8) + jj;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        unsigned v = pack2(clamp_act(acc[4 * j + 2 * h] + b[h]), clamp_act(acc[4 * j + 2 * h + 1] + b[h]));
+        asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(v) : "r"(v));
+        *reinterpret_cast<unsigned*>(mine + jj * 8 * 128 + ((2 * (w % 4) + h) ^ gq) * 16) = v;
+      }
+    }
+    mma_threads_sync();  // the pass's rows are written
+    constexpr int kRowPieces16 = 8 * kGroups;
+#pragma unroll
+    for (int step = 0; step < kStageRows * kRowPieces16 / kMmaThreads; ++step) {
+      const int i = static_cast<int>(threadIdx.x) + step * kMmaThreads;
+      const int row = i / kRowPieces16, half = (i % kRowPieces16) / 8, piece = i % 8;
+      const uint4 v = *reinterpret_cast<const uint4*>(stage + half * kStageHalf + row * 128 + (piece ^ (row % 8)) * 16);
+      const int m = m0 + pass * kStageRows + row, n = block_n + half * 64 + piece * 8;
+      if (m < M && n < kN) *reinterpret_cast<uint4*>(y + static_cast<long long>(m) * kN + n) = v;
+    }
+    mma_threads_sync();  // the pass's rows are read before the next pass (or tile) writes
+  }
+}
+
 // The epilogue of a whole output tile: warp bt's 16 rows of n × kBlockRows rows of x.
 __device__ __forceinline__ void store_tile(const float (&acc)[kAcc], int tile, int m0, int M, int lane,
-                                           const TX* __restrict__ bias, const TX* residual, TX* y) {
+                                           const TX* __restrict__ bias, const TX* residual, TX* y, unsigned char* sb) {
+  if constexpr (kStageY) {
+    store_tile_staged(acc, tile, m0, M, lane, bias, y, sb);
+    return;
+  }
   if (tile >= kNTiles) return;
 #pragma unroll
   for (int j = 0; j < kAcc / 4; ++j) {
@@ -637,14 +709,15 @@ __device__ __forceinline__ void finishers_sync() {
 // This block's piece r.piece in acc: stored, or completed and stored to y.
 __device__ __forceinline__ void finish_piece(const StreamRun& r, bool mma, int M, int lane, void* workspace,
                                              float (&acc)[kAcc], const TX* __restrict__ bias, const TX* residual,
-                                             TX* y) {
+                                             TX* y,
+                                             unsigned char* sb) {
   const int t = r.piece.t, w = blockIdx.x, m_blocks = m_blocks_of(M);
   const int m0 = (t % m_blocks) * kBlockRows;
   const int tile = (t / m_blocks) * kBlockTiles + static_cast<int>(threadIdx.x) / 32;
   const long long units = r.units;
   const int workers = r.workers;
   if (r.piece.c0 == 0 && r.piece.c1 == kIters) {
-    if (mma) store_tile(acc, tile, m0, M, lane, bias, residual, y);
+    if (mma) store_tile(acc, tile, m0, M, lane, bias, residual, y, sb);
     return;
   }
   unsigned* flag = static_cast<unsigned*>(workspace) + t;
@@ -676,7 +749,7 @@ __device__ __forceinline__ void finish_piece(const StreamRun& r, bool mma, int M
       acc[4 * j] += q.x, acc[4 * j + 1] += q.y, acc[4 * j + 2] += q.z, acc[4 * j + 3] += q.w;
     }
   }
-  store_tile(acc, tile, m0, M, lane, bias, residual, y);
+  store_tile(acc, tile, m0, M, lane, bias, residual, y, sb);
 }
 
 // --- warp specialisation (kWs) ----------------------------------------------------
@@ -733,10 +806,10 @@ __device__ __forceinline__ void ws_run(const TX* __restrict__ x, const TensorMap
       if constexpr (kStream > 0) {
         const StreamRun r = stream_run(M, p);
         QJIT_WS_PIECE(p, 3, r.piece.c0 == 0 && r.piece.c1 == kIters ? 0 : completes_tile(r) ? 2 : 1);
-        finish_piece(r, true, M, lane, workspace, acc, bias, residual, y);
+        finish_piece(r, true, M, lane, workspace, acc, bias, residual, y, sb);
       } else {
         QJIT_WS_PIECE(p, 3, 0);
-        store_tile(acc, first_tile + bt, m0, M, lane, bias, residual, y);
+        store_tile(acc, first_tile + bt, m0, M, lane, bias, residual, y, sb);
       }
       QJIT_WS_PIECE(p, 2, QJIT_WS_NOW());
     });
@@ -786,7 +859,7 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
                       (r.piece.t / m_blocks) * kBlockTiles, r.piece.c0, r.piece.c1 - r.piece.c0, mma, copier, bt, lane,
                       ring, sb, acc);
       r = stream_run(M, p);
-      finish_piece(r, mma, M, lane, workspace, acc, bias, residual, y);
+      finish_piece(r, mma, M, lane, workspace, acc, bias, residual, y, sb);
     }
     return;
   }
@@ -802,7 +875,7 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
     accumulate_tile(x, qweight, scales, zeros, M, m0, first_tile, begin, kMine, mma, copier, bt, lane, ring, sb, acc);
     const int tile = first_tile + bt;
     if constexpr (kSplit == 1) {
-      if (mma) store_tile(acc, tile, m0, M, lane, bias, residual, y);
+      if (mma) store_tile(acc, tile, m0, M, lane, bias, residual, y, sb);
     } else {
       __syncthreads();  // every warp is done with the ring: it holds the partial sums now
       float4* partial = reinterpret_cast<float4*>(ring);  // [kAcc / 4][kMmaThreads]: conflict-free
