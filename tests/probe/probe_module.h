@@ -3,6 +3,8 @@
 // probe's own (a #define the template reads) together with the __device__
 // array they write.
 #pragma once
+#include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <nlohmann/json.hpp>
 #include "codegen/error.h"
@@ -39,9 +41,18 @@ inline Module load_source(const std::string& file, const std::string& kernel, co
   return load_source(src);
 }
 
-// A wq_gemm config compiled with `#define <define> 1` (and each of `extra`)
-// first, loaded as the runtime loads cached kernels (its geometry resolved
-// for this GPU, PDL), and the __device__ array `marks` its marks go to.
+// QJIT_PROBE_DEFINES=A,B in the environment: the names a marked kernel is
+// also compiled with (what-if builds of a template under study, timed beside
+// the real one; no such #ifdef is in the templates as committed). "" if unset.
+inline std::string probe_defines() {
+  const char* env = std::getenv("QJIT_PROBE_DEFINES");
+  return env ? env : "";
+}
+
+// A wq_gemm config compiled with `#define <define> 1` (and each name of
+// probe_defines()) first, loaded as the runtime loads cached kernels (its
+// geometry resolved for this GPU, PDL), and the __device__ array `marks` its
+// marks go to.
 struct MarkedKernel {
   runtime::LoadedKernel kernel;
   CUdeviceptr marks = 0;
@@ -49,13 +60,17 @@ struct MarkedKernel {
 };
 
 inline MarkedKernel load_marked_wq_gemm(const codegen::OpSpec& spec, const nlohmann::json& config,
-                                        const std::string& define, const std::string& marks,
-                                        const std::vector<std::string>& extra = {}) {
+                                        const std::string& define, const std::string& marks) {
   const auto& op = codegen::find_op("wq_gemm");
   op.validate_config(spec, config);
   auto src = codegen::generate_source(spec, config);
   src.text = "#define " + define + " 1\n" + src.text;
-  for (const auto& d : extra) src.text = "#define " + d + " 1\n" + src.text;
+  const std::string extra = probe_defines();
+  for (size_t at = 0; at < extra.size();) {
+    const size_t comma = std::min(extra.find(',', at), extra.size());
+    if (comma > at) src.text = "#define " + extra.substr(at, comma - at) + " 1\n" + src.text;
+    at = comma + 1;
+  }
   const Module m = load_source(src);
   MarkedKernel k;
   k.kernel.module = m.module, k.kernel.function = m.function, k.kernel.geometry = op.launch_geometry(spec, config);

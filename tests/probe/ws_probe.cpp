@@ -19,7 +19,6 @@
 //        "producer":1,"a_quad":1,"ws":1}'
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -133,18 +132,7 @@ int main(int argc, char** argv) {
     const auto config = nlohmann::json::parse(argv[2]);
     if (config.value("ws", 0) != 1) throw Error("argument", "the stage clocks are in the ws pipeline only (ws = 1)");
     const int groups = config.at("groups").get<int>();
-    // QJIT_PROBE_DEFINES=A,B compiles the kernel with A and B defined too (what-if builds of a
-    // template under study; none are in the templates as committed).
-    std::vector<std::string> extra;
-    if (const char* env = std::getenv("QJIT_PROBE_DEFINES")) {
-      std::string list = env;
-      for (size_t at = 0; at < list.size();) {
-        const size_t comma = std::min(list.find(',', at), list.size());
-        if (comma > at) extra.push_back(list.substr(at, comma - at));
-        at = comma + 1;
-      }
-    }
-    auto marked = probe::load_marked_wq_gemm(spec, config, "QJIT_WS_CLOCKS", "qjit_ws_clocks", extra);
+    auto marked = probe::load_marked_wq_gemm(spec, config, "QJIT_WS_CLOCKS", "qjit_ws_clocks");
     const runtime::LoadedKernel& kernel = marked.kernel;
     const CUmodule module = kernel.module;
     const CUdeviceptr clocks = marked.marks;
@@ -238,8 +226,7 @@ int main(int argc, char** argv) {
         QJIT_CU(cuEventElapsedTime(&ms, begin, end));
         means.push_back(1e3 * ms / 30);
       }
-      std::printf("{\"back_to_back_us\": %.2f, \"defines\": \"%s\"}\n", median(means),
-                  std::getenv("QJIT_PROBE_DEFINES") ? std::getenv("QJIT_PROBE_DEFINES") : "");
+      std::printf("{\"back_to_back_us\": %.2f, \"defines\": \"%s\"}\n", median(means), probe::probe_defines().c_str());
       runtime::driver().cuEventDestroy(begin);
       runtime::driver().cuEventDestroy(end);
     }
