@@ -69,19 +69,27 @@ struct LaunchGeometry {
   // callers pass the ones before it.
   size_t workspace_fixed = 0, workspace_per_block = 0;
   int workspace_param = -1;
-  // A bulk-tensor-copy descriptor (CUtensorMap, 128 bytes) of a row-major
-  // 16-bit matrix, made by the runtime at each launch and passed by value as
-  // the kernel's last parameter (after the workspace): the matrix is caller
-  // parameter `source` (a device pointer) with caller parameter `rows_param`
-  // (an int) rows of `cols` values; the kernel copies boxes of box_cols ×
-  // box_rows with the 128-byte swizzle (box_cols · 2 = 128 bytes), and rows
-  // past the matrix arrive as zeros. param < 0: none.
+  // Bulk-tensor-copy descriptors (CUtensorMap, 128 bytes each), made by the
+  // runtime at each launch and passed by value as the kernel's last
+  // parameters, in this order, after the workspace (so workspace_param must
+  // be set). Map i views caller parameter `source` (a device pointer) as a
+  // tensor of `rank` dimensions, innermost first: dims[d] elements, pitches
+  // [d - 1] bytes between consecutive indices of dimension d ≥ 1. With
+  // rows_param ≥ 0 the outermost dimension is caller parameter rows_param
+  // (an int, e.g. M) and its pitch is dims[0] elements (a row-major
+  // matrix). The kernel copies boxes of box[0] × box[1] (× box[2])
+  // elements; elements outside the tensor arrive as zeros.
   struct TensorMap {
-    int param = -1, source = 0, rows_param = 0;
-    long long cols = 0;
-    unsigned box_cols = 0, box_rows = 0;
-    bool bf16 = false;
-  } tensor_map;
+    enum class Element { f16, bf16, u32 };
+    int source = 0, rows_param = -1, rank = 2;
+    Element element = Element::f16;
+    long long dims[3] = {0, 0, 0};
+    long long pitches[2] = {0, 0};
+    unsigned box[3] = {1, 1, 1};
+    bool swizzle_128 = false;  // the 128-byte swizzle (box[0] · element size = 128 bytes)
+  };
+  std::vector<TensorMap> tensor_maps;
+  int tensor_map_param(size_t i) const { return workspace_param + 1 + static_cast<int>(i); }
 };
 
 // A pointer parameter of the kernel, in launch order, and the alignment the

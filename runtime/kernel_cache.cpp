@@ -183,28 +183,37 @@ LoadedKernel load_record(const cache::KernelRecord& rec, const codegen::OpSpec& 
 
 namespace {
 
-// The geometry's tensor map over the matrix the caller passes (a host-side
-// encoding, no device work): 2D, innermost dimension first, the rows' pitch
-// in bytes, boxes of box_cols × box_rows swizzled by 128 bytes, zeros for
-// elements past the matrix (rows past M, columns past k).
+// Tensor map t over the tensor the caller passes (a host-side encoding, no
+// device work; LaunchGeometry::TensorMap says what each field means).
 CUresult encode_tensor_map(const codegen::LaunchGeometry::TensorMap& t, void** args, CUtensorMap* map) {
-  const CUdeviceptr matrix = *static_cast<const CUdeviceptr*>(args[t.source]);
-  const int rows = *static_cast<const int*>(args[t.rows_param]);
-  if (rows <= 0) return CUDA_ERROR_INVALID_VALUE;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(t.cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t pitch[1] = {static_cast<cuuint64_t>(t.cols) * 2};
-  const cuuint32_t box[2] = {t.box_cols, t.box_rows}, strides[2] = {1, 1};
-  return driver().cuTensorMapEncodeTiled(
-      map, t.bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
-      reinterpret_cast<void*>(matrix), dims, pitch, box, strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  using Element = codegen::LaunchGeometry::TensorMap::Element;
+  if (t.rank < 2 || t.rank > 3) return CUDA_ERROR_INVALID_VALUE;
+  const CUdeviceptr base = *static_cast<const CUdeviceptr*>(args[t.source]);
+  const int element_bytes = t.element == Element::u32 ? 4 : 2;
+  cuuint64_t dims[3], pitches[2];
+  cuuint32_t box[3], strides[3] = {1, 1, 1};
+  for (int d = 0; d < t.rank; ++d) dims[d] = static_cast<cuuint64_t>(t.dims[d]), box[d] = t.box[d];
+  for (int d = 0; d + 1 < t.rank; ++d) pitches[d] = static_cast<cuuint64_t>(t.pitches[d]);
+  if (t.rows_param >= 0) {
+    const int rows = *static_cast<const int*>(args[t.rows_param]);
+    if (rows <= 0) return CUDA_ERROR_INVALID_VALUE;
+    dims[t.rank - 1] = static_cast<cuuint64_t>(rows);
+    pitches[t.rank - 2] = static_cast<cuuint64_t>(t.dims[0]) * element_bytes;
+  }
+  const CUtensorMapDataType type = t.element == Element::u32    ? CU_TENSOR_MAP_DATA_TYPE_UINT32
+                                   : t.element == Element::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                                : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return driver().cuTensorMapEncodeTiled(map, type, static_cast<cuuint32_t>(t.rank), reinterpret_cast<void*>(base),
+                                         dims, pitches, box, strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                         t.swizzle_128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
 }  // namespace
 
 CUresult try_launch(const LoadedKernel& k, void** args, CUstream stream) {
   const auto& g = k.geometry;
-  // The caller's parameters, then the stream's workspace, then the tensor map.
+  // The caller's parameters, then the stream's workspace, then the tensor maps.
   constexpr int kMaxParams = 16;
   void* with_workspace[kMaxParams];
   CUdeviceptr workspace = 0;
@@ -218,12 +227,18 @@ CUresult try_launch(const LoadedKernel& k, void** args, CUstream stream) {
     with_workspace[g.workspace_param] = &workspace;
     args = with_workspace;
   }
-  CUtensorMap map;
-  if (g.tensor_map.param >= 0) {
-    if (g.tensor_map.param >= kMaxParams || g.tensor_map.param != g.workspace_param + 1) return CUDA_ERROR_INVALID_VALUE;
-    const CUresult r = encode_tensor_map(g.tensor_map, args, &map);
-    if (r != CUDA_SUCCESS) return r;
-    with_workspace[g.tensor_map.param] = &map;  // args is with_workspace here
+  constexpr size_t kMaxMaps = 2;
+  CUtensorMap maps[kMaxMaps];
+  if (!g.tensor_maps.empty()) {
+    // args is with_workspace here: the maps follow the workspace.
+    if (g.workspace_param < 0 || g.tensor_maps.size() > kMaxMaps ||
+        g.tensor_map_param(g.tensor_maps.size() - 1) >= kMaxParams)
+      return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < g.tensor_maps.size(); ++i) {
+      const CUresult r = encode_tensor_map(g.tensor_maps[i], args, &maps[i]);
+      if (r != CUDA_SUCCESS) return r;
+      with_workspace[g.tensor_map_param(i)] = &maps[i];
+    }
   }
   if (!k.programmatic)
     return driver().cuLaunchKernel(k.function, g.grid[0], g.grid[1], g.grid[2], g.block[0], g.block[1], g.block[2],

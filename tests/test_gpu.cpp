@@ -504,7 +504,7 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
   // and, in the 1024 bucket, loop past the grid (a split's clusters loop
   // together). One cache per case: cases may share a spec.
   const auto wgmma = [](int groups, int rows, int stages, int chunks, int split = 1, int producer = 0, int a_smem = 0,
-                        int stream = 0, int a_quad = 0, int ws = 0, int tma_x = 0, int stage_y = 0) {
+                        int stream = 0, int a_quad = 0, int ws = 0, int tma_x = 0, int stage_y = 0, int tma_w = 0) {
     nlohmann::json j{{"family", "wgmma"}, {"groups", groups}, {"rows", rows}, {"stages", stages}, {"chunks", chunks}};
     if (split > 1) j["split"] = split;
     if (producer) j["producer"] = producer;
@@ -514,6 +514,7 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
     if (ws) j["ws"] = ws;
     if (tma_x) j["tma_x"] = tma_x;
     if (stage_y) j["stage_y"] = stage_y;
+    if (tma_w) j["tma_w"] = tma_w;
     return j;
   };
   const BucketCase cases[] = {
@@ -598,6 +599,20 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
        wgmma(1, 64, 4, 1, 1, 1, 0, 2, 1, 1, 1, 1), {65, 100}},
       {{{"k", 320}, {"n", 80}, {"bits", 3}, {"zero", "float"}, {"scales", "bf16"}, {"x", "bf16"}, {"g", 64}},
        wgmma(1, 64, 3, 2, 1, 1, 1, 1, 0, 1, 1, 1), {65, 100}},
+      // the weights by the tensor copy engine: a block past n (its tiles past 272 arrive as zeros), a
+      // chunk past k (5 chunks in stages of 2, a box wholly outside), 3, 8 and 2 bits (boxes of 96, 256
+      // and 64 words; 8 bits in one warpgroup with integer zeros pads each chunk to 128 bytes), g = 32,
+      // the stream schedule and the 1024 bucket's loop, two blocks per SM
+      {{{"k", 4096}, {"n", 272}, {"bits", 4}, {"zero", "int"}, {"bias", "yes"}, {"act", "relu6"}},
+       wgmma(2, 128, 4, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1), {129, 200}},
+      {{{"k", 320}, {"n", 80}, {"bits", 3}, {"zero", "float"}, {"scales", "bf16"}, {"x", "bf16"}, {"g", 64}},
+       wgmma(1, 64, 3, 2, 1, 1, 1, 1, 0, 1, 1, 0, 1), {65, 100}},
+      {{{"k", 768}, {"n", 112}, {"bits", 8}, {"zero", "int"}, {"residual", "yes"}},
+       wgmma(1, 256, 4, 1, 1, 1, 1, 0, 0, 1, 1, 0, 1), {1025, 1500}},
+      {{{"k", 768}, {"n", 128}, {"bits", 4}, {"zero", "float"}, {"scales", "bf16"}, {"x", "bf16"}, {"g", 32}},
+       wgmma(2, 256, 3, 1, 1, 1, 0, 0, 1, 1, 1, 0, 1), {257, 300}},
+      {{{"k", 1024}, {"n", 272}, {"bits", 2}, {"zero", "int"}, {"act", "relu"}},
+       wgmma(1, 64, 4, 1, 1, 1, 1, 2, 0, 1, 1, 1, 1), {65, 100}},
   };
   run_inside_bucket(cases);
 }

@@ -676,11 +676,14 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   CHECK_THROWS_WITH(op.validate_config(big, with_key(c, "tma_x", 1)), Catch::Contains("ws must be 1"));
   CHECK_THROWS_WITH(op.validate_config(big, without(tma, "a_quad")), Catch::Contains("a_smem or a_quad must be 1"));
   CHECK_THROWS_WITH(op.validate_config(big, with_key(tma, "tma_x", 2)), Catch::Contains("tma_x must be 0 or 1"));
+  using Map = codegen::LaunchGeometry::TensorMap;
   const auto gt = op.launch_geometry(big, tma);
-  CHECK(gt.tensor_map.param == gt.workspace_param + 1);
-  CHECK((gt.tensor_map.source == 0 && gt.tensor_map.rows_param == 7 && gt.tensor_map.cols == 4096));
-  CHECK((gt.tensor_map.box_cols == 64 && gt.tensor_map.box_rows == 256 && !gt.tensor_map.bf16));
-  CHECK(op.launch_geometry(big, ws).tensor_map.param < 0);
+  REQUIRE(gt.tensor_maps.size() == 1);
+  CHECK(gt.tensor_map_param(0) == gt.workspace_param + 1);
+  const Map& xm = gt.tensor_maps[0];
+  CHECK((xm.source == 0 && xm.rows_param == 7 && xm.rank == 2 && xm.dims[0] == 4096));
+  CHECK((xm.box[0] == 64 && xm.box[1] == 256 && xm.element == Map::Element::f16 && xm.swizzle_128));
+  CHECK(op.launch_geometry(big, ws).tensor_maps.empty());
   const auto tma_ptx = codegen::compile(codegen::generate_source(big, tma), "sm_90");
   INFO(tma_ptx.log);
   REQUIRE(tma_ptx.ok);
@@ -689,6 +692,36 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   CHECK(tma_ptx.ptx.find("mbarrier.expect_tx") != std::string::npos);
   CHECK(tma_ptx.ptx.find("fence.proxy.async") == std::string::npos);  // x never passes the generic proxy
   CHECK(tma_ptx.spill_bytes == 0);
+  CHECK(tma_ptx.ptx.find("cp.async.bulk.tensor.3d") == std::string::npos);
+  // tma_w (under tma_x): the weights by the tensor copy engine too, from a second map after x's:
+  // qweight's native words as [n / 16][k / 64][32 · bits], one box per chunk of the block's tiles.
+  const auto tma_w = with_key(tma, "tma_w", 1);
+  CHECK(std::find(space.begin(), space.end(), tma_w) != space.end());
+  CHECK_THROWS_WITH(op.validate_config(big, with_key(ws, "tma_w", 1)), Catch::Contains("tma_x must be 1"));
+  CHECK_THROWS_WITH(op.validate_config(big, with_key(tma, "tma_w", 2)), Catch::Contains("tma_w must be 0 or 1"));
+  const auto gw = op.launch_geometry(big, tma_w);
+  REQUIRE(gw.tensor_maps.size() == 2);
+  CHECK(gw.tensor_map_param(1) == gw.workspace_param + 2);
+  const Map& wm = gw.tensor_maps[1];
+  CHECK((wm.source == 1 && wm.rows_param < 0 && wm.rank == 3 && wm.element == Map::Element::u32 && !wm.swizzle_128));
+  CHECK((wm.dims[0] == 128 && wm.dims[1] == 4096 / 64 && wm.dims[2] == 11008 / 16));
+  CHECK((wm.pitches[0] == 512 && wm.pitches[1] == 4096 / 64 * 512));
+  CHECK((wm.box[0] == 128 && wm.box[1] == 1 && wm.box[2] == 8));
+  const auto tma_w_ptx = codegen::compile(codegen::generate_source(big, tma_w), "sm_90");
+  INFO(tma_w_ptx.log);
+  REQUIRE(tma_w_ptx.ok);
+  CHECK(tma_w_ptx.ptx.find(".param .align 64 .b8 qjit_wq_gemm_param_10[128]") != std::string::npos);
+  CHECK(tma_w_ptx.ptx.find("cp.async.bulk.tensor.3d") != std::string::npos);
+  CHECK(tma_w_ptx.spill_bytes == 0);
+  // Its copies land on 128-byte boundaries: a chunk of 8-bit weights with integer zeros in one
+  // warpgroup (4 tiles × 64 + 8 + 4 = 268 pieces of 16 bytes) is padded to 272 in each of 4 stages.
+  const auto spec8 = parse_spec("wq_gemm", "k=768,n=112,m=1024,bits=8,zero=int");
+  const nlohmann::json one_group = {{"family", "wgmma"}, {"groups", 1},   {"rows", 256},  {"stages", 4},
+                                    {"chunks", 1},        {"producer", 1}, {"a_smem", 1},  {"ws", 1},
+                                    {"tma_x", 1},         {"tma_w", 1}};
+  REQUIRE_NOTHROW(op.validate_config(spec8, one_group));
+  CHECK(op.launch_geometry(spec8, one_group).dynamic_smem ==
+        op.launch_geometry(spec8, without(one_group, "tma_w")).dynamic_smem + 4 * 4 * 16);
   // stage_y: y through 64 rows × 64·groups of n of shared memory, stored in whole rows 16 bytes at a
   // time (so y must be 16-byte aligned); searched under ws only; no split, no residual.
   const auto staged = with_key(with_key(tma, "stream", 1), "stage_y", 1);

@@ -10,10 +10,12 @@ bool one_of(int v, std::initializer_list<int> set) { return std::find(set.begin(
 // Bytes of one ring stage (wq_stage_ring.cuh): per chunk of 64 k, `tiles`
 // tiles of weights with their scales and zeros for the chunk's groups, and
 // `rows` rows of x at 144 bytes (the template's kChunkPieces).
-int64_t stage_bytes(const WqShape& s, int64_t tiles, int64_t rows, int64_t chunks) {
+// One ring stage (wq_stage_ring.cuh): chunks of 16-byte pieces, each chunk
+// padded to a multiple of align pieces.
+int64_t stage_bytes(const WqShape& s, int64_t tiles, int64_t rows, int64_t chunks, int64_t align = 1) {
   const int64_t groups = s.g < 64 ? 64 / s.g : 1, zero_pieces = s.zero == "int" ? 1 : s.zero == "float" ? 2 : 0;
   const int64_t pieces = tiles * (8 * s.bits + groups * (2 + zero_pieces)) + rows * 9;
-  return chunks * pieces * 16;
+  return chunks * ((pieces + align - 1) / align * align) * 16;
 }
 
 }  // namespace
@@ -129,17 +131,18 @@ WqWgmmaConfig WqWgmmaConfig::from(const nlohmann::json& j) {
   const size_t optional_keys =
       j.is_object()
           ? j.count("split") + j.count("producer") + j.count("a_smem") + j.count("stream") + j.count("a_quad") +
-                j.count("ws") + j.count("tma_x") + j.count("stage_y")
+                j.count("ws") + j.count("tma_x") + j.count("stage_y") + j.count("tma_w")
           : 0;
   if (!is_wgmma(j) || j.size() != 5u + optional_keys)
     throw Error("config",
                 "wq_gemm wgmma config needs family, groups, rows, stages, chunks and optionally split, producer, "
-                "a_smem, stream, a_quad, ws, tma_x and stage_y: " +
+                "a_smem, stream, a_quad, ws, tma_x, stage_y and tma_w: " +
                     j.dump());
   return {get("groups"),           get("rows"),          get("stages"),
           get("chunks"),           optional("split", 1), optional("producer", 0),
           optional("a_smem", 0),   optional("stream", 0), optional("a_quad", 0),
-          optional("ws", 0),       optional("tma_x", 0),  optional("stage_y", 0)};
+          optional("ws", 0),       optional("tma_x", 0),  optional("stage_y", 0),
+          optional("tma_w", 0)};
 }
 
 nlohmann::json WqWgmmaConfig::to_json() const {
@@ -152,17 +155,19 @@ nlohmann::json WqWgmmaConfig::to_json() const {
   if (ws != 0) j["ws"] = ws;
   if (tma_x != 0) j["tma_x"] = tma_x;
   if (stage_y != 0) j["stage_y"] = stage_y;
+  if (tma_w != 0) j["tma_w"] = tma_w;
   return j;
 }
 
 int64_t wq_wgmma_smem_bytes(const WqShape& s, const WqWgmmaConfig& c) {
-  // The ring without x, then up to 1024 bytes of alignment, a slot of x in
-  // wgmma's layout per stage (rows × 128 bytes per chunk) and, with a_smem,
-  // two stages of dequantised weights per warpgroup (64 rows × 128 bytes per
-  // chunk), then with stage_y 64 rows of y at a time (64 rows of x × 64·groups
-  // of n, 16-bit). A split adds its sums through the ring: rows / 2 floats per
-  // thread.
-  const int64_t ring = c.stages * (stage_bytes(s, 4 * c.groups, 0, c.chunks) + int64_t{c.chunks} * c.rows * 128) +
+  // The ring without x (with tma_w each chunk padded to 128 bytes), then up
+  // to 1024 bytes of alignment, a slot of x in wgmma's layout per stage (rows
+  // × 128 bytes per chunk) and, with a_smem, two stages of dequantised
+  // weights per warpgroup (64 rows × 128 bytes per chunk), then with stage_y
+  // 64 rows of y at a time (64 rows of x × 64·groups of n, 16-bit). A split
+  // adds its sums through the ring: rows / 2 floats per thread.
+  const int64_t ring_stage = stage_bytes(s, 4 * c.groups, 0, c.chunks, c.tma_w ? 8 : 1);
+  const int64_t ring = c.stages * (ring_stage + int64_t{c.chunks} * c.rows * 128) +
                        int64_t{c.a_smem} * c.groups * 2 * c.chunks * 64 * 128 + int64_t{c.stage_y} * 64 * 128 * c.groups +
                        1024;
   const int64_t sums = c.split > 1 ? int64_t{128} * c.groups * (c.rows / 2) * 4 : 0;
@@ -203,6 +208,9 @@ std::string wq_wgmma_problem(const WqShape& s, const WqWgmmaConfig& c) {
     return "stage_y with ws, stream=2 and groups=2 (96 registers per consumer thread: ptxas spills)";
   if (c.stage_y && s.residual)
     return "stage_y rounds y before the residual could be added (residual=yes stores y element by element)";
+  if (!one_of(c.tma_w, {0, 1})) return "tma_w must be 0 or 1";
+  // Its tensor map follows x's among the kernel's parameters.
+  if (c.tma_w && !c.tma_x) return "tma_w copies the weights beside tma_x's copies of x (tma_x must be 1)";
   // Register limits (ptxas spills past them): a third warpgroup leaves 168
   // registers per thread, short of 128 accumulators and tight for two chunks
   // per stage; A in registers takes 16 more per chunk of a stage, twice (the
@@ -235,9 +243,10 @@ std::vector<WqWgmmaConfig> wq_wgmma_space(const WqShape& s) {
                   for (int a_quad : {0, 1})
                     for (int ws : {0, 1})
                       for (int tma_x : {0, 1})
-                        for (int stage_y : {0, 1}) {
-                        const WqWgmmaConfig c{groups, rows,   stages, chunks, split, producer,
-                                              a_smem, stream, a_quad, ws,     tma_x, stage_y};
+                        for (int stage_y : {0, 1})
+                          for (int tma_w : {0, 1}) {
+                        const WqWgmmaConfig c{groups, rows,   stages, chunks, split,   producer,
+                                              a_smem, stream, a_quad, ws,     tma_x,   stage_y, tma_w};
                         if (!wq_wgmma_problem(s, c).empty()) continue;
                         // y through shared memory is searched where the epilogue weighs most: the
                         // warp-specialised kernels of large M (legal, and tested, with the others).
@@ -278,9 +287,14 @@ std::vector<Constant> wq_wgmma_constants(const WqShape& s, const WqWgmmaConfig& 
                  "tunable: x copied by the bulk tensor copy engine (a tensor map parameter)"});
   out.push_back({"bool", "kStageY", c.stage_y ? "true" : "false",
                  "tunable: y through shared memory, stored in whole rows of the tile"});
-  out.push_back({"macro", "QJIT_WQ_TMA_PARAM", c.tma_x ? ", const __grid_constant__ TensorMapParam x_map" : "",
-                 "the tensor map of x, the kernel's last parameter (kTmaX)"});
+  out.push_back({"bool", "kTmaW", c.tma_w ? "true" : "false",
+                 "tunable: the weights copied by the bulk tensor copy engine (a second tensor map parameter)"});
+  out.push_back({"macro", "QJIT_WQ_TMA_PARAM",
+                 std::string(c.tma_x ? ", const __grid_constant__ TensorMapParam x_map" : "") +
+                     (c.tma_w ? ", const __grid_constant__ TensorMapParam w_map" : ""),
+                 "the tensor maps of x (kTmaX) and of the weights (kTmaW), the kernel's last parameters"});
   out.push_back({"macro", "QJIT_WQ_TMA_ARG", c.tma_x ? "&x_map" : "nullptr", "the tensor map of x, if any"});
+  out.push_back({"macro", "QJIT_WQ_TMA_W_ARG", c.tma_w ? "&w_map" : "nullptr", "the tensor map of the weights, if any"});
   // setmaxnreg needs the register cap set at entry: the blocks per SM in the bounds.
   out.push_back({"macro", "QJIT_WQ_BOUNDS",
                  c.ws ? "__launch_bounds__(kThreads, " + std::to_string(std::max(1, c.stream)) + ")"
@@ -299,12 +313,28 @@ LaunchGeometry wq_wgmma_geometry(const WqShape& s, const WqWgmmaConfig& c) {
   g.dynamic_smem = static_cast<unsigned>(wq_wgmma_smem_bytes(s, c));
   g.programmatic = true;
   g.workspace_param = 8;  // after x, qweight, scales, zeros, bias, residual, y and M (null unless stream)
+  using Map = LaunchGeometry::TensorMap;
   if (c.tma_x) {
-    // x [M][k] (caller parameters 0 and 7), boxes of one chunk of 64 k × the block's rows of x.
-    g.tensor_map.param = 9;
-    g.tensor_map.source = 0, g.tensor_map.rows_param = 7, g.tensor_map.cols = s.k;
-    g.tensor_map.box_cols = 64, g.tensor_map.box_rows = static_cast<unsigned>(c.rows);
-    g.tensor_map.bf16 = s.x == "bf16";
+    // x [M][k] (caller parameters 0 and 7), boxes of one chunk of 64 k × the block's rows of x,
+    // swizzled as wgmma reads them.
+    Map x;
+    x.source = 0, x.rows_param = 7, x.rank = 2;
+    x.element = s.x == "bf16" ? Map::Element::bf16 : Map::Element::f16;
+    x.dims[0] = s.k;
+    x.box[0] = 64, x.box[1] = static_cast<unsigned>(c.rows);
+    x.swizzle_128 = true;
+    g.tensor_maps.push_back(x);
+  }
+  if (c.tma_w) {
+    // qweight (caller parameter 1) in the native layout, as words [n / 16][k / 64][32 · bits]: tile
+    // (nt, kc) is 32 · bits words at word (nt · k / 64 + kc) · 32 · bits (tuner/reference/wq_gemm.h).
+    // A box is one chunk of the block's 4 · groups tiles, the ring's layout of a chunk's words.
+    Map w;
+    w.source = 1, w.rank = 3, w.element = Map::Element::u32;
+    w.dims[0] = 32 * s.bits, w.dims[1] = s.k / 64, w.dims[2] = s.n / 16;
+    w.pitches[0] = int64_t{128} * s.bits, w.pitches[1] = s.k / 64 * 128 * s.bits;
+    w.box[0] = static_cast<unsigned>(32 * s.bits), w.box[1] = 1, w.box[2] = static_cast<unsigned>(4 * c.groups);
+    g.tensor_maps.push_back(w);
   }
   if (c.stream > 0) {
     // The template's workspace: a flag per output tile, then one piece of

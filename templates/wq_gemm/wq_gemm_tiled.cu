@@ -33,6 +33,7 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kBlockTiles = kWN * kWarpsN;
 constexpr int kBlockRows = 8 * kWM * kWarpsM;
 constexpr int kRingRows = kBlockRows;  // x is staged in the ring
+constexpr int kChunkAlign = 1;
 constexpr int kCopyThreads = kThreads, kCopyFirst = 0;  // by every thread
 #include "qjit/wq_gemm/wq_stage_ring.cuh"
 #include "qjit/wq_gemm/wq_gemm_epilogue.cuh"

@@ -85,6 +85,7 @@ constexpr int kBlockTiles = 4 * kGroups;
 constexpr int kBlockRows = kRows;
 constexpr int kWarpsK = kChunksPerStage;  // the ring's chunks per stage (all warps multiply all of them)
 constexpr int kRingRows = 0;              // x goes straight to sB
+constexpr int kChunkAlign = kTmaW ? 8 : 1;  // the weights' tensor copies land on 128-byte boundaries
 #include "qjit/wq_gemm/wq_stage_ring.cuh"
 #include "qjit/wq_gemm/wq_gemm_epilogue.cuh"
 #include "qjit/wq_gemm/wq_even_runs.cuh"
@@ -781,7 +782,7 @@ __device__ __forceinline__ void for_each_tile(int M, Fn fn) {
 // never compile its barriers and register moves.
 template <bool kOn = kWs>
 __device__ __forceinline__ void ws_run(const TX* __restrict__ x, const TensorMapParam* x_map,
-                                       const unsigned* __restrict__ qweight,
+                                       const TensorMapParam* w_map, const unsigned* __restrict__ qweight,
                                        const TS* __restrict__ scales, const void* __restrict__ zeros,
                                        const TX* __restrict__ bias, const TX* residual, TX* y, int M,
                                        void* workspace, uint4* ring, unsigned char* sb, bool mma, int bt, int lane) {
@@ -817,7 +818,7 @@ __device__ __forceinline__ void ws_run(const TX* __restrict__ x, const TensorMap
   } else {
     if constexpr (kWsMovesRegisters) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kWsProducerRegs));
     for_each_tile(M, [&](int m0, int first_tile, int begin, int count, int) {
-      ws_produce_tile(x, x_map, qweight, scales, zeros, M, m0, first_tile, begin, count, seq, ring, sb, bars);
+      ws_produce_tile(x, x_map, w_map, qweight, scales, zeros, M, m0, first_tile, begin, count, seq, ring, sb, bars);
       seq += count;
     });
   }
@@ -841,7 +842,7 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
   allow_next_grid();
   if (!copier) qjit::wait_for_previous_grid();  // the copiers wait inside ring_prologue; y is written after
   if constexpr (kWs) {
-    ws_run(x, QJIT_WQ_TMA_ARG, qweight, scales, zeros, bias, residual, y, M, workspace, ring, sb, mma, bt, lane);
+    ws_run(x, QJIT_WQ_TMA_ARG, QJIT_WQ_TMA_W_ARG, qweight, scales, zeros, bias, residual, y, M, workspace, ring, sb, mma, bt, lane);
     return;
   }
   float acc[kAcc];

@@ -13,15 +13,18 @@
 // elsewhere (the wgmma kernel copies it straight into wgmma's layout) sets
 // kRingRows to 0 and passes its own copy to ring_prologue / ring_refill.
 //
+// A chunk is padded to a multiple of kChunkAlign pieces (the wgmma kernel's
+// tensor copies of the weights write to 128-byte aligned addresses only).
+//
 // The includer defines kCopyThreads, kCopyFirst, kBlockTiles, kBlockRows,
-// kRingRows, kWarpsK and kStages (after wq_dequant.cuh).
+// kRingRows, kWarpsK, kChunkAlign and kStages (after wq_dequant.cuh).
 
 constexpr int kRowPieces = 9;  // a staged row of x: 8 pieces of 64 k and one of padding
 constexpr int kWPieces = kBlockTiles * 8 * kBits;
 constexpr int kSPieces = kBlockTiles * kGroupsPerChunk * 2;
 constexpr int kZPieces = kBlockTiles * kGroupsPerChunk * kZeroBytes;
 constexpr int kXPieces = kRingRows * kRowPieces;
-constexpr int kChunkPieces = kWPieces + kSPieces + kZPieces + kXPieces;
+constexpr int kChunkPieces = (kWPieces + kSPieces + kZPieces + kXPieces + kChunkAlign - 1) / kChunkAlign * kChunkAlign;
 constexpr int kStagePieces = kWarpsK * kChunkPieces;
 constexpr int kIters = (kChunks + kWarpsK - 1) / kWarpsK;  // stages of a pass over k
 
@@ -39,7 +42,10 @@ __device__ __forceinline__ int copy_thread() { return static_cast<int>(threadIdx
 __device__ __forceinline__ int tile_at(int first_tile, int i) { return min(first_tile + i, kNTiles - 1); }
 
 // Weights, scales and zeros of the stage's chunks (read nothing an earlier
-// kernel writes: they go before wait_for_previous_grid).
+// kernel writes: they go before wait_for_previous_grid). kWords = false
+// leaves the weights' words to the caller (the wgmma kernel's tensor copies,
+// kTmaW) and copies only the scales and zeros.
+template <bool kWords = true>
 __device__ __forceinline__ void copy_weights(const unsigned* __restrict__ qweight, const TS* __restrict__ scales,
                                              const void* __restrict__ zeros, int first_tile, int stage_index,
                                              uint4* stage) {
@@ -49,7 +55,7 @@ __device__ __forceinline__ void copy_weights(const unsigned* __restrict__ qweigh
     if (kc >= kChunks) break;
     uint4* chunk = stage + kk * kChunkPieces;
 #pragma unroll
-    for (int r = 0; r < (kWPieces + kCopyThreads - 1) / kCopyThreads; ++r) {
+    for (int r = 0; r < (kWords ? (kWPieces + kCopyThreads - 1) / kCopyThreads : 0); ++r) {
       const int p = r * kCopyThreads + copy_thread();  // tile p / (8 kBits), piece p % (8 kBits)
       if (kWPieces % kCopyThreads == 0 || p < kWPieces) {
         const int i = p / (8 * kBits), piece = p % (8 * kBits);

@@ -52,6 +52,18 @@
 // 16-byte copies of x took the producer about 1000 cycles a stage at 256
 // rows (qjit_ws_probe, H100), as long as the tensor cores' work.
 //
+// Weights by the bulk tensor copy engine too (kTmaW): the same producer
+// thread copies each chunk's words with one cp.async.bulk.tensor.3d, from a
+// second tensor map (qweight as words [n / 16][k / 64][32 · kBits], boxes of
+// one chunk × the block's tiles: the ring's layout of a chunk's words; tiles
+// past n arrive as zeros), counted on the full barrier like x. The scales and
+// zeros stay 16-byte cp.async copies (at most one per producer thread and
+// chunk). The weights' cp.async took the producer ~930 of the ~1270 cycles of
+// a stage at 256 rows, 4096 × 11008 (qjit_ws_probe, H100, session 15), and
+// 3600 cycles for the first four stages before the consumers could start.
+// The consumers read the words with ordinary loads once the barrier's phase
+// completes, which makes the copy engine's writes visible to them.
+//
 // The includer defines kWs, kStages, kMmaThreads and kGroups, and the
 // mainloop pieces (dequant_stage, multiply_stage, fence_acc, copy_x_natural,
 // copy_x_permuted, copy_weights, the stream schedule).
@@ -59,6 +71,7 @@
 static_assert(!kWs || (kProducer == 1 && kSplit == 1 && kGroups <= 2),
               "warp specialisation: a producer warpgroup, no split, one or two consumer warpgroups");
 static_assert(!kTmaX || kWs, "x by the tensor copy engine is a warp-specialised producer's");
+static_assert(!kTmaW || kTmaX, "the weights' tensor map follows x's");
 
 constexpr int kWsBlocks = kStream > 1 ? kStream : 1;
 constexpr bool kWsMovesRegisters = kGroups == 2 || kWsBlocks > 1;
@@ -190,6 +203,16 @@ __device__ __forceinline__ void tma_load_box(unsigned dst, const TensorMapParam*
       : "memory");
 }
 
+// The weights' box at (chunk kc, first tile) of the tensor map into dst (16-byte aligned).
+__device__ __forceinline__ void tma_load_words(unsigned dst, const TensorMapParam* map, int kc, int first_tile,
+                                               unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(
+          dst),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(0), "r"(kc), "r"(first_tile), "r"(bar)
+      : "memory");
+}
+
 // The ring's barriers: slot i's full at full + 8i, its empty at empty + 8i.
 struct WsBarriers {
   unsigned full, empty;
@@ -205,7 +228,7 @@ struct WsBarriers {
 // stages the empty ring takes before waiting for the previous grid (which
 // may write x), as ring_prologue does.
 __device__ __forceinline__ void ws_produce_tile(const TX* __restrict__ x, const TensorMapParam* x_map,
-                                                const unsigned* __restrict__ qweight, const TS* __restrict__ scales,
+                                                const TensorMapParam* w_map, const unsigned* __restrict__ qweight, const TS* __restrict__ scales,
                                                 const void* __restrict__ zeros, int M, int m0, int first_tile,
                                                 int begin, int count, unsigned seq, uint4* ring, unsigned char* sb,
                                                 const WsBarriers& bars) {
@@ -225,12 +248,26 @@ __device__ __forceinline__ void ws_produce_tile(const TX* __restrict__ x, const 
       copy_x_permuted(x, m0, M, stage_index, sb + slot * kSbStage);
     }
   };
+  // Stage stage_index's weights, scales and zeros into slot `slot`.
+  const auto stage_w = [&](int stage_index, int slot, unsigned full) {
+    uint4* stage = ring + slot * kStagePieces;
+    if constexpr (kTmaW) {
+      if (copy_thread() == 0) {
+        constexpr unsigned kWordBytes = kWPieces * 16;  // one chunk's words: the box
+        mbarrier_expect_bytes(full, kChunksPerStage * kWordBytes);
+#pragma unroll
+        for (int kk = 0; kk < kChunksPerStage; ++kk)
+          tma_load_words(smem_address(stage + kk * kChunkPieces), w_map, stage_index * kChunksPerStage + kk,
+                         first_tile, full);
+      }
+    }
+    copy_weights<!kTmaW>(qweight, scales, zeros, first_tile, stage_index, stage);
+  };
   int head = 0;
   if (seq == 0) {
     head = min(count, kStages);
 #pragma unroll 1
-    for (int s = 0; s < head; ++s)
-      copy_weights(qweight, scales, zeros, first_tile, begin + s, ring + (s % kStages) * kStagePieces);
+    for (int s = 0; s < head; ++s) stage_w(begin + s, s % kStages, bars.full_of(s));
     QJIT_WS_START(4);
     qjit::wait_for_previous_grid();
     QJIT_WS_START(5);
@@ -248,7 +285,7 @@ __device__ __forceinline__ void ws_produce_tile(const TX* __restrict__ x, const 
     if (q >= kStages) mbarrier_wait(bars.empty_of(q), WsBarriers::phase_of(q - kStages));
     QJIT_WS_CLOCK(q, 1);
     const int slot = static_cast<int>(q % kStages);
-    copy_weights(qweight, scales, zeros, first_tile, begin + s, ring + slot * kStagePieces);
+    stage_w(begin + s, slot, bars.full_of(q));
     stage_x(begin + s, slot, bars.full_of(q));
     arrive_when_copied(bars.full_of(q));
     QJIT_WS_CLOCK(q, 2);
