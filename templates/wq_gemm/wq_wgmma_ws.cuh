@@ -138,7 +138,9 @@ __device__ __forceinline__ void ws_clock(unsigned q, int event) {
 //                          comparable across SMs); then the start's steps in
 //                          %clock64: 4 the producer's copies of the first
 //                          stages' weights issued, 5 the previous grid done, 6
-//                          their x issued, 7 consumer 0 sees stage 0 landed
+//                          their x issued, 7 consumer 0 sees stage 0 landed,
+//                          8 the producer past the block barrier, 9 the
+//                          producer at its first tile (the schedule computed)
 //   qjit_ws_pieces[b][p]   piece p (a tile, or part of one under the stream
 //                          schedule): 0 its start, 1 its mainloop done, 2 its
 //                          sums stored or completed, 3 its kind (0 a whole
@@ -146,7 +148,7 @@ __device__ __forceinline__ void ws_clock(unsigned q, int event) {
 //                          that completes a tile), 4 its first stage q, 5 its
 //                          stages
 constexpr int kClockPieces = 8, kPieceEvents = 6;
-__device__ long long qjit_ws_block[kClockBlocks][8];
+__device__ long long qjit_ws_block[kClockBlocks][10];
 __device__ long long qjit_ws_pieces[kClockBlocks][kClockPieces][kPieceEvents];
 __device__ __forceinline__ bool ws_timeline_thread() {
   return threadIdx.x == 0 && blockIdx.x + gridDim.x * blockIdx.y < kClockBlocks;
@@ -163,7 +165,7 @@ __device__ __forceinline__ void ws_block_mark(int exit) {
   qjit_ws_block[blockIdx.x + gridDim.x * blockIdx.y][exit] = ws_now();
   qjit_ws_block[blockIdx.x + gridDim.x * blockIdx.y][2 + exit] = ns;
 }
-// Step `event` (4 to 7) of the start, by the producer's first thread or consumer 0's.
+// Step `event` (4 to 9) of the start, by the producer's first thread or consumer 0's.
 __device__ __forceinline__ void ws_start_mark(int event) {
   const unsigned block = blockIdx.x + gridDim.x * blockIdx.y;
   if ((threadIdx.x == 0 || threadIdx.x == kMmaThreads) && block < kClockBlocks) qjit_ws_block[block][event] = ws_now();
@@ -265,6 +267,7 @@ __device__ __forceinline__ void ws_produce_tile(const TX* __restrict__ x, const 
   };
   int head = 0;
   if (seq == 0) {
+    QJIT_WS_START(9);
     head = min(count, kStages);
 #pragma unroll 1
     for (int s = 0; s < head; ++s) stage_w(begin + s, s % kStages, bars.full_of(s));

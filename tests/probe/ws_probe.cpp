@@ -76,15 +76,16 @@ void print_timeline(const Marks& block_marks, const Marks& piece_marks, const st
   };
   long long first_entry = 0, last_entry = 0, first_exit = 0, last_exit = 0;
   std::vector<double> ghz, start, tail, later_head, per_stage[3], finish[3];
-  std::vector<double> weights_issued, previous_grid, x_issued, landed;  // the start's steps, from entry
+  std::vector<double> past_barrier, scheduled, weights_issued, previous_grid, x_issued, landed;  // the start's steps, from entry
   std::vector<double> pieces_per_block;
   for (unsigned b = 0; b < blocks; ++b) {
-    const long long* m = &bl[8 * b];
+    const long long* m = &bl[10 * b];
     if (m[2] == 0 || m[3] == 0) continue;  // a block without units records no exit
     first_entry = first_entry ? std::min(first_entry, m[2]) : m[2], last_entry = std::max(last_entry, m[2]);
     first_exit = first_exit ? std::min(first_exit, m[3]) : m[3], last_exit = std::max(last_exit, m[3]);
     if (m[3] > m[2]) ghz.push_back(static_cast<double>(m[1] - m[0]) / static_cast<double>(m[3] - m[2]));
-    if (m[4] && m[5] && m[6] && m[7]) {
+    if (m[4] && m[5] && m[6] && m[7] && m[8] && m[9]) {
+      past_barrier.push_back(static_cast<double>(m[8] - m[0])), scheduled.push_back(static_cast<double>(m[9] - m[0]));
       weights_issued.push_back(static_cast<double>(m[4] - m[0])), previous_grid.push_back(static_cast<double>(m[5] - m[0]));
       x_issued.push_back(static_cast<double>(m[6] - m[0])), landed.push_back(static_cast<double>(m[7] - m[0]));
     }
@@ -109,9 +110,10 @@ void print_timeline(const Marks& block_marks, const Marks& piece_marks, const st
               "\"ghz\": %.3f, \"pieces_per_block\": %.0f, \"start\": %.0f, \"later_piece_head\": %.0f, \"tail\": %.0f}}\n",
               (last_exit - first_entry) / 1e3, (last_entry - first_entry) / 1e3, (last_exit - first_exit) / 1e3,
               median(ghz), median(pieces_per_block), median(start), median(later_head), median(tail));
-  std::printf("{\"start_steps\": {\"weights_issued\": %.0f, \"previous_grid_done\": %.0f, \"x_issued\": %.0f, "
-              "\"stage_0_landed\": %.0f}}\n",
-              median(weights_issued), median(previous_grid), median(x_issued), median(landed));
+  std::printf("{\"start_steps\": {\"producer_past_barrier\": %.0f, \"schedule_done\": %.0f, \"weights_issued\": %.0f, "
+              "\"previous_grid_done\": %.0f, \"x_issued\": %.0f, \"stage_0_landed\": %.0f}}\n",
+              median(past_barrier), median(scheduled), median(weights_issued), median(previous_grid), median(x_issued),
+              median(landed));
   const char* kinds[3] = {"whole tile", "part stored", "part completing"};
   for (int k = 0; k < 3; ++k)
     if (!finish[k].empty())
