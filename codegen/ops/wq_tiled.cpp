@@ -9,9 +9,8 @@ bool one_of(int v, std::initializer_list<int> set) { return std::find(set.begin(
 
 // Bytes of one ring stage (wq_stage_ring.cuh): per chunk of 64 k, `tiles`
 // tiles of weights with their scales and zeros for the chunk's groups, and
-// `rows` rows of x at 144 bytes (the template's kChunkPieces).
-// One ring stage (wq_stage_ring.cuh): chunks of 16-byte pieces, each chunk
-// padded to a multiple of align pieces.
+// `rows` rows of x at 144 bytes, padded to a multiple of `align` 16-byte
+// pieces (the template's kChunkPieces).
 int64_t stage_bytes(const WqShape& s, int64_t tiles, int64_t rows, int64_t chunks, int64_t align = 1) {
   const int64_t groups = s.g < 64 ? 64 / s.g : 1, zero_pieces = s.zero == "int" ? 1 : s.zero == "float" ? 2 : 0;
   const int64_t pieces = tiles * (8 * s.bits + groups * (2 + zero_pieces)) + rows * 9;

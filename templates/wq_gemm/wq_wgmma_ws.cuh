@@ -58,11 +58,12 @@
 // one chunk × the block's tiles: the ring's layout of a chunk's words; tiles
 // past n arrive as zeros), counted on the full barrier like x. The scales and
 // zeros stay 16-byte cp.async copies (at most one per producer thread and
-// chunk). The weights' cp.async took the producer ~930 of the ~1270 cycles of
-// a stage at 256 rows, 4096 × 11008 (qjit_ws_probe, H100, session 15), and
-// 3600 cycles for the first four stages before the consumers could start.
-// The consumers read the words with ordinary loads once the barrier's phase
-// completes, which makes the copy engine's writes visible to them.
+// chunk). Boxes land on 128-byte boundaries: the ring pads each chunk
+// (kChunkAlign). The consumers read the words with ordinary loads once the
+// barrier's phase completes, which makes the copy engine's writes visible to
+// them. It gains little: 0.3-0.7% on the 4096 × 11008 and 11008 × 4096
+// winners (H100, session 16); the producer's issue still takes ~930 cycles
+// a stage, so the weights' cp.async were not what held it.
 //
 // The includer defines kWs, kStages, kMmaThreads and kGroups, and the
 // mainloop pieces (dequant_stage, multiply_stage, fence_acc, copy_x_natural,
@@ -205,7 +206,7 @@ __device__ __forceinline__ void tma_load_box(unsigned dst, const TensorMapParam*
       : "memory");
 }
 
-// The weights' box at (chunk kc, first tile) of the tensor map into dst (16-byte aligned).
+// The weights' box at (chunk kc, first tile) of the tensor map into dst (128-byte aligned).
 __device__ __forceinline__ void tma_load_words(unsigned dst, const TensorMapParam* map, int kc, int first_tile,
                                                unsigned bar) {
   asm volatile(
@@ -230,8 +231,9 @@ struct WsBarriers {
 // stages the empty ring takes before waiting for the previous grid (which
 // may write x), as ring_prologue does.
 __device__ __forceinline__ void ws_produce_tile(const TX* __restrict__ x, const TensorMapParam* x_map,
-                                                const TensorMapParam* w_map, const unsigned* __restrict__ qweight, const TS* __restrict__ scales,
-                                                const void* __restrict__ zeros, int M, int m0, int first_tile,
+                                                const TensorMapParam* w_map, const unsigned* __restrict__ qweight,
+                                                const TS* __restrict__ scales, const void* __restrict__ zeros, int M,
+                                                int m0, int first_tile,
                                                 int begin, int count, unsigned seq, uint4* ring, unsigned char* sb,
                                                 const WsBarriers& bars) {
   // Stage stage_index's x into slot `slot`, whose full barrier is `full`.
