@@ -4,7 +4,6 @@
 // tolerance of each output type (tuner/reference/fused_ffn.cpp).
 #include <catch2/catch.hpp>
 #include <sqlite3.h>
-#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -414,44 +413,8 @@ TEST_CASE("wq_gemm: every candidate verifies (tuner); bad arguments launch nothi
   CHECK(v.ok);
 }
 
-namespace {
-
-// A kernel whose blocks meet in the runtime's workspace (counters its last
-// user resets): back to back on one stream every launch must find the
-// counters its predecessor reset (a stale count would complete a row group
-// early), and two streams at once each use their own workspace.
-void check_workspace_reuse(const codegen::OpSpec& spec, const nlohmann::json& config) {
-  using runtime::driver;
-  const uint64_t seed = fresh_seed();
-  INFO(spec.label() << " " << config.dump() << " seed " << seed);
-  const auto kernel = runtime::load_record(runtime::build_record(spec, config, false), spec);
-  auto work = tuner::make_wq_gemm_workload(spec, seed, 0, std::max<int64_t>(1, spec.get_int("m") - 1));
-  CUstream streams[2] = {nullptr, nullptr};
-  QJIT_CU(cuStreamCreate(&streams[0], CU_STREAM_NON_BLOCKING));
-  QJIT_CU(cuStreamCreate(&streams[1], CU_STREAM_NON_BLOCKING));
-  for (int round = 0; round < 3; ++round) {
-    work->poison_output(streams[0]);
-    for (int i = 0; i < 5; ++i) runtime::launch(kernel, work->args(0), streams[0]);
-    QJIT_CU(cuStreamSynchronize(streams[0]));
-    const auto v = work->verify(1.0);
-    INFO("round " << round << ": " << v.message);
-    CHECK(v.ok);
-  }
-  // Two streams at once, each on its own workspace (they write the same y).
-  work->poison_output(nullptr);
-  QJIT_CU(cuCtxSynchronize());
-  for (int i = 0; i < 6; ++i) runtime::launch(kernel, work->args(0), streams[i % 2]);
-  QJIT_CU(cuCtxSynchronize());
-  const auto v = work->verify(1.0);
-  INFO(v.message);
-  CHECK(v.ok);
-  for (CUstream s : streams) driver().cuStreamDestroy(s);
-  driver().cuModuleUnload(kernel.module);
-}
-
-}  // namespace
-
 TEST_CASE("wq_gemm balanced schedule: split row groups summed right launch after launch, and on two streams", "[gpu]") {
+  using runtime::driver;
   // Several blocks share a row group of k = 1024 (16 chunks), and some
   // blocks have no units; 4096 x 11008 is the shape the schedule is for.
   for (const char* shape : {"k=1024,n=528,m=4", "k=4096,n=11008,m=1", "k=4096,n=4096,m=16,bits=8,zero=sym"}) {
@@ -466,24 +429,33 @@ TEST_CASE("wq_gemm balanced schedule: split row groups summed right launch after
                                {"mtiles", wide ? 2 : 1}, {"unroll", ring ? 1 : 2},
                                {"stages", ring ? 4 : 0}, {"balance", balance}};
       if (spec.get_str("zero") != "float") config["zero_after"] = 1;
-      check_workspace_reuse(spec, config);
-    }
-  }
-}
-
-TEST_CASE("wq_gemm k split between blocks: pieces summed right launch after launch, and on two streams", "[gpu]") {
-  // n = 528 is 33 tiles: the last block's row groups lie partly or wholly
-  // past n. k = 1088 is 17 chunks, which no ksplit divides; k = 4096 x 11008
-  // is the shape the split is for.
-  for (const char* shape : {"k=1088,n=528,m=16,g=64", "k=1088,n=528,m=4,bits=3,zero=float,scales=bf16,x=bf16,g=64",
-                            "k=4096,n=11008,m=16", "k=11008,n=4096,m=8,bits=8,zero=sym,bias=yes,act=relu"}) {
-    const auto spec = codegen::parse_spec("wq_gemm", shape);
-    const int mtiles = spec.get_int("m") > 8 ? 2 : 1;
-    for (const auto& [warps, split, tiles, ksplit] : {std::array{8, 2, 2, 3}, std::array{4, 1, 1, 8}}) {
-      const nlohmann::json config = {{"warps", warps}, {"split_k", split}, {"tiles", tiles}, {"mtiles", mtiles},
-                                     {"unroll", 1},    {"stages", 4},      {"x_regs", ksplit == 3 ? 1 : 0},
-                                     {"spread", 1},    {"ksplit", ksplit}};
-      check_workspace_reuse(spec, config);
+      const uint64_t seed = fresh_seed();
+      INFO(spec.label() << " " << config.dump() << " seed " << seed);
+      const auto kernel = runtime::load_record(runtime::build_record(spec, config, false), spec);
+      auto work = tuner::make_wq_gemm_workload(spec, seed, 0, std::max<int64_t>(1, spec.get_int("m") - 1));
+      CUstream streams[2] = {nullptr, nullptr};
+      QJIT_CU(cuStreamCreate(&streams[0], CU_STREAM_NON_BLOCKING));
+      QJIT_CU(cuStreamCreate(&streams[1], CU_STREAM_NON_BLOCKING));
+      // Back to back on one stream: every launch finds the counters its
+      // predecessor reset (a stale count would complete a row group early).
+      for (int round = 0; round < 3; ++round) {
+        work->poison_output(streams[0]);
+        for (int i = 0; i < 5; ++i) runtime::launch(kernel, work->args(0), streams[0]);
+        QJIT_CU(cuStreamSynchronize(streams[0]));
+        const auto v = work->verify(1.0);
+        INFO("round " << round << ": " << v.message);
+        CHECK(v.ok);
+      }
+      // Two streams at once, each on its own workspace (they write the same y).
+      work->poison_output(nullptr);
+      QJIT_CU(cuCtxSynchronize());
+      for (int i = 0; i < 6; ++i) runtime::launch(kernel, work->args(0), streams[i % 2]);
+      QJIT_CU(cuCtxSynchronize());
+      const auto v = work->verify(1.0);
+      INFO(v.message);
+      CHECK(v.ok);
+      for (CUstream s : streams) driver().cuStreamDestroy(s);
+      driver().cuModuleUnload(kernel.module);
     }
   }
 }

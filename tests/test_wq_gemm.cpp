@@ -400,7 +400,6 @@ TEST_CASE("wq_gemm mma family: spread, at most ceil(blocks / SMs) blocks per SM"
     const auto space = op.tunable_space(codegen::parse_spec("wq_gemm", shape));
     long rings = 0, spread_rings = 0;
     for (const auto& c : space) {
-      if (c.contains("ksplit")) continue;  // always spread (the ksplit test)
       if (c.value("stages", 0) == 0 || c.value("l2ahead", 0) || c.value("zero_after", 0)) {
         CHECK(c.value("spread", 0) == 0);
         continue;
@@ -443,65 +442,6 @@ TEST_CASE("wq_gemm mma family: spread, at most ceil(blocks / SMs) blocks per SM"
   const runtime::SmemBudget roomy{300000, 232448, 1024, 8192};  // never more than one block may ask for
   CHECK(runtime::smem_share_for(1, roomy) == 232448 - 8192);
   CHECK(runtime::smem_share_for(64, h100) == 0);  // static memory already past the share
-}
-
-TEST_CASE("wq_gemm mma family: k split between blocks (ksplit)", "[wq_gemm][nvrtc]") {
-  const auto& op = codegen::find_op("wq_gemm");
-  const auto m16 = codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=16");
-  const nlohmann::json split = {{"warps", 8}, {"split_k", 2}, {"tiles", 2}, {"mtiles", 2}, {"unroll", 1},
-                                {"stages", 4}, {"x_regs", 1}, {"spread", 1}, {"ksplit", 3}};
-  op.validate_config(m16, split);
-  // Searched from m = 4 to 16, always spread, with several row groups per
-  // block; not at m = 1 or 32, nor for fused_ffn.
-  for (const char* shape : {"k=4096,n=11008,m=4", "k=4096,n=11008,m=16", "k=11008,n=4096,m=8"}) {
-    INFO(shape);
-    long split_configs = 0;
-    for (const auto& c : op.tunable_space(codegen::parse_spec("wq_gemm", shape))) {
-      if (!c.contains("ksplit")) continue;
-      ++split_configs;
-      CHECK(c.value("spread", 0) == 1);
-    }
-    CHECK(split_configs >= 40);
-  }
-  CHECK(count_in_space("k=4096,n=11008,m=16", "ksplit", 3) > 0);
-  for (const char* shape : {"k=4096,n=11008,m=1", "k=4096,n=11008,m=32"})
-    CHECK(count_in_space(shape, "ksplit", 0) == static_cast<long>(op.tunable_space(codegen::parse_spec("wq_gemm", shape)).size()));
-  const auto ffn = codegen::parse_spec("fused_ffn", "d=4096,h=11008,weights=native,m=8");
-  const auto& ffn_op = codegen::find_op("fused_ffn");
-  for (const auto& c : ffn_op.tunable_space(ffn)) CHECK_FALSE(c.contains("ksplit"));
-  CHECK_THROWS_WITH(ffn_op.validate_config(ffn, with_key(ffn_op.default_config(ffn), "ksplit", 2)),
-                    Catch::Contains("ksplit is for one matrix"));
-  // The grid's z and the workspace: 86 blocks of 4 row groups (128 rows of
-  // n), a counter per row group padded to 256 bytes, then 3 pieces per row
-  // group of 2·2·4 floats per lane.
-  const auto g = op.launch_geometry(m16, split);
-  CHECK(g.grid[0] == 86);
-  CHECK(g.grid[1] == 1);
-  CHECK(g.grid[2] == 3);
-  CHECK(g.workspace_param == 8);
-  CHECK(g.workspace_fixed == 1536 + size_t{344} * 3 * 16 * 32 * 4);
-  CHECK(g.workspace_per_block == 0);
-  CHECK(op.launch_geometry(m16, with_key(split, "ksplit", 1)).workspace_fixed == 0);
-  // Errors name the value.
-  CHECK_THROWS_WITH(op.validate_config(m16, with_key(split, "ksplit", 5)), Catch::Contains("ksplit must be 1 (absent)"));
-  CHECK_THROWS_WITH(op.validate_config(m16, with_key(split, "mtiles", 1)),
-                    Catch::Contains("ksplit covers the bucket's rows in one pass (mtiles 2)"));
-  CHECK_THROWS_WITH(op.validate_config(codegen::parse_spec("wq_gemm", "k=256,n=64,m=16"), with_key(split, "ksplit", 3)),
-                    Catch::Contains("ksplit × split_k exceeds the number of 64-wide chunks"));
-  CHECK_THROWS_WITH(op.validate_config(m16, with_key(with_key(with_key(with_key(split, "warps", 4), "split_k", 4),
-                                                              "spread", 0), "balance", 1)),
-                    Catch::Contains("balance splits k its own way"));
-  // The kernel: the constant, the counter's add, and no spill.
-  auto src = codegen::generate_source(m16, split);
-  CHECK(src.text.find("kKSplit = 3;") != std::string::npos);
-  const auto r = codegen::compile(src, "sm_90");
-  INFO(r.log);
-  REQUIRE(r.ok);
-  CHECK(r.ptx.find("atom.acq_rel.gpu.global.add.u32") != std::string::npos);
-  CHECK(r.spill_bytes == 0);
-  const auto plain = codegen::compile(codegen::generate_source(m16, with_key(split, "ksplit", 1)), "sm_90");
-  REQUIRE(plain.ok);
-  CHECK(plain.ptx.find("atom.acq_rel") == std::string::npos);
 }
 
 TEST_CASE("wq_gemm mma family: the timeline marks compile in only for qjit_timeline_probe", "[wq_gemm][nvrtc]") {
@@ -839,7 +779,7 @@ TEST_CASE("wq_gemm: candidates compile for sm_90 without spills", "[wq_gemm][nvr
   // spread test checks that their sources match.)
   for (const auto& [s, stride] : {std::pair{"k=4096,n=11008,m=1", 1}, std::pair{"k=4096,n=11008,m=16", 2}}) {
     auto space = op.tunable_space(codegen::parse_spec("wq_gemm", s));
-    std::erase_if(space, [](const nlohmann::json& c) { return c.value("spread", 0) == 1 && !c.contains("ksplit"); });
+    std::erase_if(space, [](const nlohmann::json& c) { return c.value("spread", 0) == 1; });
     for (size_t i = 0; i < space.size(); i += stride) jobs.push_back({codegen::parse_spec("wq_gemm", s), space[i]});
   }
   // The large-M buckets: a spread of both families.

@@ -56,11 +56,10 @@ WqConfig WqConfig::from(const nlohmann::json& j, const std::string& op, size_t e
   auto get = [&](const char* k) { return wq_config_int(j, k, op + " config"); };
   auto has = [&](const char* k) { return j.is_object() && j.contains(k); };
   const bool l2ahead = has("l2ahead"), zero_after = has("zero_after"), balance = has("balance"),
-             min_blocks = has("min_blocks"), x_regs = has("x_regs"), spread = has("spread"), ksplit = has("ksplit");
-  if (!j.is_object() ||
-      j.size() != 6 + extra_keys + l2ahead + zero_after + balance + min_blocks + x_regs + spread + ksplit)
+             min_blocks = has("min_blocks"), x_regs = has("x_regs"), spread = has("spread");
+  if (!j.is_object() || j.size() != 6 + extra_keys + l2ahead + zero_after + balance + min_blocks + x_regs + spread)
     throw Error("config", op + " config needs warps, split_k, tiles, mtiles, unroll and stages (and may have l2ahead, "
-                               "zero_after, balance, min_blocks, x_regs, spread, ksplit): " + j.dump());
+                               "zero_after, balance, min_blocks, x_regs, spread): " + j.dump());
   return {get("warps"),
           get("split_k"),
           get("tiles"),
@@ -72,8 +71,7 @@ WqConfig WqConfig::from(const nlohmann::json& j, const std::string& op, size_t e
           balance ? get("balance") : 0,
           min_blocks ? get("min_blocks") : 0,
           x_regs ? get("x_regs") : 0,
-          spread ? get("spread") : 0,
-          ksplit ? get("ksplit") : 0};
+          spread ? get("spread") : 0};
 }
 
 nlohmann::json WqConfig::to_json() const {
@@ -85,7 +83,6 @@ nlohmann::json WqConfig::to_json() const {
   if (min_blocks > 0) j["min_blocks"] = min_blocks;
   if (x_regs > 0) j["x_regs"] = x_regs;
   if (spread > 0) j["spread"] = spread;
-  if (ksplit > 1) j["ksplit"] = ksplit;
   return j;
 }
 
@@ -113,14 +110,6 @@ std::string wq_config_problem(const WqShape& s, const WqConfig& c) {
   if (!one_of(c.spread, {0, 1})) return "spread must be 0 or 1";
   if (c.spread && s.matrices != 1) return "spread is for one matrix (wq_gemm)";
   if (c.spread && c.balance) return "balance places its own blocks (spread must be 0)";
-  if (!one_of(c.ksplit, {0, 1, 2, 3, 4, 6, 8, 12, 16})) return "ksplit must be 1 (absent) or 2, 3, 4, 6, 8, 12 or 16";
-  if (c.ksplit > 1) {
-    if (s.matrices != 1) return "ksplit is for one matrix (wq_gemm)";
-    if (c.balance) return "balance splits k its own way (ksplit must be absent)";
-    if (int64_t{8} * c.mtiles < s.m) return "ksplit covers the bucket's rows in one pass (mtiles " +
-                                            std::to_string(wq_mtiles_needed(s.m)) + ")";
-    if (s.k / 64 < int64_t{c.ksplit} * c.split_k) return "ksplit × split_k exceeds the number of 64-wide chunks of k";
-  }
   if (c.balance) {
     if (s.matrices != 1) return "balance is for one matrix (wq_gemm)";
     if (s.m > 16) return "balance is for m <= 16 (one pass over the rows of x)";
@@ -234,29 +223,6 @@ std::vector<WqConfig> wq_tunable_space(const WqShape& s) {
       out.push_back(c);
     }
   }
-  // k split between blocks (ksplit): at m = 16 every block of one row group
-  // reads its chunks of x from L2 (two 16-row tiles of x are twice the bytes
-  // of two tiles of 4-bit weights), and a block per row group leaves 5.2
-  // row groups per SM at 4096 × 11008, whole ones (BENCHMARKS.md session
-  // 12). Blocks of several row groups that share each chunk of x through L1,
-  // with k split between blocks for a grid of a few blocks per SM, cut both;
-  // the pieces cost a workspace round trip. Spread, as the grid is sized to
-  // be even over the SMs. Rings only: their per-warp slots keep the loads
-  // in flight whatever the run's length.
-  if (s.m >= 4 && s.m <= 16 && s.matrices == 1) {
-    const int need = wq_mtiles_needed(s.m);
-    for (const auto& [warps, split] :
-         {std::pair{4, 1}, std::pair{4, 2}, std::pair{4, 4}, std::pair{8, 1}, std::pair{8, 2}, std::pair{8, 4}, std::pair{8, 8}})
-      for (int tiles : {1, 2})
-        for (int stages : {3, 4})
-          for (int x_regs : {0, 1})
-            for (int ksplit : {2, 3, 4, 6, 8}) {
-              if (stages == 3 && s.m < 8) continue;
-              WqConfig c{warps, split, tiles, need, 1, stages};
-              c.x_regs = x_regs, c.spread = 1, c.ksplit = ksplit;
-              if (wq_config_problem(s, c).empty()) out.push_back(c);
-            }
-  }
   // Not searched: the balanced schedule (balance > 0). It is legal, and the
   // [gpu] tests verify it, but it lost to a block per row group at every
   // small-M shape it was tuned on (BENCHMARKS.md session 10): 12.8 against
@@ -308,7 +274,6 @@ std::vector<Constant> wq_constants(const WqShape& s, const WqConfig& c) {
       {"int", "kZeroAfter", num(c.zero_after), "tunable: 1 multiplies the magic values, the zero subtracted after"},
       {"int", "kBalance", num(c.balance), "tunable: 0 a block per row group, else blocks per SM of the balanced schedule"},
       {"int", "kXRegs", num(c.x_regs), "tunable: 1 loads x into registers a chunk ahead instead of through the ring"},
-      {"int", "kKSplit", num(std::max(c.ksplit, 1)), "tunable: blocks (along z) splitting k, summed through the workspace"},
       // A persistent grid must be resident at once, so ptxas keeps the
       // registers within what kBalance blocks per SM leave. Otherwise naming
       // one block (min_blocks) lets ptxas take up to twice the registers
@@ -342,14 +307,6 @@ LaunchGeometry wq_launch_geometry(const WqShape& s, const WqConfig& c, int works
   }
   g.grid[0] = static_cast<unsigned>((s.n + rows_per_block - 1) / rows_per_block);
   g.grid[1] = static_cast<unsigned>((s.m + 8 * c.mtiles - 1) / (8 * c.mtiles));
-  if (c.ksplit > 1) {
-    // wq_ksplit.cuh's workspace: a counter per row group of the grid, then
-    // each row group's ksplit pieces (kTiles·kMTiles·4 floats per lane).
-    const int64_t row_groups = int64_t{g.grid[0]} * (c.warps / c.split_k);
-    g.grid[2] = static_cast<unsigned>(c.ksplit);
-    g.workspace_fixed = static_cast<size_t>((row_groups * 4 + 255) / 256 * 256 +
-                                            row_groups * c.ksplit * c.tiles * c.mtiles * 4 * 32 * 4);
-  }
   g.block[0] = static_cast<unsigned>(c.warps * 32);
   g.dynamic_smem = static_cast<unsigned>(ring_bytes(s, c));
   g.spread = c.spread != 0;

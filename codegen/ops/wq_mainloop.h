@@ -39,11 +39,6 @@ struct WqShape {
 // loads its B fragments of x into registers one chunk ahead, through L1.
 // spread = 1 (wq_gemm at m <= 16, searched with the plain ring) lets no SM
 // hold more than ceil(blocks / SMs) of the grid's blocks (LaunchGeometry::spread).
-// ksplit > 1 (wq_gemm, one pass over the bucket's rows; searched at m = 4
-// to 16 with several row groups per block) splits k between ksplit blocks
-// along the grid's z: a block's row groups then share each chunk of x
-// through L1, and the last block of a row group to finish sums the
-// others' pieces from a runtime-owned workspace (templates/wq_gemm/wq_ksplit.cuh).
 struct WqConfig {
   int warps, split_k, tiles, mtiles, unroll;
   int stages = 0;
@@ -54,7 +49,6 @@ struct WqConfig {
   int min_blocks = 0;
   int x_regs = 0;
   int spread = 0;
-  int ksplit = 0;  // 0 (absent) and 1: one block per row group
 
   // Reads the six keys and the optional ones; `extra_keys` names keys the
   // caller owns (fused_ffn's "family").
@@ -81,7 +75,7 @@ std::vector<Constant> wq_shape_constants(const WqShape& s);
 std::vector<Constant> wq_constants(const WqShape& s, const WqConfig& c);
 // Grid and block: x over row groups of n, y over passes of 8·mtiles rows of x;
 // with balance, `balance` blocks per SM and the workspace of the split row
-// groups; with ksplit, ksplit blocks along z and their pieces' workspace. workspace_param: the kernel's workspace parameter (null without
+// groups. workspace_param: the kernel's workspace parameter (null without
 // balance), -1 for a kernel without one.
 LaunchGeometry wq_launch_geometry(const WqShape& s, const WqConfig& c, int workspace_param = -1);
 // Alignments of one matrix's pointers: qweight, scales, zeros (the cp.async

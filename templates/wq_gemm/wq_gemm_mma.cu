@@ -8,11 +8,8 @@
 // exceeds the grid, the m = 1024 bucket; every other bucket makes one pass).
 // With kBalance the grid is persistent and every block takes an equal run of
 // row groups' chunks (wq_balanced.cuh); workspace is the runtime's scratch
-// for its split row groups (null otherwise). With kKSplit > 1 blockIdx.z
-// takes a kKSplit-th of k and the workspace holds the row groups' pieces
-// (wq_ksplit.cuh).
+// for its split row groups (null otherwise).
 #include "qjit/wq_gemm/wq_balanced.cuh"
-#include "qjit/wq_gemm/wq_ksplit.cuh"
 #include "qjit/wq_gemm/wq_gemm_epilogue.cuh"
 
 static_assert(kMatrices == 1, "wq_gemm multiplies one matrix");
@@ -63,16 +60,6 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
   allow_next_grid();
   QJIT_MARK(0);
 
-  if constexpr (kKSplit > 1) {
-    // One pass over the rows of x; this block's kKSplit-th of k.
-    const int z = blockIdx.z;
-    float acc[kTiles][kMTiles][4];
-    wq_accumulate(op, tile, part, 0, M, lane, warp, acc, ksplit_chunk(z), ksplit_chunk(z + 1));
-    if (part == 0 && ksplit_finish(blockIdx.x * kGroupsPerBlock + row_group, z, lane, workspace, acc))
-      store_row_group(acc, first_tile, 0, M, lane, bias, residual, y);
-    QJIT_MARK(3);
-    return;
-  }
   for (int m0 = blockIdx.y * kMBlock; m0 < M; m0 += gridDim.y * kMBlock) {
     float acc[kTiles][kMTiles][4];
     wq_accumulate(op, tile, part, m0, M, lane, warp, acc);

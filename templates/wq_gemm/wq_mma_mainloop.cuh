@@ -77,7 +77,7 @@ __device__ unsigned long long qjit_timeline[kTimelineRuns][kTimelineBlocks][5];
 __device__ __forceinline__ void timeline_mark(int point) {
   __shared__ unsigned run;
   if (threadIdx.x != 0) return;
-  const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  const unsigned block = blockIdx.x + gridDim.x * blockIdx.y;
   if (block >= kTimelineBlocks) return;
   if (point == 0) run = atomicAdd(&qjit_timeline_runs[block], 1u);
   unsigned long long t;

@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
     size_t runs_bytes = 0;
     QJIT_CU(cuModuleGetGlobal(&runs, &runs_bytes, module, "qjit_timeline_runs"));
     const auto& g = kernel.geometry;
-    const unsigned blocks = g.grid[0] * g.grid[1] * g.grid[2];
+    const unsigned blocks = g.grid[0] * g.grid[1];
     if (blocks > kBlocks) throw Error("argument", "more than 4096 blocks: " + std::to_string(blocks));
 
     auto work = tuner::make_workload(spec, std::random_device{}(), dev.l2_bytes);
