@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 #include "codegen/error.h"
 #include "codegen/nvrtc.h"
@@ -14,6 +15,7 @@
 #include "runtime/device.h"
 #include "runtime/driver.h"
 #include "runtime/kernel_cache.h"
+#include "tuner/workload.h"
 
 namespace qjit::probe {
 
@@ -78,6 +80,30 @@ inline MarkedKernel load_marked_wq_gemm(const codegen::OpSpec& spec, const nlohm
   runtime::resolve_for_device(k.kernel);
   QJIT_CU(cuModuleGetGlobal(&k.marks, &k.marks_bytes, m.module, marks.c_str()));
   return k;
+}
+
+// Back-to-back launches of `kernel` as the benchmark runs them (PDL between
+// them, the workload's copies rotated): the mean of 30 between two events,
+// three times; the median of the three, in µs. What compares a what-if build
+// (probe_defines()) with the kernel as built.
+inline double back_to_back_us(const runtime::LoadedKernel& kernel, tuner::Workload& work, CUstream stream) {
+  CUevent begin = nullptr, end = nullptr;
+  QJIT_CU(cuEventCreate(&begin, CU_EVENT_DEFAULT));
+  QJIT_CU(cuEventCreate(&end, CU_EVENT_DEFAULT));
+  std::vector<double> means;
+  for (int round = 0; round < 3; ++round) {
+    QJIT_CU(cuEventRecord(begin, stream));
+    for (int i = 0; i < 30; ++i) runtime::launch(kernel, work.args(i % work.copies()), stream);
+    QJIT_CU(cuEventRecord(end, stream));
+    QJIT_CU(cuEventSynchronize(end));
+    float ms = 0;
+    QJIT_CU(cuEventElapsedTime(&ms, begin, end));
+    means.push_back(1e3 * ms / 30);
+  }
+  runtime::driver().cuEventDestroy(begin);
+  runtime::driver().cuEventDestroy(end);
+  std::sort(means.begin(), means.end());
+  return means[1];
 }
 
 }  // namespace qjit::probe

@@ -10,7 +10,8 @@
 // the third on) the spread of those four marks relative to the previous
 // launch's last exit, as JSON lines, with the SMs grouped by how many of the
 // launch's blocks they ran and when the last of them finished its chunks
-// (median over the group). The period between last exits is the
+// (median over the group), then the mean time of 30 back-to-back launches
+// (median of three rounds). The period between last exits is the
 // launch's time in a chain (the marks cost an atomic and four stores per
 // block, so it differs from the bench's time by up to a few µs: read the
 // shape). %globaltimer ticks in steps of about 0.26 µs on an H100.
@@ -111,6 +112,9 @@ int main(int argc, char** argv) {
       }
       std::printf("}}\n");
     }
+    // The marks included: compares what-if builds (QJIT_PROBE_DEFINES) with the kernel as built.
+    std::printf("{\"back_to_back_us\": %.2f, \"defines\": \"%s\"}\n", probe::back_to_back_us(kernel, *work, stream),
+                probe::probe_defines().c_str());
     std::printf("{\"note\": \"each mark: [min, median, p90, max] over blocks, in us after the previous launch's last exit\"}\n");
     runtime::driver().cuStreamDestroy(stream);
     runtime::driver().cuModuleUnload(module);

@@ -212,26 +212,8 @@ int main(int argc, char** argv) {
       std::printf("{\"consumer_1_behind_0\": %.0f}\n", median(offset));
     }
     print_timeline(block_marks, piece_marks, t, groups, blocks);
-    {
-      // Back-to-back launches as the benchmark runs them (PDL between them, the workload's copies
-      // rotated): the mean of 30 between two events, three times; the median of the three.
-      CUevent begin = nullptr, end = nullptr;
-      QJIT_CU(cuEventCreate(&begin, CU_EVENT_DEFAULT));
-      QJIT_CU(cuEventCreate(&end, CU_EVENT_DEFAULT));
-      std::vector<double> means;
-      for (int round = 0; round < 3; ++round) {
-        QJIT_CU(cuEventRecord(begin, stream));
-        for (int i = 0; i < 30; ++i) runtime::launch(kernel, work->args(i % work->copies()), stream);
-        QJIT_CU(cuEventRecord(end, stream));
-        QJIT_CU(cuEventSynchronize(end));
-        float ms = 0;
-        QJIT_CU(cuEventElapsedTime(&ms, begin, end));
-        means.push_back(1e3 * ms / 30);
-      }
-      std::printf("{\"back_to_back_us\": %.2f, \"defines\": \"%s\"}\n", median(means), probe::probe_defines().c_str());
-      runtime::driver().cuEventDestroy(begin);
-      runtime::driver().cuEventDestroy(end);
-    }
+    std::printf("{\"back_to_back_us\": %.2f, \"defines\": \"%s\"}\n", probe::back_to_back_us(kernel, *work, stream),
+                probe::probe_defines().c_str());
     std::printf("{\"note\": \"cycles (%%clock64), medians over blocks and stages 2 on\"}\n");
     runtime::driver().cuStreamDestroy(stream);
     runtime::driver().cuModuleUnload(module);
