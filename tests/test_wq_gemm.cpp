@@ -10,7 +10,6 @@
 #include "codegen/nvrtc.h"
 #include "codegen/numeric.h"
 #include "codegen/ops/wq_gemm.h"
-#include "codegen/ops/wq_mainloop.h"
 #include "codegen/registry.h"
 #include "codegen/source.h"
 #include "runtime/kernel_cache.h"
@@ -188,12 +187,11 @@ TEST_CASE("wq_gemm mma family: the L2 look-ahead key", "[wq_gemm]") {
   const auto& plain = kPlainSmallM;
   const auto ahead = with_key(plain, "l2ahead", 2);
   // Searched 2 chunks ahead at small M, beside every plain config (but those
-  // with x in registers, x_regs, runs of two chunks, or spread); not beyond m = 16.
+  // with x in registers, x_regs, or spread); not beyond m = 16.
   auto count = [](const char* shape, int value) {
     const auto space = codegen::find_op("wq_gemm").tunable_space(codegen::parse_spec("wq_gemm", shape));
     return std::count_if(space.begin(), space.end(), [&](const nlohmann::json& c) {
-      return c.value("l2ahead", 0) == value && c.value("x_regs", 0) == 0 && c.value("spread", 0) == 0 &&
-             c.value("run", 1) == 1;
+      return c.value("l2ahead", 0) == value && c.value("x_regs", 0) == 0 && c.value("spread", 0) == 0;
     });
   };
   CHECK(count("k=4096,n=11008,m=1", 2) == count("k=4096,n=11008,m=1", 0));
@@ -386,68 +384,6 @@ TEST_CASE("wq_gemm mma family: x in registers beside the ring (x_regs)", "[wq_ge
   const auto ffn = codegen::parse_spec("fused_ffn", "d=4096,h=11008,weights=native,m=8");
   const auto ffn_space = codegen::find_op("fused_ffn").tunable_space(ffn);
   CHECK(std::count_if(ffn_space.begin(), ffn_space.end(), [](const nlohmann::json& c) { return c.value("x_regs", 0) == 1; }) > 0);
-}
-
-TEST_CASE("wq_gemm mma family: runs of two chunks, a group's sum scaled once (run)", "[wq_gemm][nvrtc]") {
-  const auto& op = codegen::find_op("wq_gemm");
-  const auto m16 = codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=16");
-  const nlohmann::json ring = {{"warps", 4}, {"split_k", 4}, {"tiles", 2}, {"mtiles", 2},
-                               {"unroll", 1}, {"stages", 4}, {"x_regs", 1}};
-  const auto run = with_key(ring, "run", 2);
-  op.validate_config(m16, run);
-  // Written only when 2: configs cached before the key keep their meaning.
-  CHECK_FALSE(codegen::WqConfig::from(ring, "wq_gemm").to_json().contains("run"));
-  CHECK(codegen::WqConfig::from(run, "wq_gemm").to_json() == run);
-  CHECK(codegen::WqConfig::from(with_key(ring, "run", 1), "wq_gemm").to_json() == ring);
-  // The same launch: a run changes the order of a warp's chunks, not the grid.
-  CHECK(op.launch_geometry(m16, run).grid[0] == op.launch_geometry(m16, ring).grid[0]);
-  CHECK(op.launch_geometry(m16, run).dynamic_smem == op.launch_geometry(m16, ring).dynamic_smem);
-  // Errors name the key and the reason.
-  CHECK_THROWS_WITH(op.validate_config(m16, with_key(ring, "run", 3)), Catch::Contains("run must be 1 or 2"));
-  CHECK_THROWS_WITH(op.validate_config(m16, with_key(kPlainSmallM, "run", 2)),
-                    Catch::Contains("run 2 is a mode of the cp.async ring"));
-  for (const char* shape : {"k=4096,n=11008,m=16,g=64", "k=4096,n=11008,m=16,g=32", "k=4096,n=11008,m=16,zero=float"}) {
-    INFO(shape);
-    CHECK_THROWS_WITH(op.validate_config(codegen::parse_spec("wq_gemm", shape), run),
-                      Catch::Contains("run 2 needs groups of a multiple of 128 k"));
-  }
-  CHECK_THROWS_WITH(op.validate_config(codegen::parse_spec("wq_gemm", "k=384,n=64,m=16"), with_key(run, "split_k", 4)),
-                    Catch::Contains("split_k exceeds the number of 128-wide runs"));
-  const nlohmann::json balanced = {{"warps", 4}, {"split_k", 4}, {"tiles", 2}, {"mtiles", 1},
-                                   {"unroll", 1}, {"stages", 4}, {"balance", 2}, {"run", 2}};
-  CHECK_THROWS_WITH(op.validate_config(codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=1"), balanced),
-                    Catch::Contains("balance splits row groups at any chunk"));
-  // g = k: one group, any run lies in it.
-  op.validate_config(codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=16,g=4096"), run);
-  // Searched with both rings at m <= 16 where it applies, with and without
-  // the zero after the mma; never beyond, nor for the FFN's g = 64.
-  for (const char* shape : {"k=4096,n=11008,m=1", "k=4096,n=11008,m=8", "k=11008,n=4096,m=16"}) {
-    INFO(shape);
-    CHECK(count_in_space(shape, "run", 2) > 0);
-    for (const auto& c : op.tunable_space(codegen::parse_spec("wq_gemm", shape)))
-      if (c.value("run", 1) == 2) CHECK(c.value("stages", 0) > 0);
-  }
-  CHECK(count_in_space("k=4096,n=11008,m=32", "run", 2) == 0);
-  CHECK(count_in_space("k=4096,n=11008,m=16,g=64", "run", 2) == 0);
-  auto with_run_and = [&](const char* key) {
-    const auto space = op.tunable_space(m16);
-    return std::count_if(space.begin(), space.end(),
-                         [&](const nlohmann::json& c) { return c.value("run", 1) == 2 && c.value(key, 0) == 1; });
-  };
-  CHECK(with_run_and("x_regs") > 0);
-  CHECK(with_run_and("zero_after") > 0);
-  // What a run saves, in the PTX of the M = 16 winner's shape: the scale's
-  // FFMA per accumulator happens once per run (16 of 32 per two-chunk loop
-  // body), and the second chunk reads no scales or zeros from its slot.
-  const auto one = codegen::compile(codegen::generate_source(m16, ring), "sm_90");
-  const auto two = codegen::compile(codegen::generate_source(m16, run), "sm_90");
-  INFO(one.log << two.log);
-  REQUIRE(one.ok);
-  REQUIRE(two.ok);
-  CHECK(count_of(two.ptx, "fma.rn.f32") * 2 == count_of(one.ptx, "fma.rn.f32"));
-  CHECK(count_of(two.ptx, "ld.shared.u16") < count_of(one.ptx, "ld.shared.u16"));
-  CHECK(one.spill_bytes == 0);
-  CHECK(two.spill_bytes == 0);
 }
 
 TEST_CASE("wq_gemm mma family: spread, at most ceil(blocks / SMs) blocks per SM", "[wq_gemm]") {

@@ -39,8 +39,6 @@ struct WqShape {
 // loads its B fragments of x into registers one chunk ahead, through L1.
 // spread = 1 (wq_gemm at m <= 16, searched with the plain ring) lets no SM
 // hold more than ceil(blocks / SMs) of the grid's blocks (LaunchGeometry::spread).
-// run = 2 (the ring, g a multiple of 128, an integer or no zero) gives each
-// warp its chunks two at a time, one group's 128 k, whose sum is scaled once.
 struct WqConfig {
   int warps, split_k, tiles, mtiles, unroll;
   int stages = 0;
@@ -51,7 +49,6 @@ struct WqConfig {
   int min_blocks = 0;
   int x_regs = 0;
   int spread = 0;
-  int run = 1;  // absent when 1
 
   // Reads the six keys and the optional ones; `extra_keys` names keys the
   // caller owns (fused_ffn's "family").

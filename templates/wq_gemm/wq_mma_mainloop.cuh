@@ -8,7 +8,7 @@
 //
 // Reads from the generated qjit_spec: TX, TS, kK, kN, kBucketM, kBits, kGroup,
 // kZeroMode, kMatrices and the tunables kWarps, kSplitK, kTiles, kMTiles,
-// kUnroll, kStages, kL2Ahead, kZeroAfter, kXRegs, kRun (codegen/ops/wq_mainloop.cpp).
+// kUnroll, kStages, kL2Ahead, kZeroAfter, kXRegs (codegen/ops/wq_mainloop.cpp).
 //
 // W is the A operand, so even M = 1 fills a tile's rows with weights and only
 // the 8 columns of B are partly idle: reading W, not multiplying, is the cost
@@ -180,64 +180,35 @@ struct Chunk {
 
 constexpr int kChains = kMTiles >= 2 || kTiles >= 2 ? 1 : 2;  // partial-sum chains per tile (see mma_chunk)
 
-// Runs (kRun = 2): a warp takes its chunks two at a time, 128 k of one group
-// (chunks 2r and 2r + 1 for its runs r = part, part + kSplitK, ...), and
-// the tensor cores sum both into the same partial sums before they are
-// scaled and added to the accumulators once. With kRun = 1 every chunk is a
-// run of its own: zeroed, summed, scaled. A run halves the per-chunk work
-// around the mma (4096 × 11008 at M = 16 on sm_90: 16 FFMA for the scale,
-// the scales' loads and conversions, and the zeros' 1024 + z, of a chunk's
-// ~200 instructions per lane) and costs the partial sums' registers for the
-// run. The ring only (the loop body there holds a whole run), g a multiple
-// of 128 and an integer or no zero (kScaleAfter: one scale per run).
-static_assert(kRun == 1 || (kRun == 2 && kStages > 0 && kScaleAfter && kGroup % 128 == 0 && kChunks % 2 == 0),
-              "runs of two chunks need the ring, groups of a multiple of 128 k and one scale per group");
-
-// What a run carries from one chunk to the next: each tile's partial sums,
-// its rows' parameters (read with the run's first chunk), and for
-// kZeroAfter the run's X = Σ x.
-struct RunSums {
-  float part[kTiles][kChains][kMTiles][4];
-  RowParams rp[kTiles][2];
-  float xsum[kMTiles][4];
-};
-
-// Chunk c (its operands in registers) at place kPos of its run: the first
-// (kPos = 0) zeroes the run's sums and reads the rows' parameters, every
-// chunk adds its products, the last (kPos = kRun - 1) scales the sums into acc.
-template <int kPos>
-__device__ __forceinline__ void mma_chunk(const Chunk& c, float (&acc)[kTiles][kMTiles][4], RunSums& run) {
-  constexpr bool kFirst = kPos == 0, kLast = kPos == kRun - 1;
-  if constexpr (kZeroAfterMode) {  // X of the lane's columns (every row of the product holds it)
+__device__ __forceinline__ void mma_chunk(const Chunk& c, float (&acc)[kTiles][kMTiles][4]) {
+  float xsum[kMTiles][4];  // kZeroAfter: X of the lane's columns (every row of the product holds it)
+  if constexpr (kZeroAfterMode) {
     constexpr unsigned kOnes = 0x3c003c00u;  // fp16 1.0 in both halves
 #pragma unroll
     for (int j = 0; j < kMTiles; ++j) {
-      if constexpr (kFirst)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) run.xsum[j][e] = 0.0f;
+      for (int e = 0; e < 4; ++e) xsum[j][e] = 0.0f;
 #pragma unroll
-      for (int s = 0; s < 4; ++s) qjit::mma_16816<TS>(run.xsum[j], kOnes, kOnes, kOnes, kOnes, c.b[j][2 * s], c.b[j][2 * s + 1]);
+      for (int s = 0; s < 4; ++s) qjit::mma_16816<TS>(xsum[j], kOnes, kOnes, kOnes, kOnes, c.b[j][2 * s], c.b[j][2 * s + 1]);
     }
   }
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) {
-    if constexpr (kFirst) run.rp[i][0] = row_params(c.rows[i][0]), run.rp[i][1] = row_params(c.rows[i][1]);
-    const RowParams(&rp)[2] = run.rp[i];
+    const RowParams rp[2] = {row_params(c.rows[i][0]), row_params(c.rows[i][1])};
     // Two accumulator chains (even and odd k16 steps) where a row group has
     // one tile and one tile of x: four dependent mma in a row would leave
     // the tensor core waiting on its own latency. Two tiles of x, or two
     // tiles of W (interleaved by the unrolled loops), are independent chains
     // already, and a second chain would cost a zeroing and an add per
     // accumulator and chunk (16 + 16 instructions of a tile's ~120 at
-    // M = 16). With kScaleAfter they hold the run's sum of (q - zero)·x.
-    float(&part)[kChains][kMTiles][4] = run.part[i];
-    if constexpr (kFirst)
+    // M = 16). With kScaleAfter they hold the chunk's sum of (q - zero)·x.
+    float part[kChains][kMTiles][4];
 #pragma unroll
-      for (int h = 0; h < kChains; ++h)
+    for (int h = 0; h < kChains; ++h)
 #pragma unroll
-        for (int j = 0; j < kMTiles; ++j)
+      for (int j = 0; j < kMTiles; ++j)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) part[h][j][e] = 0.0f;
+        for (int e = 0; e < 4; ++e) part[h][j][e] = 0.0f;
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
       // Register R = 4s + r belongs to row gq + 8(r%2).
@@ -251,7 +222,6 @@ __device__ __forceinline__ void mma_chunk(const Chunk& c, float (&acc)[kTiles][k
       for (int j = 0; j < kMTiles; ++j)
         qjit::mma_16816<TS>(part[s % kChains][j], a[0], a[1], a[2], a[3], c.b[j][2 * s], c.b[j][2 * s + 1]);
     }
-    if constexpr (!kLast) continue;
     // Accumulator e belongs to row gq + 8(e/2).
 #pragma unroll
     for (int j = 0; j < kMTiles; ++j)
@@ -261,24 +231,12 @@ __device__ __forceinline__ void mma_chunk(const Chunk& c, float (&acc)[kTiles][k
         if constexpr (kZeroAfterMode) {
           constexpr float kInv[2] = {1.0f / (1 << magic_shift(0)), 1.0f / (1 << magic_shift(1))};
           const float inv = kInv[e / 2], sf = rp[e / 2].sf;
-          acc[i][j][e] = fmaf(sum, sf * inv, fmaf(-sf * fmaf(1024.0f, inv, rp[e / 2].zf), run.xsum[j][e], acc[i][j][e]));
+          acc[i][j][e] = fmaf(sum, sf * inv, fmaf(-sf * fmaf(1024.0f, inv, rp[e / 2].zf), xsum[j][e], acc[i][j][e]));
         } else {
           acc[i][j][e] = kScaleAfter ? fmaf(sum, rp[e / 2].sf, acc[i][j][e]) : acc[i][j][e] + sum;
         }
       }
   }
-}
-
-// The warp's chunk number i: with `first` = chunk0 + part, chunk first + i·kSplitK,
-// or with runs (kRun = 2, chunk0 = 0) chunk i % 2 of run first + (i / 2)·kSplitK.
-__device__ __forceinline__ int warp_chunk(int first, int i) {
-  if constexpr (kRun == 1) return first + i * kSplitK;
-  else return (first + i / kRun * kSplitK) * kRun + i % kRun;
-}
-// How many of the chunks below `end` (a multiple of kRun) the warp takes.
-__device__ __forceinline__ int warp_chunk_count(int first, int end) {
-  const int units = end / kRun;  // runs
-  return first < units ? ((units - 1 - first) / kSplitK + 1) * kRun : 0;
 }
 
 // --- register pipeline (kStages == 0) ----------------------------------------
@@ -361,17 +319,17 @@ __device__ __forceinline__ void prefetch_x_l2(const TX* __restrict__ x, int part
     const int rows = min(kXRows, M - m0), chunks = min(n, count);
     for (int p = lane; p < chunks * rows * kLines; p += 32) {
       const int j = p / (rows * kLines), r = p / kLines % rows, h = p % kLines;
-      const TX* line = x + static_cast<long long>(m0 + r) * kK + warp_chunk(part, j) * 64 + h * (128 / int(sizeof(TX)));
+      const TX* line = x + static_cast<long long>(m0 + r) * kK + (part + j * kSplitK) * 64 + h * (128 / int(sizeof(TX)));
       asm volatile("prefetch.global.L2 [%0];" ::"l"(line) : "memory");
     }
   }
 }
 
-// Prefetches the warp's chunks number [from, to) (chunk warp_chunk(part, j) for number j) that exist.
+// Prefetches the warp's chunks number [from, to) (chunk part + j·kSplitK for number j) that exist.
 __device__ __forceinline__ void prefetch_chunks_l2(const Operands& op, const int (&tile)[kTiles], int part, int from,
                                                    int to, int count, int lane) {
   if constexpr (kL2Ahead > 0) {
-    for (int j = from; j < to && j < count; ++j) prefetch_chunk_l2(op, tile, warp_chunk(part, j), lane);
+    for (int j = from; j < to && j < count; ++j) prefetch_chunk_l2(op, tile, part + j * kSplitK, lane);
   }
 }
 
@@ -591,8 +549,8 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_bytes));
     if (dynamic_bytes < unsigned(kRingBytes)) __trap();
   }
-  // The warp's chunk number i is warp_chunk(part, i).
-  const int count = warp_chunk_count(part, end);
+  // The warp's chunks are part, part + kSplitK, ...: number i is chunk part + i·kSplitK.
+  const int count = part < end ? (end - 1 - part) / kSplitK + 1 : 0;
   const XRows xr = x_rows(op.x, m0, M, lane);  // kXRegs
   const ParamPieces pp = param_pieces(op, tile, m0, M, lane);
   __syncwarp();  // the previous pass over m has read every slot
@@ -604,57 +562,51 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
   // holds all of those weights, so chunk 0 waits for them once.
 #pragma unroll
   for (int s = 0; s < kRingStages - 1; ++s)
-    if (s < count) copy_chunk<kCopyWeights>(op, tile, pp, warp_chunk(part, s), lane, ring + s * kSlotWords);
+    if (s < count) copy_chunk<kCopyWeights>(op, tile, pp, part + s * kSplitK, lane, ring + s * kSlotWords);
   prefetch_chunks_l2(op, tile, part, kRingStages - 1, kRingStages - 1 + kL2Ahead, count, lane);
   prefetch_x_l2(op.x, part, kRingStages - 1, count, m0, M, lane);
   wait_for_previous_grid();
   QJIT_MARK(1);
 #pragma unroll
   for (int s = 0; s < kRingStages - 1; ++s) {
-    if (s < count) copy_chunk<kCopyX>(op, tile, pp, warp_chunk(part, s), lane, ring + s * kSlotWords);
+    if (s < count) copy_chunk<kCopyX>(op, tile, pp, part + s * kSplitK, lane, ring + s * kSlotWords);
     asm volatile("cp.async.commit_group;" ::: "memory");  // empty groups keep the count uniform
   }
-  // Chunk i of the warp, at place kPos of its run: refill the slot chunk
-  // i - 1 used, wait for chunk i's slot, multiply. With kXRegs, x_cur holds
-  // chunk i's B fragments (loaded during chunk i - 1) and chunk i + 1's go
-  // out into x_after now, a whole chunk ahead of their use.
-  RunSums run;
-  auto step = [&](auto pos, int i, const unsigned (&x_cur)[kMTiles][8], unsigned (&x_after)[kMTiles][8]) {
+  // Chunk i of the warp: refill the slot chunk i - 1 used, wait for chunk i's
+  // slot, multiply. With kXRegs, x_cur holds chunk i's B fragments (loaded
+  // during chunk i - 1) and chunk i + 1's go out into x_after now, a whole
+  // chunk ahead of their use.
+  auto step = [&](int i, const unsigned (&x_cur)[kMTiles][8], unsigned (&x_after)[kMTiles][8]) {
     Chunk c;
     if constexpr (kXInRegs) {
 #pragma unroll
       for (int j = 0; j < kMTiles; ++j)
 #pragma unroll
         for (int e = 0; e < 8; ++e) c.b[j][e] = x_cur[j][e];
-      if (i + 1 < count) load_x_frags(xr, warp_chunk(part, i + 1), x_after);
+      if (i + 1 < count) load_x_frags(xr, part + (i + 1) * kSplitK, x_after);
     }
     __syncwarp();  // every lane has read slot (i - 1) % kStages, which this copy refills
     const int ahead = i + kRingStages - 1;
     if (ahead < count)
-      copy_chunk(op, tile, pp, warp_chunk(part, ahead), lane, ring + ahead % kRingStages * kSlotWords);
+      copy_chunk(op, tile, pp, part + ahead * kSplitK, lane, ring + ahead % kRingStages * kSlotWords);
     prefetch_chunks_l2(op, tile, part, ahead + kL2Ahead, ahead + kL2Ahead + 1, count, lane);
     asm volatile("cp.async.commit_group;" ::: "memory");
     asm volatile("cp.async.wait_group %0;" ::"n"(kRingStages - 1) : "memory");  // this lane's part of chunk i landed
     __syncwarp();                                                               // and every other lane's
     read_slot<TX>(ring + i % kRingStages * kSlotWords, m0, M, lane, c);
-    mma_chunk<decltype(pos)::value>(c, acc, run);
+    mma_chunk(c, acc);
   };
-  // With kXRegs or runs the loop body is two chunks: the two x buffers swap
-  // roles by name (a single-chunk body copied x_after into x_cur every
-  // chunk, 16 moves at M = 16 of a chunk's ~250 instructions), and a run's
-  // chunks are its first and last. Otherwise (and in any case not unrolled
-  // further: with few chunks per warp a full unroll hoists every load and
-  // runs out of registers) one chunk per pass. A warp's count is a whole
-  // number of runs.
-  constexpr bool kPairs = kXInRegs || kRun == 2;
-  using First = qjit::Int<0>;
-  using Second = qjit::Int<kRun - 1>;  // a run's last chunk, or with kRun = 1 a run of its own
+  // With kXRegs the loop body is two chunks, so the two x buffers swap roles
+  // by name: a single-chunk body copied x_after into x_cur every chunk
+  // (16 moves at M = 16, of a chunk's ~250 instructions). Otherwise (and
+  // in any case not unrolled further: with few chunks per warp a full unroll
+  // hoists every load and runs out of registers) one chunk per pass.
   unsigned x_a[kMTiles][8], x_b[kMTiles][8];
-  if (kXInRegs && count > 0) load_x_frags(xr, warp_chunk(part, 0), x_a);
+  if (kXInRegs && count > 0) load_x_frags(xr, part, x_a);
 #pragma unroll 1
-  for (int i = 0; i < count; i += kPairs ? 2 : 1) {
-    step(First{}, i, x_a, x_b);
-    if (kPairs && i + 1 < count) step(Second{}, i + 1, x_b, x_a);
+  for (int i = 0; i < count; i += kXInRegs ? 2 : 1) {
+    step(i, x_a, x_b);
+    if (kXInRegs && i + 1 < count) step(i + 1, x_b, x_a);
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
 }
@@ -690,8 +642,7 @@ __device__ __forceinline__ void wq_accumulate(const Operands& op, const int (&ti
     // of next into cur waits for them once per group; measured faster at
     // M = 64 than the rotation, whose twice-unrolled body is large there).
     constexpr bool kXAhead = kMTiles <= 2;
-    const int count = warp_chunk_count(first_chunk, end);
-    RunSums run;  // kRun = 1: each chunk a run of its own
+    const int count = first_chunk < end ? (end - 1 - first_chunk) / kSplitK + 1 : 0;
     if constexpr (kXAhead) {
       constexpr int kBuffers = kUnroll + 1;
       Chunk buf[kBuffers];
@@ -717,7 +668,7 @@ __device__ __forceinline__ void wq_accumulate(const Operands& op, const int (&ti
             load_x_chunk(op.x, first_chunk + ahead * kSplitK, m0, M, lane, buf[(b + kUnroll) % kBuffers]);
             prefetch_chunks_l2(op, tile, first_chunk, ahead + kL2Ahead, ahead + kL2Ahead + 1, count, lane);
           }
-          mma_chunk<0>(buf[b], acc, run);
+          mma_chunk(buf[b], acc);
         }
       }
     } else {
@@ -739,7 +690,7 @@ __device__ __forceinline__ void wq_accumulate(const Operands& op, const int (&ti
         for (int u = 0; u < kUnroll; ++u)
           if (i0 + u < count) {
             load_x_chunk(op.x, first_chunk + (i0 + u) * kSplitK, m0, M, lane, cur[u]);
-            mma_chunk<0>(cur[u], acc, run);
+            mma_chunk(cur[u], acc);
           }
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) cur[u] = next[u];
