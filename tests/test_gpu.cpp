@@ -413,44 +413,8 @@ TEST_CASE("wq_gemm: every candidate verifies (tuner); bad arguments launch nothi
   CHECK(v.ok);
 }
 
-namespace {
-
-// A config whose blocks sum pieces through the runtime's workspace, verified
-// after launches back to back on one stream (every launch must find the
-// counters its predecessor reset: a stale count would complete a row group
-// early), and on two streams at once, each on its own workspace (they write
-// the same y).
-void expect_pieces_summed_right(const codegen::OpSpec& spec, const nlohmann::json& config) {
-  using runtime::driver;
-  const uint64_t seed = fresh_seed();
-  INFO(spec.label() << " " << config.dump() << " seed " << seed);
-  const auto kernel = runtime::load_record(runtime::build_record(spec, config, false), spec);
-  auto work = tuner::make_wq_gemm_workload(spec, seed, 0, std::max<int64_t>(1, spec.get_int("m") - 1));
-  CUstream streams[2] = {nullptr, nullptr};
-  QJIT_CU(cuStreamCreate(&streams[0], CU_STREAM_NON_BLOCKING));
-  QJIT_CU(cuStreamCreate(&streams[1], CU_STREAM_NON_BLOCKING));
-  for (int round = 0; round < 3; ++round) {
-    work->poison_output(streams[0]);
-    for (int i = 0; i < 5; ++i) runtime::launch(kernel, work->args(0), streams[0]);
-    QJIT_CU(cuStreamSynchronize(streams[0]));
-    const auto v = work->verify(1.0);
-    INFO("round " << round << ": " << v.message);
-    CHECK(v.ok);
-  }
-  work->poison_output(nullptr);
-  QJIT_CU(cuCtxSynchronize());
-  for (int i = 0; i < 6; ++i) runtime::launch(kernel, work->args(0), streams[i % 2]);
-  QJIT_CU(cuCtxSynchronize());
-  const auto v = work->verify(1.0);
-  INFO(v.message);
-  CHECK(v.ok);
-  for (CUstream st : streams) driver().cuStreamDestroy(st);
-  driver().cuModuleUnload(kernel.module);
-}
-
-}  // namespace
-
 TEST_CASE("wq_gemm balanced schedule: split row groups summed right launch after launch, and on two streams", "[gpu]") {
+  using runtime::driver;
   // Several blocks share a row group of k = 1024 (16 chunks), and some
   // blocks have no units; 4096 x 11008 is the shape the schedule is for.
   for (const char* shape : {"k=1024,n=528,m=4", "k=4096,n=11008,m=1", "k=4096,n=4096,m=16,bits=8,zero=sym"}) {
@@ -465,24 +429,35 @@ TEST_CASE("wq_gemm balanced schedule: split row groups summed right launch after
                                {"mtiles", wide ? 2 : 1}, {"unroll", ring ? 1 : 2},
                                {"stages", ring ? 4 : 0}, {"balance", balance}};
       if (spec.get_str("zero") != "float") config["zero_after"] = 1;
-      expect_pieces_summed_right(spec, config);
+      const uint64_t seed = fresh_seed();
+      INFO(spec.label() << " " << config.dump() << " seed " << seed);
+      const auto kernel = runtime::load_record(runtime::build_record(spec, config, false), spec);
+      auto work = tuner::make_wq_gemm_workload(spec, seed, 0, std::max<int64_t>(1, spec.get_int("m") - 1));
+      CUstream streams[2] = {nullptr, nullptr};
+      QJIT_CU(cuStreamCreate(&streams[0], CU_STREAM_NON_BLOCKING));
+      QJIT_CU(cuStreamCreate(&streams[1], CU_STREAM_NON_BLOCKING));
+      // Back to back on one stream: every launch finds the counters its
+      // predecessor reset (a stale count would complete a row group early).
+      for (int round = 0; round < 3; ++round) {
+        work->poison_output(streams[0]);
+        for (int i = 0; i < 5; ++i) runtime::launch(kernel, work->args(0), streams[0]);
+        QJIT_CU(cuStreamSynchronize(streams[0]));
+        const auto v = work->verify(1.0);
+        INFO("round " << round << ": " << v.message);
+        CHECK(v.ok);
+      }
+      // Two streams at once, each on its own workspace (they write the same y).
+      work->poison_output(nullptr);
+      QJIT_CU(cuCtxSynchronize());
+      for (int i = 0; i < 6; ++i) runtime::launch(kernel, work->args(0), streams[i % 2]);
+      QJIT_CU(cuCtxSynchronize());
+      const auto v = work->verify(1.0);
+      INFO(v.message);
+      CHECK(v.ok);
+      for (CUstream s : streams) driver().cuStreamDestroy(s);
+      driver().cuModuleUnload(kernel.module);
     }
   }
-}
-
-TEST_CASE("wq_gemm balanced schedule with whole row groups (fill): launch after launch, and on two streams", "[gpu]") {
-  // All pieces (17 row groups for 264 blocks), and whole row groups beside
-  // pieces (344 row groups: 264 whole, 80 in runs; with 1 block of 16 warps
-  // per SM at k = 1152, 18 chunks and 688 row groups of 1 tile: 5 whole per
-  // block, 28 in runs); x through the ring and in registers.
-  const std::pair<const char*, nlohmann::json> cases[] = {
-      {"k=1024,n=528,m=4", {{"warps", 8}, {"split_k", 4}, {"tiles", 2}, {"mtiles", 1}, {"unroll", 1}, {"stages", 4}, {"balance", 2}, {"fill", 1}}},
-      {"k=4096,n=11008,m=1", {{"warps", 8}, {"split_k", 4}, {"tiles", 2}, {"mtiles", 1}, {"unroll", 1}, {"stages", 4}, {"balance", 2}, {"fill", 1}}},
-      {"k=1024,n=11008,m=16",
-       {{"warps", 8}, {"split_k", 4}, {"tiles", 2}, {"mtiles", 2}, {"unroll", 1}, {"stages", 4}, {"balance", 2}, {"fill", 1}, {"x_regs", 1}}},
-      {"k=1152,n=11008,m=8",
-       {{"warps", 16}, {"split_k", 8}, {"tiles", 1}, {"mtiles", 1}, {"unroll", 1}, {"stages", 3}, {"balance", 1}, {"fill", 1}, {"x_regs", 1}}}};
-  for (const auto& [shape, config] : cases) expect_pieces_summed_right(codegen::parse_spec("wq_gemm", shape), config);
 }
 
 namespace {

@@ -56,11 +56,10 @@ WqConfig WqConfig::from(const nlohmann::json& j, const std::string& op, size_t e
   auto get = [&](const char* k) { return wq_config_int(j, k, op + " config"); };
   auto has = [&](const char* k) { return j.is_object() && j.contains(k); };
   const bool l2ahead = has("l2ahead"), zero_after = has("zero_after"), balance = has("balance"),
-             min_blocks = has("min_blocks"), x_regs = has("x_regs"), spread = has("spread"), fill = has("fill");
-  if (!j.is_object() ||
-      j.size() != 6 + extra_keys + l2ahead + zero_after + balance + min_blocks + x_regs + spread + fill)
+             min_blocks = has("min_blocks"), x_regs = has("x_regs"), spread = has("spread");
+  if (!j.is_object() || j.size() != 6 + extra_keys + l2ahead + zero_after + balance + min_blocks + x_regs + spread)
     throw Error("config", op + " config needs warps, split_k, tiles, mtiles, unroll and stages (and may have l2ahead, "
-                               "zero_after, balance, min_blocks, x_regs, spread, fill): " + j.dump());
+                               "zero_after, balance, min_blocks, x_regs, spread): " + j.dump());
   return {get("warps"),
           get("split_k"),
           get("tiles"),
@@ -72,8 +71,7 @@ WqConfig WqConfig::from(const nlohmann::json& j, const std::string& op, size_t e
           balance ? get("balance") : 0,
           min_blocks ? get("min_blocks") : 0,
           x_regs ? get("x_regs") : 0,
-          spread ? get("spread") : 0,
-          fill ? get("fill") : 0};
+          spread ? get("spread") : 0};
 }
 
 nlohmann::json WqConfig::to_json() const {
@@ -85,7 +83,6 @@ nlohmann::json WqConfig::to_json() const {
   if (min_blocks > 0) j["min_blocks"] = min_blocks;
   if (x_regs > 0) j["x_regs"] = x_regs;
   if (spread > 0) j["spread"] = spread;
-  if (fill > 0) j["fill"] = fill;
   return j;
 }
 
@@ -113,13 +110,10 @@ std::string wq_config_problem(const WqShape& s, const WqConfig& c) {
   if (!one_of(c.spread, {0, 1})) return "spread must be 0 or 1";
   if (c.spread && s.matrices != 1) return "spread is for one matrix (wq_gemm)";
   if (c.spread && c.balance) return "balance places its own blocks (spread must be 0)";
-  if (!one_of(c.fill, {0, 1})) return "fill must be 0 or 1";
-  if (c.fill && !c.balance) return "fill is a mode of the balanced schedule (balance > 0)";
   if (c.balance) {
     if (s.matrices != 1) return "balance is for one matrix (wq_gemm)";
     if (s.m > 16) return "balance is for m <= 16 (one pass over the rows of x)";
-    if (c.fill && c.split_k * 2 != c.warps) return "fill takes two row groups per block (split_k = warps / 2)";
-    if (!c.fill && c.split_k != c.warps) return "balance takes one row group per block (split_k = warps)";
+    if (c.split_k != c.warps) return "balance takes one row group per block (split_k = warps)";
     if (c.mtiles != wq_mtiles_needed(s.m)) return "balance covers the bucket's rows in one pass (mtiles " +
                                                   std::to_string(wq_mtiles_needed(s.m)) + ")";
   }
@@ -132,14 +126,11 @@ std::string wq_config_problem(const WqShape& s, const WqConfig& c) {
   // The split-k reduction is static shared memory (48 KB at most), the
   // cp.async ring dynamic: together at most 160 KB, what a block may opt in
   // to on every GPU qjit targets (sm_80's 163 KB). The balanced schedule
-  // pads each block to its share of the SM (runtime): 48 KB, or with fill
-  // (two row groups' rings) 1/balance of those 160 KB.
+  // pads each block to its share of the SM (runtime), which holds 48 KB.
   const int64_t sums = reduction_bytes(c), smem = sums + ring_bytes(s, c);
-  const int64_t share = c.fill ? std::max<int64_t>(48 * 1024, 160 * 1024 / std::max(1, c.balance)) : 48 * 1024;
   if (sums > 48 * 1024) return "the split-k reduction needs more than 48 KB of shared memory";
-  if (c.balance && smem > share)
-    return "balance: split-k reduction and cp.async ring need more than " + std::to_string(share / 1024) +
-           " KB of shared memory";
+  if (c.balance && smem > 48 * 1024)
+    return "balance: split-k reduction and cp.async ring need more than 48 KB of shared memory";
   if (smem > 160 * 1024)
     return "split-k reduction and cp.async ring need " + std::to_string(smem / 1024) + " KB of shared memory (limit 160)";
   // Registers per lane, fitted to ptxas on sm_90 (within ~20%, on the high
@@ -232,24 +223,7 @@ std::vector<WqConfig> wq_tunable_space(const WqShape& s) {
       out.push_back(c);
     }
   }
-  // The balanced schedule with whole row groups (fill): a persistent grid
-  // of `balance` blocks per SM whose second row group streams whole row
-  // groups and whose first takes an equal run of the rest, so that no SM
-  // carries more than its share (4096 × 11008 at m = 16: 344 row groups of
-  // 2 tiles, 2 or 3 per SM with a block each). The pieces end early, so
-  // summing them waits behind the whole row groups' streams, not at the end.
-  if (s.m <= 16 && s.matrices == 1)
-    for (int balance : {1, 2, 3})
-      for (int split : {4, 8})
-        for (int per_matrix : {1, 2})
-          for (int stages : {3, 4})
-            for (int regs : {0, 1}) {
-              if ((stages == 3 && s.m < 8) || (regs && s.m < 4)) continue;
-              WqConfig c{2 * split, split, per_matrix, wq_mtiles_needed(s.m), 1, stages};
-              c.balance = balance, c.fill = 1, c.x_regs = regs;
-              if (wq_config_problem(s, c).empty()) out.push_back(c);
-            }
-  // Not searched: the balanced schedule (balance > 0) alone. It is legal, and the
+  // Not searched: the balanced schedule (balance > 0). It is legal, and the
   // [gpu] tests verify it, but it lost to a block per row group at every
   // small-M shape it was tuned on (BENCHMARKS.md session 10): 12.8 against
   // 10.3 µs at 4096 × 11008, M = 1. Each block refills its pipeline for
@@ -300,7 +274,6 @@ std::vector<Constant> wq_constants(const WqShape& s, const WqConfig& c) {
       {"int", "kZeroAfter", num(c.zero_after), "tunable: 1 multiplies the magic values, the zero subtracted after"},
       {"int", "kBalance", num(c.balance), "tunable: 0 a block per row group, else blocks per SM of the balanced schedule"},
       {"int", "kXRegs", num(c.x_regs), "tunable: 1 loads x into registers a chunk ahead instead of through the ring"},
-      {"int", "kFill", num(c.fill), "tunable: 1 splits a balanced block into whole row groups and an equal piece"},
       // A persistent grid must be resident at once, so ptxas keeps the
       // registers within what kBalance blocks per SM leave. Otherwise naming
       // one block (min_blocks) lets ptxas take up to twice the registers

@@ -39,9 +39,6 @@ struct WqShape {
 // loads its B fragments of x into registers one chunk ahead, through L1.
 // spread = 1 (wq_gemm at m <= 16, searched with the plain ring) lets no SM
 // hold more than ceil(blocks / SMs) of the grid's blocks (LaunchGeometry::spread).
-// fill = 1 (with balance; two row groups per block) splits each block of the
-// persistent grid in two: its second row group streams whole row groups, the
-// first an equal run of the row groups left over, summed as balance sums them.
 struct WqConfig {
   int warps, split_k, tiles, mtiles, unroll;
   int stages = 0;
@@ -52,7 +49,6 @@ struct WqConfig {
   int min_blocks = 0;
   int x_regs = 0;
   int spread = 0;
-  int fill = 0;
 
   // Reads the six keys and the optional ones; `extra_keys` names keys the
   // caller owns (fused_ffn's "family").

@@ -29,18 +29,6 @@
 // long, are done with theirs: their heads came first, and a run inside one
 // row group ends when this one does.
 //
-// With kFill the block has two row groups (kSplitK warps each) on separate
-// schedules: the second takes whole row groups blockIdx.x, + gridDim.x, ...
-// below q·W (q = kRowGroups / W, W blocks), the first an equal run of the
-// units of the row groups from q·W on, as above. An SM then carries its
-// share of the work (4096 × 11008 at M = 16: 344 row groups of 2 tiles for
-// 264 blocks, one whole and 0.3 of another each, where a block per row
-// group put 3 on 80 SMs and 2 on 52), and the pieces, a third as long as a
-// whole row group, are summed while the whole ones still stream: no sum
-// waits at the end (the cost that sank splitting k between blocks,
-// BENCHMARKS.md session 17). The two row groups meet at no barrier
-// (row_group_sync in wq_mma_mainloop.cuh).
-//
 // Workspace (runtime-owned, one per stream, zeroed when allocated):
 //   [0, kCounterBytes)  one flag per row group: pieces stored so far; the
 //                       completing block sets it back to 0 for the next
@@ -51,8 +39,8 @@
 #include "qjit/wq_gemm/wq_mma_mainloop.cuh"
 #include "qjit/wq_gemm/wq_even_runs.cuh"
 
-static_assert(kBalance == 0 || (kGroupsPerBlock == (kFill ? 2 : 1) && kBucketM <= kMBlock),
-              "the balanced schedule runs one row group per block (two with kFill) and one pass over m");
+static_assert(kBalance == 0 || (kGroupsPerBlock == 1 && kBucketM <= kMBlock),
+              "the balanced schedule runs one row group per block and one pass over m");
 
 constexpr int kRowGroups = (kNTiles + kTilesPerMatrix - 1) / kTilesPerMatrix;
 constexpr long long kUnits = static_cast<long long>(kRowGroups) * kChunks;
@@ -60,36 +48,31 @@ constexpr int kAccWords = kTiles * kMTiles * 4;                    // a lane's a
 constexpr int kCounterBytes = (kRowGroups * 4 + 255) / 256 * 256;  // codegen/ops/wq_mainloop.cpp's workspace_fixed
 static_assert(kUnits < (1LL << 31), "units are counted in 32 bits");
 
-// The units [first, first + units) shared by `workers` blocks in equal runs.
-struct Runs {
-  long long first, units;
-  int workers;
-  // First unit of block w's run, and the block whose run holds unit u.
-  __device__ __forceinline__ int start(long long w) const { return static_cast<int>(first) + run_start(w, units, workers); }
-  __device__ __forceinline__ int worker(long long u) const { return worker_of(u - first, units, workers); }
-};
+// First unit of block w's run (of `workers`), and the block whose run holds unit u.
+__device__ __forceinline__ int run_start(long long w, int workers) { return run_start(w, kUnits, workers); }
+__device__ __forceinline__ int worker_of(long long u, int workers) { return worker_of(u, kUnits, workers); }
 
 // Where block v keeps its piece of row group g: slot 0 if its run starts in
 // g, slot 1 if g is where its run ends.
-__device__ __forceinline__ float* piece_of(void* workspace, int v, int g, const Runs& runs) {
+__device__ __forceinline__ float* piece_of(void* workspace, int v, int g, int workers) {
   float* pieces = reinterpret_cast<float*>(static_cast<char*>(workspace) + kCounterBytes);
-  const int slot = runs.start(v) >= g * kChunks ? 0 : 1;
+  const int slot = run_start(v, workers) >= g * kChunks ? 0 : 1;
   return pieces + (2LL * v + slot) * kAccWords * 32;
 }
 
-// Warp `part` 0 of block w with its piece of row group g (chunks [c0, c1)).
+// Warp 0 of block w with its piece of row group g (chunks [c0, c1)).
 template <typename Emit>
-__device__ __forceinline__ void finish_piece(int g, int c0, int c1, int w, const Runs& runs, int lane, void* workspace,
+__device__ __forceinline__ void finish_piece(int g, int c0, int c1, int w, int workers, int lane, void* workspace,
                                              const float (&acc)[kTiles][kMTiles][4], Emit& emit) {
   if (c0 == 0 && c1 == kChunks) {
     emit(g, acc);
     return;
   }
   unsigned* flag = static_cast<unsigned*>(workspace) + g;
-  const int first = runs.worker(static_cast<long long>(g) * kChunks);
-  const int last = runs.worker(static_cast<long long>(g) * kChunks + kChunks - 1);
+  const int first = worker_of(static_cast<long long>(g) * kChunks, workers);
+  const int last = worker_of(static_cast<long long>(g) * kChunks + kChunks - 1, workers);
   if (w != last) {
-    float* mine = piece_of(workspace, w, g, runs);
+    float* mine = piece_of(workspace, w, g, workers);
 #pragma unroll
     for (int i = 0; i < kTiles; ++i)
 #pragma unroll
@@ -107,7 +90,7 @@ __device__ __forceinline__ void finish_piece(int g, int c0, int c1, int w, const
   float sum[kTiles][kMTiles][4];
   zero_acc(sum);
   for (int v = first; v < last; ++v) {
-    const float* p = piece_of(workspace, v, g, runs);
+    const float* p = piece_of(workspace, v, g, workers);
 #pragma unroll
     for (int i = 0; i < kTiles; ++i)
 #pragma unroll
@@ -124,58 +107,29 @@ __device__ __forceinline__ void finish_piece(int g, int c0, int c1, int w, const
   emit(g, sum);
 }
 
-// The block's pieces: the ones of its run of `runs` (the head of the last
-// row group first, whole row groups, then the tail of the first; one piece
-// if the run lies in one row group), or with kFill in the second row group
-// whole row groups blockIdx.x, + gridDim.x, ... below `whole`. Piece s as
-// (row group, chunks [c0, c1)); false past the last.
-struct Pieces {
-  Runs runs;
-  int whole;      // kFill's second row group: row groups below this go whole
-  bool by_whole;  // this row group takes whole row groups
-  int start, end, ga, count;
-  __device__ __forceinline__ bool piece(int s, int& g, int& c0, int& c1) const {
-    if (by_whole) {
-      g = static_cast<int>(blockIdx.x) + s * static_cast<int>(gridDim.x), c0 = 0, c1 = kChunks;
-      return g < whole;
-    }
-    if (s >= count) return false;
-    const int gb = ga + count - 1;
-    if (count == 1) g = ga, c0 = start - ga * kChunks, c1 = end - ga * kChunks;
-    else if (s == 0) g = gb, c0 = 0, c1 = end - gb * kChunks;
-    else if (s == count - 1) g = ga, c0 = start - ga * kChunks, c1 = kChunks;
-    else g = ga + s, c0 = 0, c1 = kChunks;
-    return true;
-  }
-};
-
-// The balanced schedule of the block's warps (see the top of this file):
-// one loop and one copy of the mainloop for every kind of piece (two copies
-// took ptxas past the 128 registers of 2 blocks of 8 warps). emit(g, sums)
-// stores row group g (called by the warp with part == 0).
+// The block's run, piece by piece; emit(g, sums) stores row group g (called
+// by warp 0, part == 0).
 template <typename Emit>
 __device__ __forceinline__ void wq_balanced(const Operands& op, int M, int lane, int warp, int part, void* workspace,
                                             Emit&& emit) {
-  const int blocks = static_cast<int>(gridDim.x), w = blockIdx.x;
-  Pieces p{};
-  // kFill: row groups [0, whole) go whole to the second row groups, the rest in runs to the first.
-  p.whole = kFill ? kRowGroups / blocks * blocks : 0;
-  p.by_whole = kFill && warp >= kSplitK;
-  const long long first = static_cast<long long>(p.whole) * kChunks, units = kUnits - first;
-  p.runs = Runs{first, units, static_cast<int>(min(static_cast<long long>(blocks), units))};
-  p.count = 0;
-  if (!p.by_whole && w < p.runs.workers) {  // more blocks than units: the rest have none
-    p.start = p.runs.start(w), p.end = p.runs.start(w + 1);
-    p.ga = p.start / kChunks;
-    p.count = (p.end - 1) / kChunks - p.ga + 1;
-  }
-  int g, c0, c1;
+  const int workers = static_cast<int>(min(static_cast<long long>(gridDim.x), kUnits));
+  const int w = blockIdx.x;
+  if (w >= workers) return;  // more blocks than units: this one has none
+  const int start = run_start(w, workers), end = run_start(w + 1, workers);
+  const int ga = start / kChunks, gb = (end - 1) / kChunks;
+  const int pieces = gb - ga + 1;
 #pragma unroll 1
-  for (int s = 0; p.piece(s, g, c0, c1); ++s) {
+  for (int s = 0; s < pieces; ++s) {
+    // Piece s: the head of gb, whole row groups, then the tail of ga (one piece if ga == gb).
+    int g, c0, c1;
+    if (pieces == 1) g = ga, c0 = start - ga * kChunks, c1 = end - ga * kChunks;
+    else if (s == 0) g = gb, c0 = 0, c1 = end - gb * kChunks;
+    else if (s == pieces - 1) g = ga, c0 = start - ga * kChunks, c1 = kChunks;
+    else g = ga + s, c0 = 0, c1 = kChunks;
     int tile[kTiles];
     row_group_tiles(g * kTilesPerMatrix, tile);
     float acc[kTiles][kMTiles][4];
     wq_accumulate(op, tile, part, 0, M, lane, warp, acc, c0, c1);
-    if (part == 0) finish_piece(g, c0, c1, w, p.runs, lane, workspace, acc, emit);
+    if (part == 0) finish_piece(g, c0, c1, w, workers, lane, workspace, acc, emit);
   }
 }

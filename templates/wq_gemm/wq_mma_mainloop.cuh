@@ -8,7 +8,7 @@
 //
 // Reads from the generated qjit_spec: TX, TS, kK, kN, kBucketM, kBits, kGroup,
 // kZeroMode, kMatrices and the tunables kWarps, kSplitK, kTiles, kMTiles,
-// kUnroll, kStages, kL2Ahead, kZeroAfter, kXRegs, kFill (codegen/ops/wq_mainloop.cpp).
+// kUnroll, kStages, kL2Ahead, kZeroAfter, kXRegs (codegen/ops/wq_mainloop.cpp).
 //
 // W is the A operand, so even M = 1 fills a tile's rows with weights and only
 // the 8 columns of B are partly idle: reading W, not multiplying, is the cost
@@ -699,18 +699,6 @@ __device__ __forceinline__ void wq_accumulate(const Operands& op, const int (&ti
   }
 
   QJIT_MARK(2);
-  // The row group's warps at one point of the sum: with kFill a block's two
-  // row groups run unrelated schedules (wq_balanced.cuh), so a block-wide
-  // barrier would hold one for the other; named barrier 1 + group counts
-  // only the group's kSplitK warps (kFill has two groups).
-  auto row_group_sync = [&] {
-    if constexpr (kFill) {  // ids as immediates: a register id makes ptxas reserve all 16 barriers
-      if (warp < kSplitK) asm volatile("bar.sync 1, %0;" ::"n"(kSplitK * 32) : "memory");
-      else asm volatile("bar.sync 2, %0;" ::"n"(kSplitK * 32) : "memory");
-    } else {
-      __syncthreads();
-    }
-  };
   if constexpr (kSplitK > 1) {
     // Lane-for-lane sum of the kSplitK warps of a row group, shared out: the
     // group's warp `part` sums accumulator slots part, part + kSplitK, ...
@@ -727,14 +715,14 @@ __device__ __forceinline__ void wq_accumulate(const Operands& op, const int (&ti
       for (int j = 0; j < kMTiles; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) partial[warp][(i * kMTiles + j) * 4 + e][lane] = acc[i][j][e];
-    row_group_sync();
+    __syncthreads();
     for (int v = part; v < kSlots; v += kSplitK) {
       float sum = partial[first][v][lane];
 #pragma unroll
       for (int s = 1; s < kSplitK; ++s) sum += partial[first + s][v][lane];
       partial[first][v][lane] = sum;
     }
-    row_group_sync();
+    __syncthreads();
     if (part == 0) {
 #pragma unroll
       for (int i = 0; i < kTiles; ++i)
@@ -744,7 +732,7 @@ __device__ __forceinline__ void wq_accumulate(const Operands& op, const int (&ti
           for (int e = 0; e < 4; ++e) acc[i][j][e] = partial[warp][(i * kMTiles + j) * 4 + e][lane];
     }
     // partial is reused by the next pass over m (only the 1024 bucket makes more than one).
-    if constexpr (kBucketM >= 1024) row_group_sync();
+    if constexpr (kBucketM >= 1024) __syncthreads();
   }
 }
 
