@@ -444,7 +444,7 @@ TEST_CASE("wq_gemm mma family: spread, at most ceil(blocks / SMs) blocks per SM"
   CHECK(runtime::smem_share_for(64, h100) == 0);  // static memory already past the share
 }
 
-TEST_CASE("wq_gemm mma family: the timeline marks compile in only for qjit_timeline_probe", "[wq_gemm][nvrtc]") {
+TEST_CASE("wq_gemm mma family: the timeline marks (per warp) compile in only for qjit_timeline_probe", "[wq_gemm][nvrtc]") {
   const auto spec = codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=1");
   for (const nlohmann::json& c :
        {nlohmann::json{{"warps", 8}, {"split_k", 8}, {"tiles", 2}, {"mtiles", 1}, {"unroll", 1}, {"stages", 4}}, kPlainSmallM}) {
@@ -458,6 +458,9 @@ TEST_CASE("wq_gemm mma family: the timeline marks compile in only for qjit_timel
     REQUIRE(marked.ok);
     CHECK(marked.ptx.find("qjit_timeline_runs") != std::string::npos);
     CHECK(marked.ptx.find("%globaltimer") != std::string::npos);
+    // A run count per warp of 4096 blocks × 16 warps, and 8 runs of their five marks.
+    CHECK(marked.ptx.find("qjit_timeline_runs[262144]") != std::string::npos);
+    CHECK(marked.ptx.find("qjit_timeline[20971520]") != std::string::npos);
   }
 }
 

@@ -63,31 +63,32 @@ using qjit::allow_next_grid;
 using qjit::wait_for_previous_grid;
 
 // Timeline marks for tests/probe/timeline_probe.cpp, which compiles the
-// kernel with QJIT_TIMELINE defined; otherwise they are empty. Thread 0 of
-// each block records %globaltimer at: 0 entry, 1 past the wait for the
-// previous grid, 2 end of its own chunks, 3 after the epilogue, and in slot 4
-// the SM it ran on (wq_gemm_mma.cu
-// sets 0 and 3; fused_ffn_wq.cu has no timeline). Launch r of the chain
-// writes row r (the block's own run count: a grid's blocks are all
-// dispatched before the next grid's).
+// kernel with QJIT_TIMELINE defined; otherwise they are empty. Lane 0 of
+// each warp records %globaltimer at: 0 entry, 1 past the wait for the
+// previous grid, 2 end of its own chunks (before the split-k sum), 3 after
+// the epilogue, and in slot 4 the SM it ran on (wq_gemm_mma.cu sets 0 and
+// 3; fused_ffn_wq.cu has no timeline). Per warp, not per block: a block's
+// warps end their chunks at different times, and where they run different
+// schedules (the balanced schedule's pieces) thread 0 alone hides the rest.
+// Launch r of the chain writes row r (the warp's own run count: a grid's
+// blocks are all dispatched before the next grid's).
 #ifdef QJIT_TIMELINE
-constexpr int kTimelineBlocks = 4096, kTimelineRuns = 8;
-__device__ unsigned qjit_timeline_runs[kTimelineBlocks];
-__device__ unsigned long long qjit_timeline[kTimelineRuns][kTimelineBlocks][5];
+constexpr int kTimelineBlocks = 4096, kTimelineRuns = 8, kTimelineWarps = 16;
+__device__ unsigned qjit_timeline_runs[kTimelineBlocks][kTimelineWarps];
+__device__ unsigned long long qjit_timeline[kTimelineRuns][kTimelineBlocks][kTimelineWarps][5];
 __device__ __forceinline__ void timeline_mark(int point) {
-  __shared__ unsigned run;
-  if (threadIdx.x != 0) return;
-  const unsigned block = blockIdx.x + gridDim.x * blockIdx.y;
-  if (block >= kTimelineBlocks) return;
-  if (point == 0) run = atomicAdd(&qjit_timeline_runs[block], 1u);
+  __shared__ unsigned run[kTimelineWarps];
+  const unsigned block = blockIdx.x + gridDim.x * blockIdx.y, warp = threadIdx.x / 32;
+  if (threadIdx.x % 32 != 0 || block >= kTimelineBlocks || warp >= kTimelineWarps) return;
+  if (point == 0) run[warp] = atomicAdd(&qjit_timeline_runs[block][warp], 1u);
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  if (run >= kTimelineRuns) return;
-  qjit_timeline[run][block][point] = t;
+  if (run[warp] >= kTimelineRuns) return;
+  qjit_timeline[run[warp]][block][warp][point] = t;
   if (point == 0) {
     unsigned sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    qjit_timeline[run][block][4] = sm;
+    qjit_timeline[run[warp]][block][warp][4] = sm;
   }
 }
 #define QJIT_MARK(point) timeline_mark(point)
