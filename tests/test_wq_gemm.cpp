@@ -187,12 +187,11 @@ TEST_CASE("wq_gemm mma family: the L2 look-ahead key", "[wq_gemm]") {
   const auto& plain = kPlainSmallM;
   const auto ahead = with_key(plain, "l2ahead", 2);
   // Searched 2 chunks ahead at small M, beside every plain config (but those
-  // with x in registers, x_regs, claimed chunks, or spread); not beyond m = 16.
+  // with x in registers, x_regs, or spread); not beyond m = 16.
   auto count = [](const char* shape, int value) {
     const auto space = codegen::find_op("wq_gemm").tunable_space(codegen::parse_spec("wq_gemm", shape));
     return std::count_if(space.begin(), space.end(), [&](const nlohmann::json& c) {
-      return c.value("l2ahead", 0) == value && c.value("x_regs", 0) == 0 && c.value("spread", 0) == 0 &&
-             c.value("claim", 0) == 0;
+      return c.value("l2ahead", 0) == value && c.value("x_regs", 0) == 0 && c.value("spread", 0) == 0;
     });
   };
   CHECK(count("k=4096,n=11008,m=1", 2) == count("k=4096,n=11008,m=1", 0));
@@ -385,57 +384,6 @@ TEST_CASE("wq_gemm mma family: x in registers beside the ring (x_regs)", "[wq_ge
   const auto ffn = codegen::parse_spec("fused_ffn", "d=4096,h=11008,weights=native,m=8");
   const auto ffn_space = codegen::find_op("fused_ffn").tunable_space(ffn);
   CHECK(std::count_if(ffn_space.begin(), ffn_space.end(), [](const nlohmann::json& c) { return c.value("x_regs", 0) == 1; }) > 0);
-}
-
-TEST_CASE("wq_gemm mma family: chunks claimed from a shared counter (claim)", "[wq_gemm][nvrtc]") {
-  const auto& op = codegen::find_op("wq_gemm");
-  const auto m1 = codegen::parse_spec("wq_gemm", "k=11008,n=4096,m=1");
-  const nlohmann::json ring = {{"warps", 16}, {"split_k", 16}, {"tiles", 2}, {"mtiles", 1},
-                               {"unroll", 1},  {"stages", 4},   {"min_blocks", 1}};
-  const auto claim = with_key(ring, "claim", 1);
-  op.validate_config(m1, claim);
-  // Written only when 1: configs cached before the key keep their meaning.
-  CHECK(codegen::generate_source(m1, claim).text.find("kClaim = 1;") != std::string::npos);
-  CHECK(codegen::generate_source(m1, ring).text.find("kClaim = 0;") != std::string::npos);
-  // The same launch: only the order in which a row group's warps take chunks changes.
-  CHECK(op.launch_geometry(m1, claim).grid[0] == op.launch_geometry(m1, ring).grid[0]);
-  CHECK(op.launch_geometry(m1, claim).dynamic_smem == op.launch_geometry(m1, ring).dynamic_smem);
-  // Errors name the key and the reason.
-  CHECK_THROWS_WITH(op.validate_config(m1, with_key(ring, "claim", 2)), Catch::Contains("claim must be 0 or 1"));
-  CHECK_THROWS_WITH(op.validate_config(m1, with_key(claim, "stages", 2)), Catch::Contains("ring of 3 stages or more"));
-  CHECK_THROWS_WITH(op.validate_config(m1, with_key(kPlainSmallM, "claim", 1)), Catch::Contains("ring of 3 stages or more"));
-  CHECK_THROWS_WITH(op.validate_config(m1, with_key(claim, "l2ahead", 2)), Catch::Contains("do not mix"));
-  CHECK_THROWS_WITH(op.validate_config(codegen::parse_spec("wq_gemm", "k=11008,n=4096,m=32"), with_key(claim, "mtiles", 4)),
-                    Catch::Contains("claim is for m <= 16"));
-  const nlohmann::json balanced = {{"warps", 4}, {"split_k", 4}, {"tiles", 2}, {"mtiles", 1},
-                                   {"unroll", 1}, {"stages", 4}, {"balance", 2}, {"claim", 1}};
-  CHECK_THROWS_WITH(op.validate_config(m1, balanced), Catch::Contains("balance gives each block its own chunks"));
-  // Searched with both rings at m <= 16 where several warps share a row
-  // group (split_k 4 or more); never beyond, never with the look-ahead.
-  for (const char* shape : {"k=11008,n=4096,m=1", "k=4096,n=11008,m=8", "k=4096,n=11008,m=16"}) {
-    INFO(shape);
-    CHECK(count_in_space(shape, "claim", 1) > 0);
-    for (const auto& c : op.tunable_space(codegen::parse_spec("wq_gemm", shape)))
-      if (c.value("claim", 0) == 1) {
-        CHECK(c.value("stages", 0) >= 3);
-        CHECK(c.value("split_k", 0) >= 4);
-        CHECK(c.value("l2ahead", 0) == 0);
-      }
-  }
-  CHECK(count_in_space("k=4096,n=11008,m=32", "claim", 1) == 0);
-  // A claim is one shared-memory atomic per chunk and warp; every-split_k-th has none.
-  const auto claimed = codegen::compile(codegen::generate_source(m1, claim), "sm_90");
-  const auto fixed = codegen::compile(codegen::generate_source(m1, ring), "sm_90");
-  INFO(claimed.log << fixed.log);
-  REQUIRE(claimed.ok);
-  REQUIRE(fixed.ok);
-  CHECK(claimed.ptx.find("atom.shared.add.u32") != std::string::npos);
-  CHECK(fixed.ptx.find("atom.shared") == std::string::npos);
-  CHECK(claimed.spill_bytes == 0);
-  // The quantized FFN shares the mainloop, so the key reaches its space too.
-  const auto ffn = codegen::parse_spec("fused_ffn", "d=4096,h=11008,weights=native,m=1");
-  const auto ffn_space = codegen::find_op("fused_ffn").tunable_space(ffn);
-  CHECK(std::count_if(ffn_space.begin(), ffn_space.end(), [](const nlohmann::json& c) { return c.value("claim", 0) == 1; }) > 0);
 }
 
 TEST_CASE("wq_gemm mma family: spread, at most ceil(blocks / SMs) blocks per SM", "[wq_gemm]") {

@@ -56,11 +56,10 @@ WqConfig WqConfig::from(const nlohmann::json& j, const std::string& op, size_t e
   auto get = [&](const char* k) { return wq_config_int(j, k, op + " config"); };
   auto has = [&](const char* k) { return j.is_object() && j.contains(k); };
   const bool l2ahead = has("l2ahead"), zero_after = has("zero_after"), balance = has("balance"),
-             min_blocks = has("min_blocks"), x_regs = has("x_regs"), spread = has("spread"), claim = has("claim");
-  if (!j.is_object() ||
-      j.size() != 6 + extra_keys + l2ahead + zero_after + balance + min_blocks + x_regs + spread + claim)
+             min_blocks = has("min_blocks"), x_regs = has("x_regs"), spread = has("spread");
+  if (!j.is_object() || j.size() != 6 + extra_keys + l2ahead + zero_after + balance + min_blocks + x_regs + spread)
     throw Error("config", op + " config needs warps, split_k, tiles, mtiles, unroll and stages (and may have l2ahead, "
-                               "zero_after, balance, min_blocks, x_regs, spread, claim): " + j.dump());
+                               "zero_after, balance, min_blocks, x_regs, spread): " + j.dump());
   return {get("warps"),
           get("split_k"),
           get("tiles"),
@@ -72,8 +71,7 @@ WqConfig WqConfig::from(const nlohmann::json& j, const std::string& op, size_t e
           balance ? get("balance") : 0,
           min_blocks ? get("min_blocks") : 0,
           x_regs ? get("x_regs") : 0,
-          spread ? get("spread") : 0,
-          claim ? get("claim") : 0};
+          spread ? get("spread") : 0};
 }
 
 nlohmann::json WqConfig::to_json() const {
@@ -85,7 +83,6 @@ nlohmann::json WqConfig::to_json() const {
   if (min_blocks > 0) j["min_blocks"] = min_blocks;
   if (x_regs > 0) j["x_regs"] = x_regs;
   if (spread > 0) j["spread"] = spread;
-  if (claim > 0) j["claim"] = claim;
   return j;
 }
 
@@ -113,13 +110,6 @@ std::string wq_config_problem(const WqShape& s, const WqConfig& c) {
   if (!one_of(c.spread, {0, 1})) return "spread must be 0 or 1";
   if (c.spread && s.matrices != 1) return "spread is for one matrix (wq_gemm)";
   if (c.spread && c.balance) return "balance places its own blocks (spread must be 0)";
-  if (!one_of(c.claim, {0, 1})) return "claim must be 0 or 1";
-  if (c.claim) {
-    if (c.stages < 3) return "claim is a mode of the cp.async ring of 3 stages or more";
-    if (s.m > 16) return "claim is for m <= 16 (one pass over the rows of x)";
-    if (c.l2ahead) return "claim and the L2 look-ahead do not mix (the look-ahead needs the chunks in advance)";
-    if (c.balance) return "balance gives each block its own chunks (claim must be 0)";
-  }
   if (c.balance) {
     if (s.matrices != 1) return "balance is for one matrix (wq_gemm)";
     if (s.m > 16) return "balance is for m <= 16 (one pass over the rows of x)";
@@ -199,18 +189,6 @@ std::vector<WqConfig> wq_tunable_space(const WqShape& s) {
                 a.x_regs = 1;
                 if (wq_config_problem(s, a).empty()) out.push_back(a);
               }
-              // Both rings again with claimed chunks where several warps
-              // share a row group's k: a warp that streams faster takes
-              // more chunks, and the row group's warps end together (the
-              // M = 1 winner at 11008 x 4096 ended its 16 warps' chunks a
-              // median 1.0 us apart on an H100, each with 10 or 11 chunks).
-              if (stages > 0 && s.m <= 16 && split >= 4)
-                for (int regs : {0, 1}) {
-                  if (regs && s.m < 4) continue;
-                  WqConfig a = c;
-                  a.x_regs = regs, a.claim = 1;
-                  if (wq_config_problem(s, a).empty()) out.push_back(a);
-                }
               // Where loads and the instructions between them set the pace
               // (the small-M buckets): the L2 look-ahead (2 chunks: 4 and 8
               // were never more than 0.05 us better on an H100) and the zero
@@ -296,7 +274,6 @@ std::vector<Constant> wq_constants(const WqShape& s, const WqConfig& c) {
       {"int", "kZeroAfter", num(c.zero_after), "tunable: 1 multiplies the magic values, the zero subtracted after"},
       {"int", "kBalance", num(c.balance), "tunable: 0 a block per row group, else blocks per SM of the balanced schedule"},
       {"int", "kXRegs", num(c.x_regs), "tunable: 1 loads x into registers a chunk ahead instead of through the ring"},
-      {"int", "kClaim", num(c.claim), "tunable: 1 a row group's warps claim chunks from a shared counter"},
       // A persistent grid must be resident at once, so ptxas keeps the
       // registers within what kBalance blocks per SM leave. Otherwise naming
       // one block (min_blocks) lets ptxas take up to twice the registers

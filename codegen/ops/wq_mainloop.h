@@ -39,9 +39,6 @@ struct WqShape {
 // loads its B fragments of x into registers one chunk ahead, through L1.
 // spread = 1 (wq_gemm at m <= 16, searched with the plain ring) lets no SM
 // hold more than ceil(blocks / SMs) of the grid's blocks (LaunchGeometry::spread).
-// claim = 1 (the ring, m <= 16, no L2 look-ahead, no balance) lets a row
-// group's warps claim their chunks one at a time from a counter in shared
-// memory, as they issue the copies, instead of every split_k-th.
 struct WqConfig {
   int warps, split_k, tiles, mtiles, unroll;
   int stages = 0;
@@ -52,7 +49,6 @@ struct WqConfig {
   int min_blocks = 0;
   int x_regs = 0;
   int spread = 0;
-  int claim = 0;
 
   // Reads the six keys and the optional ones; `extra_keys` names keys the
   // caller owns (fused_ffn's "family").

@@ -8,7 +8,7 @@
 //
 // Reads from the generated qjit_spec: TX, TS, kK, kN, kBucketM, kBits, kGroup,
 // kZeroMode, kMatrices and the tunables kWarps, kSplitK, kTiles, kMTiles,
-// kUnroll, kStages, kL2Ahead, kZeroAfter, kXRegs, kClaim (codegen/ops/wq_mainloop.cpp).
+// kUnroll, kStages, kL2Ahead, kZeroAfter, kXRegs (codegen/ops/wq_mainloop.cpp).
 //
 // W is the A operand, so even M = 1 fills a tile's rows with weights and only
 // the 8 columns of B are partly idle: reading W, not multiplying, is the cost
@@ -540,37 +540,6 @@ __device__ __forceinline__ void read_slot(const unsigned* slot, int m0, int M, i
   }
 }
 
-// Which chunk is the warp's number i. Every kSplitK-th (kClaim = 0):
-// part + i·kSplitK, the first `count` of them. Claimed (kClaim = 1): the row
-// group's warps take the next chunk from a counter in shared memory as they
-// issue its copy, kStages - 1 numbers ahead of its multiply, so a warp that
-// streams faster takes more chunks and the row group's warps end their
-// chunks together. A claim at or past `end` ends the warp's chunks (every
-// later claim is past it too). Each claim is made a step before its copy
-// is issued, so the atomic's round trip overlaps a chunk's multiply (claimed
-// right before the copy, its ~200 cycles sat on every step). Lane 0 claims
-// and keeps the warp's last kStages + 1 claims in shared memory (number i
-// at i % (kStages + 1)); a number is read no later than its step and
-// overwritten at the next, and the step's __syncwarp orders the write
-// before the reads.
-constexpr int kClaimSlots = kRingStages + 1;
-struct WarpChunks {
-  int part, end, count;
-  unsigned* next;  // kClaim: the row group's counter
-  int* claimed;    // kClaim: this warp's last kClaimSlots claims
-  __device__ __forceinline__ int at(int i) const { return kClaim ? claimed[i % kClaimSlots] : part + i * kSplitK; }
-  __device__ __forceinline__ bool has(int i) const { return kClaim ? claimed[i % kClaimSlots] < end : i < count; }
-  // Claims number i (in number order); returns its chunk, on every lane.
-  __device__ __forceinline__ int claim(int i, int lane) const {
-    if constexpr (!kClaim) return part + i * kSplitK;
-    int c = 0;
-    if (lane == 0) c = static_cast<int>(atomicAdd(next, 1u));
-    c = __shfl_sync(0xffffffffu, c, 0);
-    if (lane == 0) claimed[i % kClaimSlots] = c;
-    return c;
-  }
-};
-
 __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&tile)[kTiles], int part, int end, int m0,
                                               int M, int lane, int warp, float (&acc)[kTiles][kMTiles][4]) {
   extern __shared__ __align__(16) unsigned wq_ring_smem[];
@@ -581,17 +550,8 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_bytes));
     if (dynamic_bytes < unsigned(kRingBytes)) __trap();
   }
-  WarpChunks wc{part, end, part < end ? (end - 1 - part) / kSplitK + 1 : 0, nullptr, nullptr};
-  if constexpr (kClaim) {
-    // Number i + 1 is claimed by step i + 2 - kStages, before step i reads it (x_regs).
-    static_assert(!kClaim || (kStages >= 3 && kL2Ahead == 0 && kBalance == 0 && kBucketM <= kMBlock),
-                  "claimed chunks: 3 stages or more, no L2 look-ahead, one pass over m, no balanced schedule");
-    __shared__ unsigned next[kGroupsPerBlock];
-    __shared__ int claimed[kWarps][kClaimSlots];
-    if (part == 0 && lane == 0) next[warp / kSplitK] = 0;
-    __syncthreads();  // every row group's counter is set before its warps claim (one pass: every warp is here)
-    wc.next = &next[warp / kSplitK], wc.claimed = claimed[warp];
-  }
+  // The warp's chunks are part, part + kSplitK, ...: number i is chunk part + i·kSplitK.
+  const int count = part < end ? (end - 1 - part) / kSplitK + 1 : 0;
   const XRows xr = x_rows(op.x, m0, M, lane);  // kXRegs
   const ParamPieces pp = param_pieces(op, tile, m0, M, lane);
   __syncwarp();  // the previous pass over m has read every slot
@@ -601,23 +561,18 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
   // launched this way reaches 83% of the copy floor at 23.6 MB on an H100,
   // against 73% without PDL: tests/probe/read_probe.cpp). The first group
   // holds all of those weights, so chunk 0 waits for them once.
-  int first[kRingStages];
 #pragma unroll
-  for (int s = 0; s < kRingStages - 1; ++s) {
-    first[s] = wc.claim(s, lane);
-    if (kClaim ? first[s] < end : s < wc.count) copy_chunk<kCopyWeights>(op, tile, pp, first[s], lane, ring + s * kSlotWords);
-  }
-  if constexpr (kClaim) wc.claim(kRingStages - 1, lane);  // the first step's copy, claimed a step ahead
-  prefetch_chunks_l2(op, tile, part, kRingStages - 1, kRingStages - 1 + kL2Ahead, wc.count, lane);
-  prefetch_x_l2(op.x, part, kRingStages - 1, wc.count, m0, M, lane);
+  for (int s = 0; s < kRingStages - 1; ++s)
+    if (s < count) copy_chunk<kCopyWeights>(op, tile, pp, part + s * kSplitK, lane, ring + s * kSlotWords);
+  prefetch_chunks_l2(op, tile, part, kRingStages - 1, kRingStages - 1 + kL2Ahead, count, lane);
+  prefetch_x_l2(op.x, part, kRingStages - 1, count, m0, M, lane);
   wait_for_previous_grid();
   QJIT_MARK(1);
 #pragma unroll
   for (int s = 0; s < kRingStages - 1; ++s) {
-    if (kClaim ? first[s] < end : s < wc.count) copy_chunk<kCopyX>(op, tile, pp, first[s], lane, ring + s * kSlotWords);
+    if (s < count) copy_chunk<kCopyX>(op, tile, pp, part + s * kSplitK, lane, ring + s * kSlotWords);
     asm volatile("cp.async.commit_group;" ::: "memory");  // empty groups keep the count uniform
   }
-  __syncwarp();  // lane 0's claims, for every lane's reads
   // Chunk i of the warp: refill the slot chunk i - 1 used, wait for chunk i's
   // slot, multiply. With kXRegs, x_cur holds chunk i's B fragments (loaded
   // during chunk i - 1) and chunk i + 1's go out into x_after now, a whole
@@ -629,17 +584,13 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
       for (int j = 0; j < kMTiles; ++j)
 #pragma unroll
         for (int e = 0; e < 8; ++e) c.b[j][e] = x_cur[j][e];
-      if (wc.has(i + 1)) load_x_frags(xr, wc.at(i + 1), x_after);
+      if (i + 1 < count) load_x_frags(xr, part + (i + 1) * kSplitK, x_after);
     }
     __syncwarp();  // every lane has read slot (i - 1) % kStages, which this copy refills
     const int ahead = i + kRingStages - 1;
-    if (wc.has(ahead)) copy_chunk(op, tile, pp, wc.at(ahead), lane, ring + ahead % kRingStages * kSlotWords);
-    if constexpr (kClaim) {
-      // The next step's copy. A claim only while the last one was a chunk.
-      if (wc.has(ahead)) wc.claim(ahead + 1, lane);
-      else if (lane == 0) wc.claimed[(ahead + 1) % kClaimSlots] = end;  // past the last: no chunk
-    }
-    prefetch_chunks_l2(op, tile, part, ahead + kL2Ahead, ahead + kL2Ahead + 1, wc.count, lane);
+    if (ahead < count)
+      copy_chunk(op, tile, pp, part + ahead * kSplitK, lane, ring + ahead % kRingStages * kSlotWords);
+    prefetch_chunks_l2(op, tile, part, ahead + kL2Ahead, ahead + kL2Ahead + 1, count, lane);
     asm volatile("cp.async.commit_group;" ::: "memory");
     asm volatile("cp.async.wait_group %0;" ::"n"(kRingStages - 1) : "memory");  // this lane's part of chunk i landed
     __syncwarp();                                                               // and every other lane's
@@ -652,11 +603,11 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
   // in any case not unrolled further: with few chunks per warp a full unroll
   // hoists every load and runs out of registers) one chunk per pass.
   unsigned x_a[kMTiles][8], x_b[kMTiles][8];
-  if (kXInRegs && wc.has(0)) load_x_frags(xr, wc.at(0), x_a);
+  if (kXInRegs && count > 0) load_x_frags(xr, part, x_a);
 #pragma unroll 1
-  for (int i = 0; wc.has(i); i += kXInRegs ? 2 : 1) {
+  for (int i = 0; i < count; i += kXInRegs ? 2 : 1) {
     step(i, x_a, x_b);
-    if (kXInRegs && wc.has(i + 1)) step(i + 1, x_b, x_a);
+    if (kXInRegs && i + 1 < count) step(i + 1, x_b, x_a);
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
 }
