@@ -823,6 +823,7 @@ __device__ __forceinline__ void ws_run(const TX* __restrict__ x, const TensorMap
   } else {
     QJIT_WS_START(8);
     if constexpr (kWsMovesRegisters) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kWsProducerRegs));
+    QJIT_WS_START(10);
     for_each_tile(M, [&](int m0, int first_tile, int begin, int count, int) {
       ws_produce_tile(x, x_map, w_map, qweight, scales, zeros, M, m0, first_tile, begin, count, seq, ring, sb, bars);
       seq += count;

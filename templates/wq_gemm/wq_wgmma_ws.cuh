@@ -122,7 +122,8 @@ __device__ __forceinline__ void arrive_when_copied(unsigned bar) {
 // %clock64 for the block's stage q at event e:
 //   consumer  0 A of stage q ready (before its wgmma), 1 wgmma issued,
 //             2 the wgmma of stage q - 1 done, 3 stage q + 1's copies landed
-//   producer  0 before the wait for the slot, 1 the slot free, 2 copies issued
+//   producer  0 before the wait for the slot, 1 the slot free, 2 copies issued,
+//             3 the weights' copies issued (x's follow)
 #ifdef QJIT_WS_CLOCKS
 constexpr int kClockBlocks = 1024, kClockStages = 96, kClockEvents = 4;
 __device__ long long qjit_ws_clocks[kClockBlocks][kGroups + 1][kClockStages][kClockEvents];
@@ -141,7 +142,9 @@ __device__ __forceinline__ void ws_clock(unsigned q, int event) {
 //                          stages' weights issued, 5 the previous grid done, 6
 //                          their x issued, 7 consumer 0 sees stage 0 landed,
 //                          8 the producer past the block barrier, 9 the
-//                          producer at its first tile (the schedule computed)
+//                          producer at its first tile (the schedule computed),
+//                          10 the producer past its register move, 11 the
+//                          first stage's weights issued
 //   qjit_ws_pieces[b][p]   piece p (a tile, or part of one under the stream
 //                          schedule): 0 its start, 1 its mainloop done, 2 its
 //                          sums stored or completed, 3 its kind (0 a whole
@@ -149,7 +152,7 @@ __device__ __forceinline__ void ws_clock(unsigned q, int event) {
 //                          that completes a tile), 4 its first stage q, 5 its
 //                          stages
 constexpr int kClockPieces = 8, kPieceEvents = 6;
-__device__ long long qjit_ws_block[kClockBlocks][10];
+__device__ long long qjit_ws_block[kClockBlocks][12];
 __device__ long long qjit_ws_pieces[kClockBlocks][kClockPieces][kPieceEvents];
 __device__ __forceinline__ bool ws_timeline_thread() {
   return threadIdx.x == 0 && blockIdx.x + gridDim.x * blockIdx.y < kClockBlocks;
@@ -166,7 +169,7 @@ __device__ __forceinline__ void ws_block_mark(int exit) {
   qjit_ws_block[blockIdx.x + gridDim.x * blockIdx.y][exit] = ws_now();
   qjit_ws_block[blockIdx.x + gridDim.x * blockIdx.y][2 + exit] = ns;
 }
-// Step `event` (4 to 9) of the start, by the producer's first thread or consumer 0's.
+// Step `event` (4 to 11) of the start, by the producer's first thread or consumer 0's.
 __device__ __forceinline__ void ws_start_mark(int event) {
   const unsigned block = blockIdx.x + gridDim.x * blockIdx.y;
   if ((threadIdx.x == 0 || threadIdx.x == kMmaThreads) && block < kClockBlocks) qjit_ws_block[block][event] = ws_now();
@@ -272,7 +275,10 @@ __device__ __forceinline__ void ws_produce_tile(const TX* __restrict__ x, const 
     QJIT_WS_START(9);
     head = min(count, kStages);
 #pragma unroll 1
-    for (int s = 0; s < head; ++s) stage_w(begin + s, s % kStages, bars.full_of(s));
+    for (int s = 0; s < head; ++s) {
+      stage_w(begin + s, s % kStages, bars.full_of(s));
+      if (s == 0) QJIT_WS_START(11);
+    }
     QJIT_WS_START(4);
     qjit::wait_for_previous_grid();
     QJIT_WS_START(5);
@@ -291,6 +297,7 @@ __device__ __forceinline__ void ws_produce_tile(const TX* __restrict__ x, const 
     QJIT_WS_CLOCK(q, 1);
     const int slot = static_cast<int>(q % kStages);
     stage_w(begin + s, slot, bars.full_of(q));
+    QJIT_WS_CLOCK(q, 3);
     stage_x(begin + s, slot, bars.full_of(q));
     arrive_when_copied(bars.full_of(q));
     QJIT_WS_CLOCK(q, 2);

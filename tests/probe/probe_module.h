@@ -51,6 +51,17 @@ inline std::string probe_defines() {
   return env ? env : "";
 }
 
+// QJIT_PROBE_REPEAT=N in the environment: launch the marked kernel N times
+// on the same inputs and read the marks of the last (default 1). From the
+// second launch on, the kernel's code and its inputs are in L2, so the
+// difference from a single launch is what a cold start costs.
+inline int probe_repeat() {
+  const char* env = std::getenv("QJIT_PROBE_REPEAT");
+  const int n = env ? std::atoi(env) : 1;
+  if (n < 1 || n > 100) throw Error("argument", "QJIT_PROBE_REPEAT must be 1 to 100, got '" + std::string(env) + "'");
+  return n;
+}
+
 // A wq_gemm config compiled with `#define <define> 1` (and each name of
 // probe_defines()) first, loaded as the runtime loads cached kernels (its
 // geometry resolved for this GPU, PDL), and the __device__ array `marks` its

@@ -4,13 +4,14 @@
 // It compiles the config with QJIT_WS_CLOCKS defined, so that lane 0 of the
 // first warp of each warpgroup records %clock64 at the events of every stage
 // (templates/wq_gemm/wq_wgmma_ws.cuh), launches it a few times to warm up,
-// then once alone, and prints, per warpgroup, the median cycles of each span
+// then once alone (or QJIT_PROBE_REPEAT times, probe_module.h), and prints, per warpgroup, the median cycles of each span
 // of a stage over the blocks and stages (the first two of each block left
 // out: the ring is filling):
 //   consumer  issue (its wgmma issued), wgmma_wait (until its previous
 //             stage's wgmma are done), full_wait (until the next stage's
 //             copies landed), dequant (the next stage's A), period
-//   producer  empty_wait (until the slot is free), issue (its copies), period
+//   producer  empty_wait (until the slot is free), issue (its copies; of
+//             which the weights, scales and zeros), period
 // the offset of the second consumer's stages behind the first's, and the
 // blocks' timelines (print_timeline).
 //
@@ -77,9 +78,10 @@ void print_timeline(const Marks& block_marks, const Marks& piece_marks, const st
   long long first_entry = 0, last_entry = 0, first_exit = 0, last_exit = 0;
   std::vector<double> ghz, start, tail, later_head, per_stage[3], finish[3];
   std::vector<double> past_barrier, scheduled, weights_issued, previous_grid, x_issued, landed;  // the start's steps, from entry
+  std::vector<double> past_move, first_weights;
   std::vector<double> pieces_per_block;
   for (unsigned b = 0; b < blocks; ++b) {
-    const long long* m = &bl[10 * b];
+    const long long* m = &bl[12 * b];
     if (m[2] == 0 || m[3] == 0) continue;  // a block without units records no exit
     first_entry = first_entry ? std::min(first_entry, m[2]) : m[2], last_entry = std::max(last_entry, m[2]);
     first_exit = first_exit ? std::min(first_exit, m[3]) : m[3], last_exit = std::max(last_exit, m[3]);
@@ -88,6 +90,8 @@ void print_timeline(const Marks& block_marks, const Marks& piece_marks, const st
       past_barrier.push_back(static_cast<double>(m[8] - m[0])), scheduled.push_back(static_cast<double>(m[9] - m[0]));
       weights_issued.push_back(static_cast<double>(m[4] - m[0])), previous_grid.push_back(static_cast<double>(m[5] - m[0]));
       x_issued.push_back(static_cast<double>(m[6] - m[0])), landed.push_back(static_cast<double>(m[7] - m[0]));
+      if (m[10]) past_move.push_back(static_cast<double>(m[10] - m[0]));
+      if (m[11]) first_weights.push_back(static_cast<double>(m[11] - m[0]));
     }
     int n = 0;
     long long last_finished = 0;
@@ -110,10 +114,11 @@ void print_timeline(const Marks& block_marks, const Marks& piece_marks, const st
               "\"ghz\": %.3f, \"pieces_per_block\": %.0f, \"start\": %.0f, \"later_piece_head\": %.0f, \"tail\": %.0f}}\n",
               (last_exit - first_entry) / 1e3, (last_entry - first_entry) / 1e3, (last_exit - first_exit) / 1e3,
               median(ghz), median(pieces_per_block), median(start), median(later_head), median(tail));
-  std::printf("{\"start_steps\": {\"producer_past_barrier\": %.0f, \"schedule_done\": %.0f, \"weights_issued\": %.0f, "
-              "\"previous_grid_done\": %.0f, \"x_issued\": %.0f, \"stage_0_landed\": %.0f}}\n",
-              median(past_barrier), median(scheduled), median(weights_issued), median(previous_grid), median(x_issued),
-              median(landed));
+  std::printf("{\"start_steps\": {\"producer_past_barrier\": %.0f, \"past_register_move\": %.0f, \"schedule_done\": %.0f, "
+              "\"first_stage_weights_issued\": %.0f, \"weights_issued\": %.0f, \"previous_grid_done\": %.0f, "
+              "\"x_issued\": %.0f, \"stage_0_landed\": %.0f}}\n",
+              median(past_barrier), median(past_move), median(scheduled), median(first_weights), median(weights_issued),
+              median(previous_grid), median(x_issued), median(landed));
   const char* kinds[3] = {"whole tile", "part stored", "part completing"};
   for (int k = 0; k < 3; ++k)
     if (!finish[k].empty())
@@ -150,7 +155,8 @@ int main(int argc, char** argv) {
     QJIT_CU(cuMemsetD8Async(clocks, 0, clocks_bytes, stream));
     QJIT_CU(cuMemsetD8Async(block_marks.ptr, 0, block_marks.bytes, stream));
     QJIT_CU(cuMemsetD8Async(piece_marks.ptr, 0, piece_marks.bytes, stream));
-    runtime::launch(kernel, work->args(0), stream);
+    const int repeat = probe::probe_repeat();
+    for (int i = 0; i < repeat; ++i) runtime::launch(kernel, work->args(0), stream);
     QJIT_CU(cuStreamSynchronize(stream));
     std::vector<long long> t(clocks_bytes / sizeof(long long));
     QJIT_CU(cuMemcpyDtoH(t.data(), clocks, clocks_bytes));
@@ -168,11 +174,13 @@ int main(int argc, char** argv) {
           if (at(b, role, q, 0) == 0 || at(b, role, q, last) == 0 || at(b, role, q + 1, 0) == 0) continue;
           for (int e = 0; e < last; ++e) span[e].push_back(static_cast<double>(at(b, role, q, e + 1) - at(b, role, q, e)));
           if (!producer) span[3].push_back(static_cast<double>(at(b, role, q + 1, 0) - at(b, role, q, 3)));
+          else if (at(b, role, q, 3)) span[2].push_back(static_cast<double>(at(b, role, q, 3) - at(b, role, q, 1)));
           span[4].push_back(static_cast<double>(at(b, role, q + 1, 0) - at(b, role, q, 0)));
         }
       if (producer)
-        std::printf("{\"warpgroup\": \"producer\", \"stages\": %zu, \"empty_wait\": %.0f, \"issue\": %.0f, \"period\": %.0f}\n",
-                    span[4].size(), median(span[0]), median(span[1]), median(span[4]));
+        std::printf("{\"warpgroup\": \"producer\", \"stages\": %zu, \"empty_wait\": %.0f, \"issue\": %.0f, "
+                    "\"of_which_weights\": %.0f, \"period\": %.0f}\n",
+                    span[4].size(), median(span[0]), median(span[1]), median(span[2]), median(span[4]));
       else
         std::printf("{\"warpgroup\": \"consumer %d\", \"stages\": %zu, \"issue\": %.0f, \"wgmma_wait\": %.0f, "
                     "\"full_wait\": %.0f, \"dequant\": %.0f, \"period\": %.0f}\n",
@@ -212,8 +220,8 @@ int main(int argc, char** argv) {
       std::printf("{\"consumer_1_behind_0\": %.0f}\n", median(offset));
     }
     print_timeline(block_marks, piece_marks, t, groups, blocks);
-    std::printf("{\"back_to_back_us\": %.2f, \"defines\": \"%s\"}\n", probe::back_to_back_us(kernel, *work, stream),
-                probe::probe_defines().c_str());
+    std::printf("{\"back_to_back_us\": %.2f, \"defines\": \"%s\", \"repeat\": %d}\n",
+                probe::back_to_back_us(kernel, *work, stream), probe::probe_defines().c_str(), repeat);
     std::printf("{\"note\": \"cycles (%%clock64), medians over blocks and stages 2 on\"}\n");
     runtime::driver().cuStreamDestroy(stream);
     runtime::driver().cuModuleUnload(module);
