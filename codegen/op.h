@@ -80,7 +80,7 @@ struct LaunchGeometry {
   // matrix). The kernel copies boxes of box[0] × box[1] (× box[2])
   // elements; elements outside the tensor arrive as zeros.
   struct TensorMap {
-    enum class Element { f16, bf16, u32 };
+    enum class Element { f16, bf16, u32, u8 };
     int source = 0, rows_param = -1, rank = 2;
     Element element = Element::f16;
     long long dims[3] = {0, 0, 0};

@@ -189,7 +189,7 @@ CUresult encode_tensor_map(const codegen::LaunchGeometry::TensorMap& t, void** a
   using Element = codegen::LaunchGeometry::TensorMap::Element;
   if (t.rank < 2 || t.rank > 3) return CUDA_ERROR_INVALID_VALUE;
   const CUdeviceptr base = *static_cast<const CUdeviceptr*>(args[t.source]);
-  const int element_bytes = t.element == Element::u32 ? 4 : 2;
+  const int element_bytes = t.element == Element::u32 ? 4 : t.element == Element::u8 ? 1 : 2;
   cuuint64_t dims[3], pitches[2];
   cuuint32_t box[3], strides[3] = {1, 1, 1};
   for (int d = 0; d < t.rank; ++d) dims[d] = static_cast<cuuint64_t>(t.dims[d]), box[d] = t.box[d];
@@ -201,6 +201,7 @@ CUresult encode_tensor_map(const codegen::LaunchGeometry::TensorMap& t, void** a
     pitches[t.rank - 2] = static_cast<cuuint64_t>(t.dims[0]) * element_bytes;
   }
   const CUtensorMapDataType type = t.element == Element::u32    ? CU_TENSOR_MAP_DATA_TYPE_UINT32
+                                   : t.element == Element::u8   ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                    : t.element == Element::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                                                 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   return driver().cuTensorMapEncodeTiled(map, type, static_cast<cuuint32_t>(t.rank), reinterpret_cast<void*>(base),
@@ -227,7 +228,7 @@ CUresult try_launch(const LoadedKernel& k, void** args, CUstream stream) {
     with_workspace[g.workspace_param] = &workspace;
     args = with_workspace;
   }
-  constexpr size_t kMaxMaps = 2;
+  constexpr size_t kMaxMaps = 4;
   CUtensorMap maps[kMaxMaps];
   if (!g.tensor_maps.empty()) {
     // args is with_workspace here: the maps follow the workspace.

@@ -703,19 +703,41 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   CHECK_THROWS_WITH(op.validate_config(big, with_key(ws, "tma_w", 1)), Catch::Contains("tma_x must be 1"));
   CHECK_THROWS_WITH(op.validate_config(big, with_key(tma, "tma_w", 2)), Catch::Contains("tma_w must be 0 or 1"));
   const auto gw = op.launch_geometry(big, tma_w);
-  REQUIRE(gw.tensor_maps.size() == 2);
+  REQUIRE(gw.tensor_maps.size() >= 2);
   CHECK(gw.tensor_map_param(1) == gw.workspace_param + 2);
   const Map& wm = gw.tensor_maps[1];
   CHECK((wm.source == 1 && wm.rows_param < 0 && wm.rank == 3 && wm.element == Map::Element::u32 && !wm.swizzle_128));
   CHECK((wm.dims[0] == 128 && wm.dims[1] == 4096 / 64 && wm.dims[2] == 11008 / 16));
   CHECK((wm.pitches[0] == 512 && wm.pitches[1] == 4096 / 64 * 512));
   CHECK((wm.box[0] == 128 && wm.box[1] == 1 && wm.box[2] == 8));
+  // ... and the scales and zero bytes from a third and a fourth, as [k / g][n], a box the block's
+  // 128 rows of n × the chunk's one group (g = 128), the ring's S and Z.
+  REQUIRE(gw.tensor_maps.size() == 4);
+  const Map& sm = gw.tensor_maps[2];
+  const Map& zm = gw.tensor_maps[3];
+  CHECK((sm.source == 2 && sm.rank == 2 && sm.element == Map::Element::f16 && sm.rows_param < 0));
+  CHECK((sm.dims[0] == 11008 && sm.dims[1] == 4096 / 128 && sm.pitches[0] == 2 * 11008));
+  CHECK((sm.box[0] == 128 && sm.box[1] == 1 && !sm.swizzle_128));
+  CHECK((zm.source == 3 && zm.rank == 2 && zm.element == Map::Element::u8));
+  CHECK((zm.dims[0] == 11008 && zm.dims[1] == 4096 / 128 && zm.pitches[0] == 11008));
+  CHECK((zm.box[0] == 128 && zm.box[1] == 1));
   const auto tma_w_ptx = codegen::compile(codegen::generate_source(big, tma_w), "sm_90");
   INFO(tma_w_ptx.log);
   REQUIRE(tma_w_ptx.ok);
-  CHECK(tma_w_ptx.ptx.find(".param .align 64 .b8 qjit_wq_gemm_param_10[128]") != std::string::npos);
+  CHECK(tma_w_ptx.ptx.find(".param .align 64 .b8 qjit_wq_gemm_param_12[128]") != std::string::npos);
   CHECK(tma_w_ptx.ptx.find("cp.async.bulk.tensor.3d") != std::string::npos);
+  CHECK(tma_w_ptx.ptx.find("cp.async.cg.shared.global") == std::string::npos);  // no 16-byte copies left
   CHECK(tma_w_ptx.spill_bytes == 0);
+  // Symmetric weights have no zeros and so no fourth map; g = 32 puts two groups in a box, bf16
+  // scales make it a map of bf16, and float zeros are offsets of the scales' type.
+  const auto sym = parse_spec("wq_gemm", "k=4096,n=11008,m=256,zero=sym");
+  CHECK(op.launch_geometry(sym, tma_w).tensor_maps.size() == 3);
+  const auto g32 =
+      op.launch_geometry(parse_spec("wq_gemm", "k=4096,n=11008,m=256,g=32,scales=bf16,x=bf16,zero=float"), tma_w);
+  REQUIRE(g32.tensor_maps.size() == 4);
+  CHECK((g32.tensor_maps[2].box[1] == 2 && g32.tensor_maps[2].dims[1] == 4096 / 32));
+  CHECK((g32.tensor_maps[2].element == Map::Element::bf16 && g32.tensor_maps[3].element == Map::Element::bf16));
+  CHECK(g32.tensor_maps[3].pitches[0] == 2 * 11008);
   // Its copies land on 128-byte boundaries: a chunk of 8-bit weights with integer zeros in one
   // warpgroup (4 tiles × 64 + 8 + 4 = 268 pieces of 16 bytes) is padded to 272 in each of 4 stages.
   const auto spec8 = parse_spec("wq_gemm", "k=768,n=112,m=1024,bits=8,zero=int");

@@ -287,13 +287,19 @@ std::vector<Constant> wq_wgmma_constants(const WqShape& s, const WqWgmmaConfig& 
   out.push_back({"bool", "kStageY", c.stage_y ? "true" : "false",
                  "tunable: y through shared memory, stored in whole rows of the tile"});
   out.push_back({"bool", "kTmaW", c.tma_w ? "true" : "false",
-                 "tunable: the weights copied by the bulk tensor copy engine (a second tensor map parameter)"});
+                 "tunable: the weights, scales and zeros copied by the bulk tensor copy engine (tensor map parameters)"});
+  const bool zero_map = c.tma_w && s.zero != "sym";
+  const auto param = [](const char* name) { return std::string(", const __grid_constant__ TensorMapParam ") + name; };
   out.push_back({"macro", "QJIT_WQ_TMA_PARAM",
-                 std::string(c.tma_x ? ", const __grid_constant__ TensorMapParam x_map" : "") +
-                     (c.tma_w ? ", const __grid_constant__ TensorMapParam w_map" : ""),
-                 "the tensor maps of x (kTmaX) and of the weights (kTmaW), the kernel's last parameters"});
+                 (c.tma_x ? param("x_map") : "") + (c.tma_w ? param("w_map") + param("s_map") : "") +
+                     (zero_map ? param("z_map") : ""),
+                 "the tensor maps of x (kTmaX) and of the weights, scales and zeros (kTmaW), the last parameters"});
   out.push_back({"macro", "QJIT_WQ_TMA_ARG", c.tma_x ? "&x_map" : "nullptr", "the tensor map of x, if any"});
-  out.push_back({"macro", "QJIT_WQ_TMA_W_ARG", c.tma_w ? "&w_map" : "nullptr", "the tensor map of the weights, if any"});
+  out.push_back({"macro", "QJIT_WQ_TMA_W_ARGS",
+                 !c.tma_w   ? "nullptr, nullptr, nullptr"
+                 : zero_map ? "&w_map, &s_map, &z_map"
+                            : "&w_map, &s_map, nullptr",
+                 "the tensor maps of the weights, scales and zeros, if any"});
   // setmaxnreg needs the register cap set at entry: the blocks per SM in the bounds.
   out.push_back({"macro", "QJIT_WQ_BOUNDS",
                  c.ws ? "__launch_bounds__(kThreads, " + std::to_string(std::max(1, c.stream)) + ")"
@@ -334,6 +340,22 @@ LaunchGeometry wq_wgmma_geometry(const WqShape& s, const WqWgmmaConfig& c) {
     w.pitches[0] = int64_t{128} * s.bits, w.pitches[1] = s.k / 64 * 128 * s.bits;
     w.box[0] = static_cast<unsigned>(32 * s.bits), w.box[1] = 1, w.box[2] = static_cast<unsigned>(4 * c.groups);
     g.tensor_maps.push_back(w);
+    // scales, then zeros if any (caller parameters 2 and 3) as [k / g][n]: a box is the block's
+    // 64 · groups rows of n × a chunk's groups (the ring's S and Z, wq_stage_ring.cuh).
+    const unsigned chunk_groups = static_cast<unsigned>(s.g < 64 ? 64 / s.g : 1);
+    Map sm;
+    sm.source = 2, sm.rank = 2;
+    sm.element = s.scales == "bf16" ? Map::Element::bf16 : Map::Element::f16;
+    sm.dims[0] = s.n, sm.dims[1] = s.k / s.g, sm.pitches[0] = s.n * 2;
+    sm.box[0] = static_cast<unsigned>(64 * c.groups), sm.box[1] = chunk_groups;
+    g.tensor_maps.push_back(sm);
+    if (s.zero != "sym") {
+      // zero bytes (int), or offsets of the scales' type (float)
+      Map zm = sm;
+      zm.source = 3;
+      if (s.zero == "int") zm.element = Map::Element::u8, zm.pitches[0] = s.n;
+      g.tensor_maps.push_back(zm);
+    }
   }
   if (c.stream > 0) {
     // The template's workspace: a flag per output tile, then one piece of

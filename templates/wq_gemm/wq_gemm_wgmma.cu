@@ -781,9 +781,8 @@ __device__ __forceinline__ void for_each_tile(int M, Fn fn) {
 // The warp-specialised kernel body. A template only so that other configs
 // never compile its barriers and register moves.
 template <bool kOn = kWs>
-__device__ __forceinline__ void ws_run(const TX* __restrict__ x, const TensorMapParam* x_map,
-                                       const TensorMapParam* w_map, const unsigned* __restrict__ qweight,
-                                       const TS* __restrict__ scales, const void* __restrict__ zeros,
+__device__ __forceinline__ void ws_run(const TX* __restrict__ x, const WsMaps& maps,
+                                       const unsigned* __restrict__ qweight, const TS* __restrict__ scales, const void* __restrict__ zeros,
                                        const TX* __restrict__ bias, const TX* residual, TX* y, int M,
                                        void* workspace, uint4* ring, unsigned char* sb, bool mma, int bt, int lane) {
   static_assert(kOn, "warp specialisation only");
@@ -825,7 +824,7 @@ __device__ __forceinline__ void ws_run(const TX* __restrict__ x, const TensorMap
     if constexpr (kWsMovesRegisters) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kWsProducerRegs));
     QJIT_WS_START(10);
     for_each_tile(M, [&](int m0, int first_tile, int begin, int count, int) {
-      ws_produce_tile(x, x_map, w_map, qweight, scales, zeros, M, m0, first_tile, begin, count, seq, ring, sb, bars);
+      ws_produce_tile(x, maps, qweight, scales, zeros, M, m0, first_tile, begin, count, seq, ring, sb, bars);
       seq += count;
     });
   }
@@ -851,8 +850,8 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
   // ws_run, past the barrier the producer waits at); y is written after.
   if (!copier && !kWs) qjit::wait_for_previous_grid();
   if constexpr (kWs) {
-    ws_run(x, QJIT_WQ_TMA_ARG, QJIT_WQ_TMA_W_ARG, qweight, scales, zeros, bias, residual, y, M, workspace, ring, sb,
-           mma, bt, lane);
+    ws_run(x, WsMaps{QJIT_WQ_TMA_ARG, QJIT_WQ_TMA_W_ARGS}, qweight, scales, zeros, bias, residual, y, M, workspace,
+           ring, sb, mma, bt, lane);
     return;
   }
   float acc[kAcc];

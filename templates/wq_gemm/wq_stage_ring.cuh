@@ -3,8 +3,9 @@
 // wq_gemm_wgmma.cu): per stage, kWarpsK chunks of 64 k, each holding, in
 // 16-byte pieces,
 //   W  kBlockTiles × 8·kBits    the block's tiles of native words, as in global
-//   S  kBlockTiles × G × 2      16 scales of each tile for each of the chunk's G groups
-//   Z  kBlockTiles × G × zb     their zero bytes (zb = 1) or fp16 offsets (zb = 2)
+//   S  G × kBlockTiles × 2      for each of the chunk's G groups, the scales of the
+//                               block's 16·kBlockTiles rows of n (as in global)
+//   Z  G × kBlockTiles × zb     their zero bytes (zb = 1) or fp16 offsets (zb = 2), likewise
 //   X  kRingRows × 9            x[m][64c .. 64c + 64): 8 pieces and one of padding
 // all copied by the kCopyThreads threads from kCopyFirst on (the whole block,
 // or a producer warpgroup). The padding makes a row 144 bytes:
@@ -14,7 +15,10 @@
 // kRingRows to 0 and passes its own copy to ring_prologue / ring_refill.
 //
 // A chunk is padded to a multiple of kChunkAlign pieces (the wgmma kernel's
-// tensor copies of the weights write to 128-byte aligned addresses only).
+// tensor copies write to 128-byte aligned addresses only; with its 4·kGroups
+// tiles a block's W and S are whole multiples of 128 bytes, so S and Z start
+// on such addresses too). S and Z hold, per group, the block's rows of n as
+// they lie in global memory, so that a tensor copy brings each in one box.
 //
 // The includer defines kCopyThreads, kCopyFirst, kBlockTiles, kBlockRows,
 // kRingRows, kWarpsK, kChunkAlign and kStages (after wq_dequant.cuh).
@@ -42,10 +46,7 @@ __device__ __forceinline__ int copy_thread() { return static_cast<int>(threadIdx
 __device__ __forceinline__ int tile_at(int first_tile, int i) { return min(first_tile + i, kNTiles - 1); }
 
 // Weights, scales and zeros of the stage's chunks (read nothing an earlier
-// kernel writes: they go before wait_for_previous_grid). kWords = false
-// leaves the weights' words to the caller (the wgmma kernel's tensor copies,
-// kTmaW) and copies only the scales and zeros.
-template <bool kWords = true>
+// kernel writes: they go before wait_for_previous_grid).
 __device__ __forceinline__ void copy_weights(const unsigned* __restrict__ qweight, const TS* __restrict__ scales,
                                              const void* __restrict__ zeros, int first_tile, int stage_index,
                                              uint4* stage) {
@@ -55,7 +56,7 @@ __device__ __forceinline__ void copy_weights(const unsigned* __restrict__ qweigh
     if (kc >= kChunks) break;
     uint4* chunk = stage + kk * kChunkPieces;
 #pragma unroll
-    for (int r = 0; r < (kWords ? (kWPieces + kCopyThreads - 1) / kCopyThreads : 0); ++r) {
+    for (int r = 0; r < (kWPieces + kCopyThreads - 1) / kCopyThreads; ++r) {
       const int p = r * kCopyThreads + copy_thread();  // tile p / (8 kBits), piece p % (8 kBits)
       if (kWPieces % kCopyThreads == 0 || p < kWPieces) {
         const int i = p / (8 * kBits), piece = p % (8 * kBits);
@@ -66,13 +67,16 @@ __device__ __forceinline__ void copy_weights(const unsigned* __restrict__ qweigh
 #pragma unroll
     for (int r = 0; r < (kSPieces + kZPieces + kCopyThreads - 1) / kCopyThreads; ++r) {
       const int p = r * kCopyThreads + copy_thread();
-      if (p < kSPieces) {  // 8 scales: tile p / (2G), group (p / 2) % G, half p % 2
-        const int i = p / (2 * kGroupsPerChunk), gi = (p / 2) % kGroupsPerChunk, h = p % 2;
+      if (p < kSPieces) {  // 8 scales: group p / (2 kBlockTiles), tile (p / 2) % kBlockTiles, half p % 2
+        // (with one group per chunk, as is usual, plain p / 2: the modulo cost a 256-row kernel a spill)
+        const int gi = kGroupsPerChunk > 1 ? p / (2 * kBlockTiles) : 0;
+        const int i = kGroupsPerChunk > 1 ? (p / 2) % kBlockTiles : p / 2, h = p % 2;
         const long long group = kc * 64 / kGroup + gi;
         cp_async16(chunk + kWPieces + p, scales + group * kN + tile_at(first_tile, i) * 16 + 8 * h);
       } else if (p < kSPieces + kZPieces) {  // 16 zero bytes, or 8 of the 16 offsets
         const int q = p - kSPieces;
-        const int i = q / (kZeroBytes * kGroupsPerChunk), gi = (q / kZeroBytes) % kGroupsPerChunk, h = q % kZeroBytes;
+        const int gi = kGroupsPerChunk > 1 ? q / (kZeroBytes * kBlockTiles) : 0;
+        const int i = kGroupsPerChunk > 1 ? (q / kZeroBytes) % kBlockTiles : q / kZeroBytes, h = q % kZeroBytes;
         const long long group = kc * 64 / kGroup + gi;
         const char* base = static_cast<const char*>(zeros);
         cp_async16(chunk + kWPieces + p, base + (group * kN + tile_at(first_tile, i) * 16) * kZeroBytes + 16 * h);
@@ -115,7 +119,7 @@ __device__ __forceinline__ void to_mma_type(uint4 v, unsigned (&b)[4]) {
 // Dequantisation parameters of row `row` (0..15) of block tile bt for the
 // chunk's group gi, from the scales and zeros staged in the chunk.
 __device__ __forceinline__ RowParams staged_row_params(const uint4* chunk, int bt, int gi, int row) {
-  const int at = (bt * kGroupsPerChunk + gi) * 16 + row;
+  const int at = (gi * kBlockTiles + bt) * 16 + row;
   RowRaw raw{reinterpret_cast<const unsigned short*>(chunk + kWPieces)[at], 0};
   if constexpr (kZeroMode == 1) raw.zo = reinterpret_cast<const unsigned char*>(chunk + kWPieces + kSPieces)[at];
   if constexpr (kZeroMode == 2) raw.zo = reinterpret_cast<const unsigned short*>(chunk + kWPieces + kSPieces)[at];

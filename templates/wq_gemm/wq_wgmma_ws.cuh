@@ -52,18 +52,24 @@
 // 16-byte copies of x took the producer about 1000 cycles a stage at 256
 // rows (qjit_ws_probe, H100), as long as the tensor cores' work.
 //
-// Weights by the bulk tensor copy engine too (kTmaW): the same producer
-// thread copies each chunk's words with one cp.async.bulk.tensor.3d, from a
-// second tensor map (qweight as words [n / 16][k / 64][32 · kBits], boxes of
-// one chunk × the block's tiles: the ring's layout of a chunk's words; tiles
-// past n arrive as zeros), counted on the full barrier like x. The scales and
-// zeros stay 16-byte cp.async copies (at most one per producer thread and
-// chunk). Boxes land on 128-byte boundaries: the ring pads each chunk
-// (kChunkAlign). The consumers read the words with ordinary loads once the
-// barrier's phase completes, which makes the copy engine's writes visible to
-// them. It gains little: 0.3-0.7% on the 4096 × 11008 and 11008 × 4096
-// winners (H100, session 16); the producer's issue still takes ~930 cycles
-// a stage, so the weights' cp.async were not what held it.
+// Weights, scales and zeros by the bulk tensor copy engine too (kTmaW): the
+// same producer thread copies each chunk's words with one
+// cp.async.bulk.tensor.3d, from a second tensor map (qweight as words
+// [n / 16][k / 64][32 · kBits], boxes of one chunk × the block's tiles: the
+// ring's layout of a chunk's words; tiles past n arrive as zeros), and the
+// chunk's scales and zeros with one 2-d box each from a third and a fourth
+// ([k / g][n], boxes of the block's 16·kBlockTiles rows of n × the chunk's
+// groups: the ring's layout of S and Z), all counted on the full barrier
+// like x. Boxes land on 128-byte boundaries: the ring pads each chunk
+// (kChunkAlign). The consumers read them with ordinary loads once the
+// barrier's phase completes, which makes the copy engine's writes visible
+// to them. The weights' box alone gained 0.3-0.7% (H100, session 16): the
+// producer still spent ~930 cycles a stage issuing, and what held it was the
+// 16-byte cp.async of the scales and zeros, a handful of instructions that
+// took ~560 of them (qjit_ws_probe, session 19; issued from another warp
+// they still cost half of that). With their boxes the producer issues a
+// stage in ~380-500 cycles, and tma_w wins by 2.5-4.7% in one tuner run
+// (M = 64 to 512 at 4096 × 11008 and 11008 × 4096; BENCHMARKS.md).
 //
 // The includer defines kWs, kStages, kMmaThreads and kGroups, and the
 // mainloop pieces (dequant_stage, multiply_stage, fence_acc, copy_x_natural,
@@ -209,6 +215,11 @@ __device__ __forceinline__ void tma_load_box(unsigned dst, const TensorMapParam*
       : "memory");
 }
 
+// The tensor maps a warp-specialised kernel copies from (null where the config has none).
+struct WsMaps {
+  const TensorMapParam *x, *w, *s, *z;
+};
+
 // The weights' box at (chunk kc, first tile) of the tensor map into dst (128-byte aligned).
 __device__ __forceinline__ void tma_load_words(unsigned dst, const TensorMapParam* map, int kc, int first_tile,
                                                unsigned bar) {
@@ -233,8 +244,8 @@ struct WsBarriers {
 // seq .. seq + count - 1. The block's first tile copies the weights of the
 // stages the empty ring takes before waiting for the previous grid (which
 // may write x), as ring_prologue does.
-__device__ __forceinline__ void ws_produce_tile(const TX* __restrict__ x, const TensorMapParam* x_map,
-                                                const TensorMapParam* w_map, const unsigned* __restrict__ qweight,
+__device__ __forceinline__ void ws_produce_tile(const TX* __restrict__ x, const WsMaps& maps,
+                                                const unsigned* __restrict__ qweight,
                                                 const TS* __restrict__ scales, const void* __restrict__ zeros, int M,
                                                 int m0, int first_tile,
                                                 int begin, int count, unsigned seq, uint4* ring, unsigned char* sb,
@@ -247,7 +258,7 @@ __device__ __forceinline__ void ws_produce_tile(const TX* __restrict__ x, const 
         const unsigned dst = smem_address(sb + slot * kSbStage);
 #pragma unroll
         for (int kk = 0; kk < kChunksPerStage; ++kk)
-          tma_load_box(dst + kk * kSbBytes, x_map, (stage_index * kChunksPerStage + kk) * 64, m0, full);
+          tma_load_box(dst + kk * kSbBytes, maps.x, (stage_index * kChunksPerStage + kk) * 64, m0, full);
       }
     } else if constexpr (kASmem || kAQuad) {
       copy_x_natural(x, m0, M, stage_index, sb + slot * kSbStage);
@@ -260,15 +271,24 @@ __device__ __forceinline__ void ws_produce_tile(const TX* __restrict__ x, const 
     uint4* stage = ring + slot * kStagePieces;
     if constexpr (kTmaW) {
       if (copy_thread() == 0) {
-        constexpr unsigned kWordBytes = kWPieces * 16;  // one chunk's words: the box
-        mbarrier_expect_bytes(full, kChunksPerStage * kWordBytes);
+        // One chunk's words, scales and zeros: the boxes of the three maps.
+        constexpr unsigned kChunkBytes = (kWPieces + kSPieces + kZPieces) * 16;
+        mbarrier_expect_bytes(full, kChunksPerStage * kChunkBytes);
 #pragma unroll
-        for (int kk = 0; kk < kChunksPerStage; ++kk)
-          tma_load_words(smem_address(stage + kk * kChunkPieces), w_map, stage_index * kChunksPerStage + kk,
-                         first_tile, full);
+        for (int kk = 0; kk < kChunksPerStage; ++kk) {
+          const int kc = stage_index * kChunksPerStage + kk;
+          const unsigned chunk = smem_address(stage + kk * kChunkPieces);
+          tma_load_words(chunk, maps.w, kc, first_tile, full);
+          // The chunk's first group; past k (a stage past the end) the boxes arrive as zeros.
+          const int group = kc * 64 / kGroup;
+          tma_load_box(chunk + kWPieces * 16, maps.s, first_tile * 16, group, full);
+          if constexpr (kZeroBytes > 0)
+            tma_load_box(chunk + (kWPieces + kSPieces) * 16, maps.z, first_tile * 16, group, full);
+        }
       }
+    } else {
+      copy_weights(qweight, scales, zeros, first_tile, stage_index, stage);
     }
-    copy_weights<!kTmaW>(qweight, scales, zeros, first_tile, stage_index, stage);
   };
   int head = 0;
   if (seq == 0) {
