@@ -782,7 +782,8 @@ __device__ __forceinline__ void for_each_tile(int M, Fn fn) {
 // never compile its barriers and register moves.
 template <bool kOn = kWs>
 __device__ __forceinline__ void ws_run(const TX* __restrict__ x, const WsMaps& maps,
-                                       const unsigned* __restrict__ qweight, const TS* __restrict__ scales, const void* __restrict__ zeros,
+                                       const unsigned* __restrict__ qweight, const TS* __restrict__ scales,
+                                       const void* __restrict__ zeros,
                                        const TX* __restrict__ bias, const TX* residual, TX* y, int M,
                                        void* workspace, uint4* ring, unsigned char* sb, bool mma, int bt, int lane) {
   static_assert(kOn, "warp specialisation only");
