@@ -613,6 +613,9 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
        wgmma(2, 256, 3, 1, 1, 1, 0, 0, 1, 1, 1, 0, 1), {257, 300}},
       {{{"k", 1024}, {"n", 272}, {"bits", 2}, {"zero", "int"}, {"act", "relu"}},
        wgmma(1, 64, 4, 1, 1, 1, 1, 2, 0, 1, 1, 1, 1), {65, 100}},
+      // symmetric weights: scales' map only, no zeros' (three maps)
+      {{{"k", 4096}, {"n", 272}, {"bits", 4}, {"zero", "sym"}, {"bias", "yes"}},
+       wgmma(2, 128, 4, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1), {129, 200}},
   };
   run_inside_bucket(cases);
 }
