@@ -89,6 +89,7 @@ constexpr int kChunkAlign = kTmaW ? 8 : 1;  // the weights' tensor copies land o
 #include "qjit/wq_gemm/wq_stage_ring.cuh"
 #include "qjit/wq_gemm/wq_gemm_epilogue.cuh"
 #include "qjit/wq_gemm/wq_even_runs.cuh"
+#include "qjit/wq_gemm/wq_ws_marks.cuh"
 
 constexpr int kAcc = kBlockRows / 2;                   // accumulators per thread: 64 × kBlockRows / 128
 constexpr int kSbBytes = kBlockRows * 128;             // one chunk of sB: rows of 64 k
@@ -707,8 +708,8 @@ __device__ __forceinline__ void finishers_sync() {
   else __syncthreads();
 }
 
-// This block's piece r.piece in acc: stored, or completed and stored to y.
-__device__ __forceinline__ void finish_piece(const StreamRun& r, bool mma, int M, int lane, void* workspace,
+// This block's piece r.piece (its p-th) in acc: stored, or completed and stored to y.
+__device__ __forceinline__ void finish_piece(const StreamRun& r, int p, bool mma, int M, int lane, void* workspace,
                                              float (&acc)[kAcc], const TX* __restrict__ bias, const TX* residual,
                                              TX* y,
                                              unsigned char* sb) {
@@ -731,25 +732,29 @@ __device__ __forceinline__ void finish_piece(const StreamRun& r, bool mma, int M
       for (int j = 0; j < kAcc / 4; ++j)
         __stcg(mine + j * kMmaThreads, make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
     }
+    QJIT_WS_PIECE(p, 6, QJIT_WS_NOW());
     // Every thread's stores before thread 0's release, which is cumulative:
     // it publishes what the barrier ordered before it. (A fence in each
     // thread, as before, made this stage cost about 7700 cycles at 256 rows:
     // qjit_ws_probe, H100, session 14.)
     finishers_sync();
+    QJIT_WS_PIECE(p, 7, QJIT_WS_NOW());
     if (threadIdx.x == 0) release_piece(flag);
     return;
   }
   if (threadIdx.x == 0) acquire_pieces(flag, static_cast<unsigned>(last - first));
+  QJIT_WS_PIECE(p, 6, QJIT_WS_NOW());
   finishers_sync();  // thread 0's acquire, for every thread's reads (through L2: __ldcg)
   if (!mma) return;
   for (int v = first; v < last; ++v) {
-    const float4* p = piece_of(workspace, v) + threadIdx.x;
+    const float4* part = piece_of(workspace, v) + threadIdx.x;
 #pragma unroll
     for (int j = 0; j < kAcc / 4; ++j) {
-      const float4 q = __ldcg(p + j * kMmaThreads);
+      const float4 q = __ldcg(part + j * kMmaThreads);
       acc[4 * j] += q.x, acc[4 * j + 1] += q.y, acc[4 * j + 2] += q.z, acc[4 * j + 3] += q.w;
     }
   }
+  QJIT_WS_PIECE(p, 7, QJIT_WS_NOW());
   store_tile(acc, tile, m0, M, lane, bias, residual, y, sb);
 }
 
@@ -812,7 +817,7 @@ __device__ __forceinline__ void ws_run(const TX* __restrict__ x, const WsMaps& m
       if constexpr (kStream > 0) {
         const StreamRun r = stream_run(M, p);
         QJIT_WS_PIECE(p, 3, r.piece.c0 == 0 && r.piece.c1 == kIters ? 0 : completes_tile(r) ? 2 : 1);
-        finish_piece(r, true, M, lane, workspace, acc, bias, residual, y, sb);
+        finish_piece(r, p, true, M, lane, workspace, acc, bias, residual, y, sb);
       } else {
         QJIT_WS_PIECE(p, 3, 0);
         store_tile(acc, first_tile + bt, m0, M, lane, bias, residual, y, sb);
@@ -870,7 +875,7 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
                       (r.piece.t / m_blocks) * kBlockTiles, r.piece.c0, r.piece.c1 - r.piece.c0, mma, copier, bt, lane,
                       ring, sb, acc);
       r = stream_run(M, p);
-      finish_piece(r, mma, M, lane, workspace, acc, bias, residual, y, sb);
+      finish_piece(r, p, mma, M, lane, workspace, acc, bias, residual, y, sb);
     }
     return;
   }

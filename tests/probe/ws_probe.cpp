@@ -70,16 +70,19 @@ std::vector<long long> read_marks(const Marks& m) {
 
 void print_timeline(const Marks& block_marks, const Marks& piece_marks, const std::vector<long long>& stage_clocks,
                     int groups, unsigned blocks) {
-  constexpr int kPieces = 8, kPieceEvents = 6;
+  constexpr int kPieces = 8, kPieceEvents = 8;
   const std::vector<long long> bl = read_marks(block_marks), pc = read_marks(piece_marks);
   auto ready = [&](unsigned b, long long q) {  // consumer 0's stage q: its A ready
     return q < kStages ? stage_clocks[((static_cast<size_t>(b) * (groups + 1)) * kStages + q) * kEvents] : 0;
   };
   long long first_entry = 0, last_entry = 0, first_exit = 0, last_exit = 0;
   std::vector<double> ghz, start, tail, later_head, per_stage[3], finish[3];
+  std::vector<double> steps[3][3];  // a part's finish in three steps (the template's events 6 and 7)
   std::vector<double> past_barrier, scheduled, weights_issued, previous_grid, x_issued, landed;  // the start's steps, from entry
   std::vector<double> past_move, first_weights;
   std::vector<double> pieces_per_block;
+  // Exits by the block's mix of parts: bit 0 it stored a part, bit 1 it completed one.
+  std::vector<std::pair<int, long long>> exit_by_mix;
   for (unsigned b = 0; b < blocks; ++b) {
     const long long* m = &bl[12 * b];
     if (m[2] == 0 || m[3] == 0) continue;  // a block without units records no exit
@@ -93,21 +96,28 @@ void print_timeline(const Marks& block_marks, const Marks& piece_marks, const st
       if (m[10]) past_move.push_back(static_cast<double>(m[10] - m[0]));
       if (m[11]) first_weights.push_back(static_cast<double>(m[11] - m[0]));
     }
-    int n = 0;
+    int n = 0, mix = 0;
     long long last_finished = 0;
     for (int p = 0; p < kPieces; ++p) {
       const long long* e = &pc[(static_cast<size_t>(b) * kPieces + p) * kPieceEvents];
       if (e[0] == 0) break;
       ++n, last_finished = e[2];
       const int kind = static_cast<int>(e[3]);
+      if (kind == 1 || kind == 2) mix |= kind;
       const long long first_ready = ready(b, e[4]);
       if (kind < 0 || kind > 2 || first_ready == 0) continue;
       if (p == 0) start.push_back(static_cast<double>(first_ready - m[0]));
       else later_head.push_back(static_cast<double>(first_ready - e[0]));
       per_stage[kind].push_back(static_cast<double>(e[1] - first_ready) / static_cast<double>(e[5]));
       finish[kind].push_back(static_cast<double>(e[2] - e[1]));
+      if (kind > 0 && e[6] && e[7]) {
+        steps[kind][0].push_back(static_cast<double>(e[6] - e[1]));
+        steps[kind][1].push_back(static_cast<double>(e[7] - e[6]));
+        steps[kind][2].push_back(static_cast<double>(e[2] - e[7]));
+      }
     }
     pieces_per_block.push_back(n);
+    exit_by_mix.emplace_back(mix, m[3]);
     if (last_finished) tail.push_back(static_cast<double>(m[1] - last_finished));
   }
   std::printf("{\"timeline\": {\"launch_us\": %.2f, \"entries_spread_us\": %.2f, \"exits_spread_us\": %.2f, "
@@ -119,11 +129,31 @@ void print_timeline(const Marks& block_marks, const Marks& piece_marks, const st
               "\"x_issued\": %.0f, \"stage_0_landed\": %.0f}}\n",
               median(past_barrier), median(past_move), median(scheduled), median(first_weights), median(weights_issued),
               median(previous_grid), median(x_issued), median(landed));
+  const char* mixes[4] = {"whole tiles", "stored a part", "completed a part", "stored and completed"};
+  for (int mix = 0; mix < 4; ++mix) {
+    std::vector<double> v;
+    for (const auto& [m, exit] : exit_by_mix)
+      if (m == mix) v.push_back(static_cast<double>(exit - first_entry) / 1e3);
+    if (v.empty()) continue;
+    std::sort(v.begin(), v.end());
+    std::printf("{\"blocks_that\": \"%s\", \"count\": %zu, \"exit_us\": [%.2f, %.2f, %.2f]}\n", mixes[mix], v.size(),
+                v.front(), median(v), v.back());
+  }
   const char* kinds[3] = {"whole tile", "part stored", "part completing"};
-  for (int k = 0; k < 3; ++k)
-    if (!finish[k].empty())
-      std::printf("{\"piece\": \"%s\", \"count\": %zu, \"per_stage\": %.0f, \"finish\": %.0f}\n", kinds[k],
-                  finish[k].size(), median(per_stage[k]), median(finish[k]));
+  // A stored part: its stores issued, the finishers' barrier, the release. A completing part: the
+  // wait for the flag, the other parts read and added, y stored.
+  const char* step_names[3][3] = {{"", "", ""}, {"stores", "barrier", "release"}, {"acquire", "add", "store_y"}};
+  for (int k = 0; k < 3; ++k) {
+    if (finish[k].empty()) continue;
+    std::printf("{\"piece\": \"%s\", \"count\": %zu, \"per_stage\": %.0f, \"finish\": %.0f", kinds[k],
+                finish[k].size(), median(per_stage[k]), median(finish[k]));
+    for (int i = 0; i < 3 && k > 0 && !steps[k][i].empty(); ++i) {
+      std::vector<double> v = steps[k][i];
+      std::sort(v.begin(), v.end());
+      std::printf(", \"%s\": [%.0f, %.0f]", step_names[k][i], median(v), v[v.size() * 9 / 10]);
+    }
+    std::printf("}\n");
+  }
 }
 
 }  // namespace
