@@ -646,7 +646,9 @@ __device__ __forceinline__ void store_tile(const float (&acc)[kAcc], int tile, i
 // its piece comes last in its run, when the earlier blocks, whose runs are
 // as long, are done with theirs). The others store their sums in the
 // workspace and release the tile's flag; it waits for the flag, adds the
-// pieces in block order and runs the epilogue. A block waits only for
+// pieces in block order and runs the epilogue. (Under warp specialisation
+// its producer waits for the flag and copies the parts into the ring while
+// the consumers still multiply: ws_produce_parts in wq_wgmma_ws.cuh.) A block waits only for
 // blocks of lower index, which the GPU dispatches first: no deadlock.
 //
 // Workspace (runtime-owned, one per stream, zeroed when allocated):
@@ -708,23 +710,31 @@ __device__ __forceinline__ void finishers_sync() {
   else __syncthreads();
 }
 
-// This block's piece r.piece (its p-th) in acc: stored, or completed and stored to y.
+// The workers whose parts make up split tile t: [first, last), the last
+// being the block that completes it.
+__device__ __forceinline__ void parts_of(const StreamRun& r, int& first, int& last) {
+  const long long t = r.piece.t;
+  first = worker_of(t * kIters, r.units, r.workers);
+  last = worker_of(t * kIters + kIters - 1, r.units, r.workers);
+}
+__device__ __forceinline__ bool whole_tile(const StreamRun& r) { return r.piece.c0 == 0 && r.piece.c1 == kIters; }
+
+// This block's piece r.piece (its p-th) in acc: stored, or completed and
+// stored to y. A completing piece adds the other parts with
+// add_parts(first, last, flag, acc): through L2 here (add_parts_from_l2),
+// through the ring under warp specialisation (wq_wgmma_ws.cuh).
+template <class AddParts>
 __device__ __forceinline__ void finish_piece(const StreamRun& r, int p, bool mma, int M, int lane, void* workspace,
                                              float (&acc)[kAcc], const TX* __restrict__ bias, const TX* residual,
-                                             TX* y,
-                                             unsigned char* sb) {
+                                             TX* y, unsigned char* sb, AddParts&& add_parts) {
   const int t = r.piece.t, w = blockIdx.x, m_blocks = m_blocks_of(M);
   const int m0 = (t % m_blocks) * kBlockRows;
   const int tile = (t / m_blocks) * kBlockTiles + static_cast<int>(threadIdx.x) / 32;
-  const long long units = r.units;
-  const int workers = r.workers;
-  if (r.piece.c0 == 0 && r.piece.c1 == kIters) {
+  if (whole_tile(r)) {
     if (mma) store_tile(acc, tile, m0, M, lane, bias, residual, y, sb);
     return;
   }
   unsigned* flag = static_cast<unsigned*>(workspace) + t;
-  const int first = worker_of(static_cast<long long>(t) * kIters, units, workers);
-  const int last = worker_of(static_cast<long long>(t) * kIters + kIters - 1, units, workers);
   if (!completes_tile(r)) {
     if (mma) {
       float4* mine = piece_of(workspace, w) + threadIdx.x;
@@ -742,8 +752,19 @@ __device__ __forceinline__ void finish_piece(const StreamRun& r, int p, bool mma
     if (threadIdx.x == 0) release_piece(flag);
     return;
   }
+  int first, last;
+  parts_of(r, first, last);
+  add_parts(first, last, flag, acc);
+  QJIT_WS_PIECE(p, 7, QJIT_WS_NOW());
+  if (mma) store_tile(acc, tile, m0, M, lane, bias, residual, y, sb);
+}
+
+// The other parts of a completing piece read through L2 by the threads that
+// multiply, once thread 0 has seen them all stored (the kernel without warp
+// specialisation).
+__device__ __forceinline__ void add_parts_from_l2(int first, int last, unsigned* flag, bool mma, void* workspace,
+                                                  float (&acc)[kAcc]) {
   if (threadIdx.x == 0) acquire_pieces(flag, static_cast<unsigned>(last - first));
-  QJIT_WS_PIECE(p, 6, QJIT_WS_NOW());
   finishers_sync();  // thread 0's acquire, for every thread's reads (through L2: __ldcg)
   if (!mma) return;
   for (int v = first; v < last; ++v) {
@@ -754,8 +775,6 @@ __device__ __forceinline__ void finish_piece(const StreamRun& r, int p, bool mma
       acc[4 * j] += q.x, acc[4 * j + 1] += q.y, acc[4 * j + 2] += q.z, acc[4 * j + 3] += q.w;
     }
   }
-  QJIT_WS_PIECE(p, 7, QJIT_WS_NOW());
-  store_tile(acc, tile, m0, M, lane, bias, residual, y, sb);
 }
 
 // --- warp specialisation (kWs) ----------------------------------------------------
@@ -817,7 +836,10 @@ __device__ __forceinline__ void ws_run(const TX* __restrict__ x, const WsMaps& m
       if constexpr (kStream > 0) {
         const StreamRun r = stream_run(M, p);
         QJIT_WS_PIECE(p, 3, r.piece.c0 == 0 && r.piece.c1 == kIters ? 0 : completes_tile(r) ? 2 : 1);
-        finish_piece(r, p, true, M, lane, workspace, acc, bias, residual, y, sb);
+        finish_piece(r, p, true, M, lane, workspace, acc, bias, residual, y, sb,
+                     [&](int first, int last, unsigned*, float (&sums)[kAcc]) {
+                       ws_add_parts(first, last, seq, p, sb, bars, sums);
+                     });
       } else {
         QJIT_WS_PIECE(p, 3, 0);
         store_tile(acc, first_tile + bt, m0, M, lane, bias, residual, y, sb);
@@ -833,6 +855,7 @@ __device__ __forceinline__ void ws_run(const TX* __restrict__ x, const WsMaps& m
       ws_produce_tile(x, maps, qweight, scales, zeros, M, m0, first_tile, begin, count, seq, ring, sb, bars);
       seq += count;
     });
+    if constexpr (kStream > 0) ws_produce_parts(M, workspace, seq, sb, bars);
   }
 }
 
@@ -875,7 +898,10 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
                       (r.piece.t / m_blocks) * kBlockTiles, r.piece.c0, r.piece.c1 - r.piece.c0, mma, copier, bt, lane,
                       ring, sb, acc);
       r = stream_run(M, p);
-      finish_piece(r, p, mma, M, lane, workspace, acc, bias, residual, y, sb);
+      finish_piece(r, p, mma, M, lane, workspace, acc, bias, residual, y, sb,
+                   [&](int first, int last, unsigned* flag, float (&sums)[kAcc]) {
+                     add_parts_from_l2(first, last, flag, mma, workspace, sums);
+                   });
     }
     return;
   }

@@ -312,3 +312,89 @@ __device__ __forceinline__ void ws_consume_tile(int begin, int count, unsigned s
   fence_acc(acc);
   mbarrier_arrive(bars.empty_of(seq + count - 1));
 }
+
+// --- the stream schedule's parts through the ring (kStream) -------------------------
+//
+// A block completes a split tile in its last piece (stream_run's order), so
+// when the consumers finish that piece's mainloop the producer has nothing
+// left to copy. It waits for the tile's flag then, while the consumers still
+// multiply, and copies the other blocks' parts into the sB slots by bulk
+// copies (cp.async.bulk, one per slot) as the consumers free them: the
+// parts are more stages of the ring, on the same full and empty barriers.
+// The consumers add them from shared memory in block order, as the reads
+// through L2 did (the same sums, bit for bit). Read through L2 by the
+// consumers, after the mainloop, the parts took ~3400 cycles each at 256
+// rows (the loads' latency under the other SMs' streams), most of a
+// completing block's finish, and the kernel's end waits for the blocks that
+// complete. Through the ring a part takes ~1900, and 30 launches back to
+// back ran 7.7-9.2% faster at M = 256 (4096 x 11008 and 11008 x 4096) and
+// 6.3% at M = 512 (4096 x 11008; qjit_ws_probe, H100, session 20).
+//
+// A part ([kAcc / 4][kMmaThreads] float4, piece_of) fills kPartSlots slots
+// of kPartSlotBytes, each the float4 rows j of a contiguous range.
+constexpr int kPartBytes = kAcc * 4 * kMmaThreads;
+constexpr int kPartSlots = kPartBytes > kSbStage ? kPartBytes / kSbStage : 1;
+constexpr int kPartSlotBytes = kPartBytes / kPartSlots;
+constexpr int kPartSlotQuads = kAcc / 4 / kPartSlots;
+static_assert(kPartSlots * kPartSlotBytes == kPartBytes && kPartSlots * kPartSlotQuads == kAcc / 4 &&
+                  kPartSlotBytes <= kSbStage && kPartSlotBytes % 16 == 0,
+              "a part fills whole sB slots");
+
+// One bulk copy of `bytes` from global src to shared dst, completing its bytes on the barrier.
+__device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+// The producer, after its last piece: if that piece completes a split tile,
+// the other parts into the ring as the block's stages seq, seq + 1, ...
+__device__ __forceinline__ void ws_produce_parts(int M, void* workspace, unsigned seq, unsigned char* sb,
+                                                 const WsBarriers& bars) {
+  const StreamRun head = stream_run(M, 0);
+  if (head.pieces == 0) return;
+  const StreamRun r = stream_run(M, head.pieces - 1);
+  if (whole_tile(r) || !completes_tile(r)) return;
+  int first, last;
+  parts_of(r, first, last);
+  if (copy_thread() == 0) {
+    acquire_pieces(static_cast<unsigned*>(workspace) + r.piece.t, static_cast<unsigned>(last - first));
+    // The parts were stored through the generic proxy; the bulk copies read them through the async one.
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+  }
+#pragma unroll 1
+  for (int v = first; v < last; ++v)
+#pragma unroll 1
+    for (int s = 0; s < kPartSlots; ++s, ++seq) {
+      if (seq >= kStages) mbarrier_wait(bars.empty_of(seq), WsBarriers::phase_of(seq - kStages));
+      if (copy_thread() == 0) {
+        mbarrier_expect_bytes(bars.full_of(seq), kPartSlotBytes);
+        bulk_load(smem_address(sb + (seq % kStages) * kSbStage), piece_of(workspace, v) + s * kPartSlotQuads * kMmaThreads,
+                  kPartSlotBytes, bars.full_of(seq));
+      }
+      arrive_when_copied(bars.full_of(seq));
+    }
+}
+
+// The consumers' side: parts [first, last) added to acc from the ring, the
+// block's stages seq, seq + 1, ... (seq is advanced past them).
+__device__ __forceinline__ void ws_add_parts(int first, int last, unsigned& seq, int p, const unsigned char* sb,
+                                             const WsBarriers& bars, float (&acc)[kAcc]) {
+#pragma unroll 1
+  for (int v = first; v < last; ++v) {
+#pragma unroll
+    for (int s = 0; s < kPartSlots; ++s, ++seq) {
+      ws_wait_stage(bars, seq);
+      if (v == first && s == 0) QJIT_WS_PIECE(p, 6, QJIT_WS_NOW());
+      const float4* part = reinterpret_cast<const float4*>(sb + (seq % kStages) * kSbStage) + threadIdx.x;
+#pragma unroll
+      for (int jj = 0; jj < kPartSlotQuads; ++jj) {
+        const int j = s * kPartSlotQuads + jj;
+        const float4 q = part[jj * kMmaThreads];
+        acc[4 * j] += q.x, acc[4 * j + 1] += q.y, acc[4 * j + 2] += q.z, acc[4 * j + 3] += q.w;
+      }
+      mbarrier_arrive(bars.empty_of(seq));
+    }
+  }
+}
+
