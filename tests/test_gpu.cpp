@@ -616,6 +616,13 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
       // symmetric weights: scales' map only, no zeros' (three maps)
       {{{"k", 4096}, {"n", 272}, {"bits", 4}, {"zero", "sym"}, {"bias", "yes"}},
        wgmma(2, 128, 4, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1), {129, 200}},
+      // the stream schedule with more tiles than blocks (256 at M = 512, 160 at M = 300, for 132 or
+      // more SMs): runs of one to three pieces, the head and tail of split tiles around whole ones;
+      // warp-specialised (the parts through the ring) and not (through L2)
+      {{{"k", 512}, {"n", 2048}, {"bits", 4}, {"zero", "int"}}, wgmma(1, 64, 3, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1),
+       {300, 512}},
+      {{{"k", 256}, {"n", 4096}, {"bits", 4}, {"zero", "sym"}, {"bias", "yes"}}, wgmma(2, 64, 3, 1, 1, 1, 0, 1, 1),
+       {257, 512}},
   };
   run_inside_bucket(cases);
 }
