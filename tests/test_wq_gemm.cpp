@@ -726,6 +726,8 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   CHECK(tma_w_ptx.ptx.find(".param .align 64 .b8 qjit_wq_gemm_param_12[128]") != std::string::npos);
   CHECK(tma_w_ptx.ptx.find("cp.async.bulk.tensor.3d") != std::string::npos);
   CHECK(tma_w_ptx.ptx.find("cp.async.cg.shared.global") == std::string::npos);  // no 16-byte copies left
+  // The consumers read a slot's words with ordinary loads: a proxy fence comes before the boxes refill it.
+  CHECK(tma_w_ptx.ptx.find("fence.proxy.async.shared::cta") != std::string::npos);
   CHECK(tma_w_ptx.spill_bytes == 0);
   // Symmetric weights have no zeros and so no fourth map; g = 32 puts two groups in a box, bf16
   // scales make it a map of bf16, and float zeros are offsets of the scales' type.
@@ -772,6 +774,13 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   CHECK(staged_ptx.ptx.find("st.global.v4") != std::string::npos);  // y's rows, 16 bytes per store
   CHECK(tma_ptx.ptx.find("st.global.v4") == std::string::npos);     // (without: 2 bytes per store)
   CHECK(staged_ptx.spill_bytes == 0);
+  // Under the stream schedule the producer copies a completing block's parts into the ring by bulk
+  // copies (no tensor map) once the flag says they are stored, each after proxy fences: the parts
+  // were stored through the generic proxy, and the consumers read a slot's last part with ordinary
+  // loads (without the shared-memory fence a copy landed first: BENCHMARKS.md, session 20).
+  CHECK(staged_ptx.ptx.find("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes") != std::string::npos);
+  CHECK(staged_ptx.ptx.find("fence.proxy.async.global") != std::string::npos);
+  CHECK(staged_ptx.ptx.find("fence.proxy.async.shared::cta") != std::string::npos);
   const auto split_src = codegen::generate_source(big, split);
   CHECK(split_src.text.find("kSplit = 3;") != std::string::npos);
   CHECK(split_src.text.find("#define QJIT_WQ_CLUSTER __cluster_dims__(1, 1, kSplit)") != std::string::npos);
