@@ -40,7 +40,8 @@ __device__ __forceinline__ void ws_clock(unsigned q, int event) {
 //                          stages; for a stored part 6 its stores issued, 7
 //                          past the finishers' barrier (2 comes after the
 //                          release); for a completing part 6 the flag
-//                          acquired, 7 the other parts added (2 after y)
+//                          acquired (under ws: the first part landed in
+//                          the ring), 7 the other parts added (2 after y)
 constexpr int kClockPieces = 8, kPieceEvents = 8;
 __device__ long long qjit_ws_block[kClockBlocks][12];
 __device__ long long qjit_ws_pieces[kClockBlocks][kClockPieces][kPieceEvents];

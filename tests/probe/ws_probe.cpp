@@ -141,7 +141,8 @@ void print_timeline(const Marks& block_marks, const Marks& piece_marks, const st
   }
   const char* kinds[3] = {"whole tile", "part stored", "part completing"};
   // A stored part: its stores issued, the finishers' barrier, the release. A completing part: the
-  // wait for the flag, the other parts read and added, y stored.
+  // wait for the flag (since the parts go through the ring: for the first part to land), the other
+  // parts read and added, y stored.
   const char* step_names[3][3] = {{"", "", ""}, {"stores", "barrier", "release"}, {"acquire", "add", "store_y"}};
   for (int k = 0; k < 3; ++k) {
     if (finish[k].empty()) continue;
