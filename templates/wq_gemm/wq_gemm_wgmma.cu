@@ -648,8 +648,9 @@ __device__ __forceinline__ void store_tile(const float (&acc)[kAcc], int tile, i
 // workspace and release the tile's flag; it waits for the flag, adds the
 // pieces in block order and runs the epilogue. (Under warp specialisation
 // its producer waits for the flag and copies the parts into the ring while
-// the consumers still multiply: ws_produce_parts in wq_wgmma_ws.cuh.) A block waits only for
-// blocks of lower index, which the GPU dispatches first: no deadlock.
+// the consumers still multiply: ws_produce_parts in wq_wgmma_ws.cuh.) A
+// block waits only for blocks of lower index, which the GPU dispatches
+// first: no deadlock.
 //
 // Workspace (runtime-owned, one per stream, zeroed when allocated):
 //   [0, kCounterBytes)  one flag per output tile: pieces stored so far; the
@@ -835,7 +836,7 @@ __device__ __forceinline__ void ws_run(const TX* __restrict__ x, const WsMaps& m
       QJIT_WS_PIECE(p, 1, QJIT_WS_NOW());
       if constexpr (kStream > 0) {
         const StreamRun r = stream_run(M, p);
-        QJIT_WS_PIECE(p, 3, r.piece.c0 == 0 && r.piece.c1 == kIters ? 0 : completes_tile(r) ? 2 : 1);
+        QJIT_WS_PIECE(p, 3, whole_tile(r) ? 0 : completes_tile(r) ? 2 : 1);
         finish_piece(r, p, true, M, lane, workspace, acc, bias, residual, y, sb,
                      [&](int first, int last, unsigned*, float (&sums)[kAcc]) {
                        ws_add_parts(first, last, seq, p, sb, bars, sums);

@@ -3,9 +3,7 @@
 // stream schedule's finish in wq_gemm_wgmma.cu). Empty unless the kernel is
 // compiled with QJIT_WS_CLOCKS, as tests/probe/ws_probe.cpp does.
 //
-// Stage clocks for tests/probe/ws_probe.cpp, which compiles the kernel with
-// QJIT_WS_CLOCKS defined; otherwise they are empty. Lane 0 of the first warp
-// of warpgroup r (consumers 0 .. kGroups - 1, then the producer) records
+// Stage clocks: lane 0 of the first warp of warpgroup r (consumers 0 .. kGroups - 1, then the producer) records
 // %clock64 for the block's stage q at event e:
 //   consumer  0 A of stage q ready (before its wgmma), 1 wgmma issued,
 //             2 the wgmma of stage q - 1 done, 3 stage q + 1's copies landed
