@@ -623,6 +623,15 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
        {300, 512}},
       {{{"k", 256}, {"n", 4096}, {"bits", 4}, {"zero", "sym"}, {"bias", "yes"}}, wgmma(2, 64, 3, 1, 1, 1, 0, 1, 1),
        {257, 512}},
+      // the stream schedule in the open 1024 bucket: balanced over the output tiles of up to 8192 rows
+      // of x (every tile split at M = 1024 and 1500), whole tiles round robin past them (M = 8300: one
+      // tile a block, some with none; M = 8250 at 64 rows: 387 tiles, two or three a block), ws or not
+      {{{"k", 512}, {"n", 256}, {"bits", 4}, {"zero", "int"}}, wgmma(2, 256, 4, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1),
+       {1024, 1500, 8300}},
+      {{{"k", 256}, {"n", 272}, {"bits", 4}, {"zero", "sym"}, {"bias", "yes"}}, wgmma(2, 64, 3, 1, 1, 1, 0, 1, 1),
+       {1025, 8250}},
+      {{{"k", 256}, {"n", 272}, {"bits", 4}, {"zero", "int"}, {"act", "relu"}},
+       wgmma(2, 64, 4, 1, 1, 1, 0, 1, 1, 1, 1, 0, 1), {1025, 8250}},
   };
   run_inside_bucket(cases);
 }

@@ -580,7 +580,8 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   CHECK(std::find(space.begin(), space.end(), one_group_256) != space.end());
   // stream: a persistent grid (grid_per_sm) with the runtime's workspace (a
   // flag per output tile, one piece of sums per block); absent when 0; no
-  // split, no 1024 bucket.
+  // split. The open 1024 bucket's flags cover 8192 rows of x (the kernel
+  // takes whole tiles past them).
   const auto stream = bad("stream", 1);
   CHECK(std::find(space.begin(), space.end(), stream) != space.end());
   CHECK(std::find(space.begin(), space.end(), bad("stream", 0)) == space.end());
@@ -588,8 +589,11 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   nlohmann::json stream_split = stream;
   stream_split["split"] = 2;
   CHECK_THROWS_WITH(op.validate_config(big, stream_split), Catch::Contains("split must be 1"));
-  CHECK_THROWS_WITH(op.validate_config(parse_spec("wq_gemm", "k=4096,n=11008,m=1024"), stream),
-                    Catch::Contains("m below 1024"));
+  const auto open_bucket = parse_spec("wq_gemm", "k=4096,n=11008,m=1024");
+  CHECK_NOTHROW(op.validate_config(open_bucket, stream));
+  CHECK(op.launch_geometry(open_bucket, stream).workspace_fixed == 86 * 64 * 4);  // 64 m-blocks of 128 rows
+  CHECK(codegen::generate_source(open_bucket, stream).text.find("kStreamRows = 8192;") != std::string::npos);
+  CHECK(codegen::generate_source(big, stream).text.find("kStreamRows = 256;") != std::string::npos);
   const auto gst = op.launch_geometry(big, stream);
   CHECK(gst.grid_per_sm == 1);
   CHECK(gst.dynamic_smem == g.dynamic_smem);
@@ -672,6 +676,11 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
     CHECK(clocked_ptx.ptx.find(marks) != std::string::npos);
     CHECK(ws_ptx.ptx.find(marks) == std::string::npos);
   }
+  // The stream schedule of the open 1024 bucket (whole tiles past its flags' rows) compiles without spills.
+  const auto open_ptx = codegen::compile(codegen::generate_source(open_bucket, with_key(ws, "stream", 1)), "sm_90");
+  INFO(open_ptx.log);
+  REQUIRE(open_ptx.ok);
+  CHECK(open_ptx.spill_bytes == 0);
   // tma_x (under ws, x in natural order): x by the bulk tensor copy engine from a tensor map the
   // runtime makes at each launch, the kernel's parameter after the workspace.
   const auto tma = with_key(ws, "tma_x", 1);

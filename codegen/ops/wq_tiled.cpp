@@ -186,7 +186,6 @@ std::string wq_wgmma_problem(const WqShape& s, const WqWgmmaConfig& c) {
   if (!one_of(c.a_smem, {0, 1})) return "a_smem must be 0 or 1";
   if (!one_of(c.stream, {0, 1, 2, 3})) return "stream must be 0 (a block per output tile) or 1 to 3 blocks per SM";
   if (c.stream > 0 && c.split != 1) return "stream balances k itself (split must be 1)";
-  if (c.stream > 0 && s.m >= 1024) return "stream covers the bucket's rows in one pass (m below 1024)";
   if (!one_of(c.a_quad, {0, 1})) return "a_quad must be 0 or 1";
   if (c.a_quad && c.a_smem) return "a_quad orders A in registers (a_smem must be 0)";
   if (c.a_quad && s.bits != 4) return "a_quad trades 4-bit words (bits must be 4)";
@@ -228,6 +227,8 @@ std::string wq_wgmma_problem(const WqShape& s, const WqWgmmaConfig& c) {
   if (smem > 200 * 1024) return "needs " + std::to_string(smem / 1024) + " KB of shared memory (limit 200)";
   return "";
 }
+
+int64_t wq_stream_rows(int64_t bucket_m) { return bucket_m < 1024 ? bucket_m : 8192; }
 
 std::vector<WqWgmmaConfig> wq_wgmma_space(const WqShape& s) {
   std::vector<WqWgmmaConfig> out;
@@ -280,6 +281,8 @@ std::vector<Constant> wq_wgmma_constants(const WqShape& s, const WqWgmmaConfig& 
                  "tunable: A in registers put in natural k order within each quad (x copied in natural order)"});
   out.push_back({"int", "kStream", std::to_string(c.stream),
                  "tunable: 0 a block per output tile, else blocks per SM of the stream schedule"});
+  out.push_back({"int", "kStreamRows", std::to_string(wq_stream_rows(s.m)),
+                 "rows of x the stream schedule balances (past them: whole tiles round robin)"});
   out.push_back({"bool", "kWs", c.ws ? "true" : "false",
                  "tunable: warp-specialised (mbarriers per ring slot, the producer's registers to the consumers)"});
   out.push_back({"bool", "kTmaX", c.tma_x ? "true" : "false",
@@ -360,7 +363,7 @@ LaunchGeometry wq_wgmma_geometry(const WqShape& s, const WqWgmmaConfig& c) {
   if (c.stream > 0) {
     // The template's workspace: a flag per output tile, then one piece of
     // sums per block (128 threads per warpgroup × rows / 2 floats).
-    const int64_t tiles = n_blocks * ((s.m + c.rows - 1) / c.rows);
+    const int64_t tiles = n_blocks * ((wq_stream_rows(s.m) + c.rows - 1) / c.rows);
     g.grid_per_sm = static_cast<unsigned>(c.stream);
     g.workspace_fixed = static_cast<size_t>((tiles * 4 + 255) / 256 * 256);
     g.workspace_per_block = size_t{128} * c.groups * (c.rows / 2) * 4;

@@ -52,7 +52,8 @@ LaunchGeometry wq_tiled_geometry(const WqShape& s, const WqTiledConfig& c);
 // wgmma through shared memory instead of registers, so x is copied in natural
 // order; with `stream` b > 0, a persistent grid of b blocks per SM takes
 // equal runs of (output tile, stage) units and completes split tiles through
-// the runtime's workspace (buckets below 1024, no split); with `a_quad` 1
+// the runtime's workspace (no split; the open 1024 bucket balances up to
+// wq_stream_rows rows of x and takes whole tiles round robin past them); with `a_quad` 1
 // (4-bit, A in registers) the lanes of each quad trade weights into natural
 // k order, so x is copied in natural order without sA; with `ws` 1 (warp
 // specialisation, with the producer) mbarriers per ring slot replace the
@@ -78,6 +79,12 @@ struct WqWgmmaConfig {
   static WqWgmmaConfig from(const nlohmann::json& j);
   nlohmann::json to_json() const;
 };
+
+// Rows of x whose output tiles the stream schedule balances (and the
+// workspace holds flags for): the bucket's, or for the open 1024 bucket, which
+// serves any M, a cap. Past it the same persistent grid takes whole tiles
+// round robin (many tiles a block: little left to balance).
+int64_t wq_stream_rows(int64_t bucket_m);
 
 std::string wq_wgmma_problem(const WqShape& s, const WqWgmmaConfig& c);
 std::vector<WqWgmmaConfig> wq_wgmma_space(const WqShape& s);  // empty below m = 64

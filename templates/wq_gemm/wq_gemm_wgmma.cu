@@ -660,10 +660,15 @@ __device__ __forceinline__ void store_tile(const float (&acc)[kAcc], int tile, i
 //   then                one piece per block (a block stores at most one):
 //                       [kAcc / 4][kMmaThreads] float4, every load and
 //                       store coalesced
+//
+// The flags cover the output tiles of kStreamRows rows of x: the bucket's, or
+// for the open 1024 bucket (any M) a cap (wq_tiled.cpp's wq_stream_rows).
+// Past it the grid takes whole tiles round robin instead: block w tiles w,
+// w + W, ..., no piece split, no flag.
 constexpr int kNBlocks = (kNTiles + kBlockTiles - 1) / kBlockTiles;
-constexpr int kMBlocksMax = (kBucketM + kBlockRows - 1) / kBlockRows;
+constexpr int kMBlocksMax = (kStreamRows + kBlockRows - 1) / kBlockRows;
 constexpr int kCounterBytes = (kNBlocks * kMBlocksMax * 4 + 255) / 256 * 256;  // wq_tiled.cpp's workspace_fixed
-static_assert(kStream == 0 || (kSplit == 1 && kBucketM < 1024), "the stream schedule: no split, one pass over M");
+static_assert(kStream == 0 || (kSplit == 1 && kStreamRows >= kBucketM), "the stream schedule: no split, the bucket's rows");
 
 __device__ __forceinline__ int m_blocks_of(int M) { return (M + kBlockRows - 1) / kBlockRows; }
 __device__ __forceinline__ float4* piece_of(void* workspace, int w) {
@@ -683,6 +688,16 @@ struct StreamRun {
 };
 __device__ __forceinline__ StreamRun stream_run(int M, int p) {
   StreamRun r;
+  // Past the flags' rows (the open bucket only; elsewhere M <= kBucketM = kStreamRows, and the branch,
+  // compiled in, cost a 2-block ws config a spill): whole tiles round robin.
+  if (kStreamRows > kBucketM && m_blocks_of(M) > kMBlocksMax) {
+    const int tiles = m_blocks_of(M) * kNBlocks, w = blockIdx.x, workers = gridDim.x;
+    r.units = static_cast<long long>(tiles) * kIters;
+    r.workers = workers;
+    r.pieces = w < tiles ? (tiles - 1 - w) / workers + 1 : 0;
+    r.piece = r.pieces > 0 ? StreamPiece{w + p * workers, 0, kIters} : StreamPiece{-1, 0, 0};
+    return r;
+  }
   r.units = static_cast<long long>(m_blocks_of(M)) * kNBlocks * kIters;
   r.workers = static_cast<int>(min(static_cast<long long>(gridDim.x), r.units));
   if (static_cast<int>(blockIdx.x) >= r.workers) {
