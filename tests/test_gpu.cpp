@@ -632,6 +632,10 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
        {1025, 8250}},
       {{{"k", 256}, {"n", 272}, {"bits", 4}, {"zero", "int"}, {"act", "relu"}},
        wgmma(2, 64, 4, 1, 1, 1, 0, 1, 1, 1, 1, 0, 1), {1025, 8250}},
+      // a stage's two chunks sharing their group (g >= 128 under tma_w and a_quad: one box of scales and
+      // zeros a stage, read for both chunks)
+      {{{"k", 1024}, {"n", 272}, {"bits", 4}, {"zero", "int"}, {"bias", "yes"}},
+       wgmma(2, 64, 4, 2, 1, 1, 0, 1, 1, 1, 1, 1, 1), {65, 100}},
   };
   run_inside_bucket(cases);
 }

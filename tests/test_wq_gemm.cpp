@@ -738,6 +738,19 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   // The consumers read a slot's words with ordinary loads: a proxy fence comes before the boxes refill it.
   CHECK(tma_w_ptx.ptx.find("fence.proxy.async.shared::cta") != std::string::npos);
   CHECK(tma_w_ptx.spill_bytes == 0);
+  // A stage of two chunks whose group spans both (g >= 128, A in natural order) takes one box of
+  // scales and one of zeros, not two: per place the producer copies a stage's weights (the first
+  // stages, then the rest), 2 boxes of x + 2 of scales and zeros, against 2 + 4 with g = 64.
+  const auto two_chunks = with_key(with_key(tma_w, "chunks", 2), "rows", 64);
+  const auto two_chunk_boxes = [&](const char* shape) {
+    const auto ptx = codegen::compile(codegen::generate_source(parse_spec("wq_gemm", shape), two_chunks), "sm_90");
+    INFO(ptx.log);
+    REQUIRE(ptx.ok);
+    return count_of(ptx.ptx, "cp.async.bulk.tensor.2d");
+  };
+  REQUIRE_NOTHROW(op.validate_config(parse_spec("wq_gemm", "k=4096,n=11008,m=64"), two_chunks));
+  CHECK(two_chunk_boxes("k=4096,n=11008,m=64") == 2 * (2 + 2));
+  CHECK(two_chunk_boxes("k=4096,n=11008,m=64,g=64") == 2 * (2 + 4));
   // Symmetric weights have no zeros and so no fourth map; g = 32 puts two groups in a box, bf16
   // scales make it a map of bf16, and float zeros are offsets of the scales' type.
   const auto sym = parse_spec("wq_gemm", "k=4096,n=11008,m=256,zero=sym");

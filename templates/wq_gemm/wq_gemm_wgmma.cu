@@ -86,6 +86,12 @@ constexpr int kBlockRows = kRows;
 constexpr int kWarpsK = kChunksPerStage;  // the ring's chunks per stage (all warps multiply all of them)
 constexpr int kRingRows = 0;              // x goes straight to sB
 constexpr int kChunkAlign = kTmaW ? 8 : 1;  // the weights' tensor copies land on 128-byte boundaries
+// A stage of two chunks starts at an even chunk, so with groups of 128 k or more its chunks share their
+// scales and zeros: under kTmaW the producer copies them once, into the stage's first chunk, and the
+// consumers read them there for both: one box less per stage for each of the scales and zeros, which
+// took the producer's issue from ~750 to ~600 cycles a stage and the 64-row winners ~1% faster (H100,
+// session 21). A in natural order (kAQuad) only, the path measured.
+constexpr bool kStageSharesGroup = kTmaW && kAQuad && kChunksPerStage == 2 && kGroup >= 128;
 #include "qjit/wq_gemm/wq_stage_ring.cuh"
 #include "qjit/wq_gemm/wq_gemm_epilogue.cuh"
 #include "qjit/wq_gemm/wq_even_runs.cuh"
@@ -357,7 +363,8 @@ __device__ __forceinline__ void quad_transpose(unsigned (&w)[4], int t) {
 // 16S .. 16S + 15 of the chunk, so its group is (16S) / kGroup. A template
 // only so that it is compiled for 4-bit kernels alone.
 template <int kB = kBits>
-__device__ __forceinline__ void dequant_lane_quad(const uint4* chunk, int bt, int lane, unsigned (&a)[4][4]) {
+__device__ __forceinline__ void dequant_lane_quad(const uint4* chunk, const uint4* sz, int bt, int lane,
+                                                  unsigned (&a)[4][4]) {
   static_assert(kB == 4, "the quad transpose moves 4-bit words (a word is a step)");
   const int gq = lane / 4, t = lane % 4;
   const uint4 q = reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned*>(chunk) + bt * 32 * kB)[lane];
@@ -366,7 +373,7 @@ __device__ __forceinline__ void dequant_lane_quad(const uint4* chunk, int bt, in
   RowParams rp[kGroupsPerChunk][2];
 #pragma unroll
   for (int gi = 0; gi < kGroupsPerChunk; ++gi)
-    rp[gi][0] = staged_row_params(chunk, bt, gi, gq), rp[gi][1] = staged_row_params(chunk, bt, gi, gq + 8);
+    rp[gi][0] = staged_row_params(sz, bt, gi, gq), rp[gi][1] = staged_row_params(sz, bt, gi, gq + 8);
 #pragma unroll
   for (int s = 0; s < 4; ++s)
 #pragma unroll
@@ -407,7 +414,8 @@ __device__ __forceinline__ void dequant_stage(const uint4* at, int stage, int bt
     unsigned scratch[4][4];  // sA: the registers only carry the values to the stores
     unsigned(&r)[4][4] = kASmem ? scratch : a.reg[B][kk];
     if (stage * kChunksPerStage + kk < kChunks) {
-      if constexpr (kAQuad) dequant_lane_quad(at + kk * kChunkPieces, bt, lane, r);
+      const uint4* sz = at + (kStageSharesGroup ? 0 : kk * kChunkPieces);  // the chunk holding its scales and zeros
+      if constexpr (kAQuad) dequant_lane_quad(at + kk * kChunkPieces, sz, bt, lane, r);
       else dequant_lane(at + kk * kChunkPieces, bt, lane, r);
     } else {
 #pragma unroll

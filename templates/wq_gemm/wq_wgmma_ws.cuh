@@ -207,14 +207,16 @@ __device__ __forceinline__ void ws_produce_tile(const TX* __restrict__ x, const 
         // the race showed). Here a whole stage separates them and none showed; the fence cost
         // 0.2-0.7% on six 64-row configs (H100, session 20).
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        // One chunk's words, scales and zeros: the boxes of the three maps.
-        constexpr unsigned kChunkBytes = (kWPieces + kSPieces + kZPieces) * 16;
-        mbarrier_expect_bytes(full, kChunksPerStage * kChunkBytes);
+        // One chunk's words, scales and zeros: the boxes of the three maps (the scales and zeros
+        // once a stage where its chunks share a group, kStageSharesGroup).
+        constexpr unsigned kSZChunks = kStageSharesGroup ? 1 : kChunksPerStage;
+        mbarrier_expect_bytes(full, (kChunksPerStage * kWPieces + kSZChunks * (kSPieces + kZPieces)) * 16);
 #pragma unroll
         for (int kk = 0; kk < kChunksPerStage; ++kk) {
           const int kc = stage_index * kChunksPerStage + kk;
           const unsigned chunk = smem_address(stage + kk * kChunkPieces);
           tma_load_words(chunk, maps.w, kc, first_tile, full);
+          if (kk >= static_cast<int>(kSZChunks)) continue;
           // The chunk's first group; past k (a stage past the end) the boxes arrive as zeros.
           const int group = kc * 64 / kGroup;
           tma_load_box(chunk + kWPieces * 16, maps.s, first_tile * 16, group, full);
