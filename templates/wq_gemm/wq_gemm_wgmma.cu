@@ -414,8 +414,9 @@ __device__ __forceinline__ void dequant_stage(const uint4* at, int stage, int bt
     unsigned scratch[4][4];  // sA: the registers only carry the values to the stores
     unsigned(&r)[4][4] = kASmem ? scratch : a.reg[B][kk];
     if (stage * kChunksPerStage + kk < kChunks) {
-      const uint4* sz = at + (kStageSharesGroup ? 0 : kk * kChunkPieces);  // the chunk holding its scales and zeros
-      if constexpr (kAQuad) dequant_lane_quad(at + kk * kChunkPieces, sz, bt, lane, r);
+      // (A in natural order: its scales and zeros from the stage's first chunk where they share a group.)
+      if constexpr (kAQuad)
+        dequant_lane_quad(at + kk * kChunkPieces, at + (kStageSharesGroup ? 0 : kk * kChunkPieces), bt, lane, r);
       else dequant_lane(at + kk * kChunkPieces, bt, lane, r);
     } else {
 #pragma unroll

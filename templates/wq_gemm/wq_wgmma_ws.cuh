@@ -411,4 +411,3 @@ __device__ __forceinline__ void ws_add_parts(int first, int last, unsigned& seq,
     }
   }
 }
-
