@@ -751,6 +751,20 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   REQUIRE_NOTHROW(op.validate_config(parse_spec("wq_gemm", "k=4096,n=11008,m=64"), two_chunks));
   CHECK(two_chunk_boxes("k=4096,n=11008,m=64") == 2 * (2 + 2));
   CHECK(two_chunk_boxes("k=4096,n=11008,m=64,g=64") == 2 * (2 + 4));
+  // A stage's wgmma descriptors are its slot's, plus each step's constant offset: the shared address
+  // is masked into a descriptor once per stage (0x3fff0 = 262128, the address bits it keeps), not
+  // once per wgmma (8 a stage here). That chain of uniform instructions before every wgmma was 80 of
+  // the ~600 instructions of the 64-row consumers' loop of two stages.
+  {
+    const auto m64 = codegen::compile(
+        codegen::generate_source(parse_spec("wq_gemm", "k=4096,n=11008,m=64"), with_key(two_chunks, "stream", 1)),
+        "sm_90");
+    INFO(m64.log);
+    REQUIRE(m64.ok);
+    CHECK(count_of(m64.ptx, "wgmma.mma_async") == 3 * 8);  // three places multiply a stage
+    CHECK(count_of(m64.ptx, "262128") <= 3);
+    CHECK(m64.spill_bytes == 0);
+  }
   // Symmetric weights have no zeros and so no fourth map; g = 32 puts two groups in a box, bf16
   // scales make it a map of bf16, and float zeros are offsets of the scales' type.
   const auto sym = parse_spec("wq_gemm", "k=4096,n=11008,m=256,zero=sym");

@@ -118,9 +118,22 @@ using qjit::allow_next_grid;
 // swizzled K-major layouts; 1), stride dimension byte offset 1024 >> 4 (bits
 // 32-45), swizzle mode 1 = 128 bytes (bits 62-63). The atom is 1024-byte
 // aligned, so the matrix base offset (bits 49-51) is 0.
-__device__ __forceinline__ unsigned long long smem_descriptor(const unsigned char* step) {
-  const unsigned long long addr = static_cast<unsigned>(__cvta_generic_to_shared(step));
-  return ((addr & 0x3ffff) >> 4) | 1ull << 16 | (1024ull >> 4) << 32 | 1ull << 62;
+//
+// A stage's 4·kChunksPerStage wgmma read B at constant offsets from its
+// slot, so the low word is formed once per slot (smem_descriptor_lo) and each
+// step adds its offset >> 4 to it (descriptor_at): no carry leaves bits 0-13,
+// since every shared address is below 2^18 (228 KB). Formed from scratch for
+// every step, the descriptor was a chain of five uniform instructions before
+// each wgmma: 80 of the ~600 instructions of the 64-row consumers' loop of
+// two stages (Nsight Compute's SASS of the M = 64 winner, H100, session 22).
+constexpr unsigned kDescriptorHigh = (1024u >> 4) | 1u << 30;  // bits 32-63: stride 1024 bytes, 128-byte swizzle
+__device__ __forceinline__ unsigned smem_descriptor_lo(const unsigned char* base) {
+  return ((static_cast<unsigned>(__cvta_generic_to_shared(base)) & 0x3ffff) >> 4) | 1u << 16;
+}
+template <int kOffset>
+__device__ __forceinline__ unsigned long long descriptor_at(unsigned lo) {
+  static_assert(kOffset % 16 == 0, "a step starts on a 16-byte boundary");
+  return static_cast<unsigned long long>(kDescriptorHigh) << 32 | (lo + kOffset / 16);
 }
 
 // d += A · B for one step of 16 k, B at desc_b in shared memory, A either
@@ -407,13 +420,19 @@ __device__ __forceinline__ void store_a(unsigned char* chunk, int w, int lane, c
 // would answer by serialising every wgmma, C7520). sA is made visible to the
 // tensor cores, which read through the async proxy (the warpgroup's barrier
 // before its wgmma completes the ordering).
+//
+// Only a split (kMine stages a block, the last past k) or a last stage with
+// fewer chunks than kChunksPerStage has chunks past k. Elsewhere the check is
+// left out: ptxas zeroed an A buffer for it (16 CS2R in the loop of two
+// stages, in the SASS of the M = 64 winner, H100, session 22).
+constexpr bool kMaybePastK = kSplit > 1 || kChunks % kChunksPerStage != 0;
 template <int B>
 __device__ __forceinline__ void dequant_stage(const uint4* at, int stage, int bt, int lane, ABuffers& a) {
 #pragma unroll
   for (int kk = 0; kk < kChunksPerStage; ++kk) {
     unsigned scratch[4][4];  // sA: the registers only carry the values to the stores
     unsigned(&r)[4][4] = kASmem ? scratch : a.reg[B][kk];
-    if (stage * kChunksPerStage + kk < kChunks) {
+    if (!kMaybePastK || stage * kChunksPerStage + kk < kChunks) {
       // (A in natural order: its scales and zeros from the stage's first chunk where they share a group.)
       if constexpr (kAQuad)
         dequant_lane_quad(at + kk * kChunkPieces, at + (kStageSharesGroup ? 0 : kk * kChunkPieces), bt, lane, r);
@@ -435,16 +454,15 @@ __device__ __forceinline__ void warpgroup_sync(int g) { asm volatile("bar.sync %
 // The wgmma of one stage from A buffer B and sB slot `slot`.
 template <int B>
 __device__ __forceinline__ void multiply_stage(const ABuffers& a, const unsigned char* slot, float (&acc)[kAcc]) {
-#pragma unroll
-  for (int kk = 0; kk < kChunksPerStage; ++kk)
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      const unsigned long long desc_b = smem_descriptor(slot + kk * kSbBytes + 32 * s);
-      if constexpr (kASmem)
-        wgmma_k16<kBlockRows>(acc, smem_descriptor(a.smem + B * kSaStage + kk * kSaBytes + 32 * s), desc_b);
-      else
-        wgmma_k16<kBlockRows>(acc, a.reg[B][kk][s], desc_b);
-    }
+  const unsigned lo_b = smem_descriptor_lo(slot), lo_a = kASmem ? smem_descriptor_lo(a.smem + B * kSaStage) : 0u;
+  qjit::static_for<kChunksPerStage * 4>([&](auto i_) {
+    constexpr int i = decltype(i_)::value, kk = i / 4, s = i % 4;
+    const unsigned long long desc_b = descriptor_at<kk * kSbBytes + 32 * s>(lo_b);
+    if constexpr (kASmem)
+      wgmma_k16<kBlockRows>(acc, descriptor_at<kk * kSaBytes + 32 * s>(lo_a), desc_b);
+    else
+      wgmma_k16<kBlockRows>(acc, a.reg[B][kk][s], desc_b);
+  });
 }
 
 // One iteration with A buffer B (a compile-time index); `end` is one past
