@@ -119,8 +119,8 @@ using qjit::allow_next_grid;
 // 32-45), swizzle mode 1 = 128 bytes (bits 62-63). The atom is 1024-byte
 // aligned, so the matrix base offset (bits 49-51) is 0.
 //
-// A stage's 4·kChunksPerStage wgmma read B at constant offsets from its
-// slot, so the low word is formed once per slot (smem_descriptor_lo) and each
+// A stage's 4·kChunksPerStage wgmma read B (and, with kASmem, A) at constant
+// offsets from its slot, so the low word is formed once per slot (smem_descriptor_lo) and each
 // step adds its offset >> 4 to it (descriptor_at): no carry leaves bits 0-13,
 // since every shared address is below 2^18 (228 KB). Formed from scratch for
 // every step, the descriptor was a chain of five uniform instructions before
