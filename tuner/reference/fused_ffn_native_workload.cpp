@@ -82,7 +82,7 @@ class FusedFfnNativeWorkload final : public Workload {
   }
 
   std::vector<Baseline> baselines(std::string* why_none) override {
-    const Cublas* cublas = try_cublas(why_none);
+    const runtime::Cublas* cublas = runtime::try_cublas(why_none);
     if (!cublas) return {};
     if (!path_) build_dense(cublas);
     Baseline b;
@@ -107,7 +107,7 @@ class FusedFfnNativeWorkload final : public Workload {
 
   // What a user without qjit runs: W1 and W3 dequantised once to the scales'
   // type [h][d] (copies rotated beyond L2), x in that type, the standard path.
-  void build_dense(const Cublas* cublas) {
+  void build_dense(const runtime::Cublas* cublas) {
     path_ = std::make_unique<CublasFfnPath>(cublas, st_, d_, h_, m_);
     const std::array<std::vector<uint16_t>, 2> w = {dequant_dense_nk(w_[0], zero_, st_),
                                                     dequant_dense_nk(w_[1], zero_, st_)};

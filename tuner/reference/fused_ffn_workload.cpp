@@ -10,7 +10,7 @@
 #include "codegen/ops/fused_ffn.h"
 #include "runtime/device.h"
 #include "runtime/driver.h"
-#include "tuner/cublas.h"
+#include "runtime/cublas.h"
 #include "codegen/numeric.h"
 #include "tuner/reference/fused_ffn.h"
 #include "tuner/reference/fused_ffn_workload.h"
@@ -120,7 +120,7 @@ constexpr const char* kSwigluSource = R"(extern "C" __global__ void qjit_baselin
 }
 )";
 
-CublasFfnPath::CublasFfnPath(const Cublas* cublas, const std::string& type, int64_t d, int64_t h, int64_t m)
+CublasFfnPath::CublasFfnPath(const runtime::Cublas* cublas, const std::string& type, int64_t d, int64_t h, int64_t m)
     : cublas_(cublas),
       type_(type == "fp16" ? CUDA_R_16F : type == "bf16" ? CUDA_R_16BF : CUDA_R_32F),
       d_(d),
@@ -174,7 +174,7 @@ std::vector<Baseline> FusedFfnWorkload::baselines(std::string* why_none) {
     *why_none = "no cuBLAS path multiplies fp16 weights by fp32 activations";
     return {};
   }
-  const Cublas* cublas = try_cublas(why_none);
+  const runtime::Cublas* cublas = runtime::try_cublas(why_none);
   if (!cublas) return {};
   if (!path_) path_ = std::make_unique<CublasFfnPath>(cublas, xt_, d_, h_, m_);
   Baseline b;

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 #include "codegen/spec.h"
-#include "tuner/cublas.h"
+#include "runtime/cublas.h"
 #include "tuner/timing.h"
 
 namespace qjit::tuner {
@@ -17,14 +17,14 @@ namespace qjit::tuner {
 // type: "fp16", "bf16" or "fp32" for x, W, g, u and y alike.
 class CublasFfnPath {
  public:
-  CublasFfnPath(const Cublas* cublas, const std::string& type, int64_t d, int64_t h, int64_t m);
+  CublasFfnPath(const runtime::Cublas* cublas, const std::string& type, int64_t d, int64_t h, int64_t m);
   ~CublasFfnPath();
   CublasFfnPath(const CublasFfnPath&) = delete;
   CublasFfnPath& operator=(const CublasFfnPath&) = delete;
   void run(CUdeviceptr x, CUdeviceptr w1, CUdeviceptr w3, CUdeviceptr y, CUstream stream);
 
  private:
-  const Cublas* cublas_;
+  const runtime::Cublas* cublas_;
   cublasHandle_t blas_ = nullptr;
   cudaDataType type_;
   int64_t d_, h_, m_;

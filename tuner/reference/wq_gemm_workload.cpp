@@ -10,7 +10,7 @@
 #include "codegen/error.h"
 #include "codegen/numeric.h"
 #include "runtime/driver.h"
-#include "tuner/cublas.h"
+#include "runtime/cublas.h"
 #include "tuner/reference/wq_gemm.h"
 #include "tuner/timing.h"
 #include "tuner/workload.h"
@@ -106,7 +106,7 @@ class WqGemmWorkload final : public Workload {
   }
 
   std::vector<Baseline> baselines(std::string* why_none) override {
-    cublas_ = try_cublas(why_none);
+    cublas_ = runtime::try_cublas(why_none);
     if (!cublas_) return {};
     if (!blas_) build_dense();
     const cudaDataType wt = st_ == "bf16" ? CUDA_R_16BF : CUDA_R_16F;
@@ -187,7 +187,7 @@ class WqGemmWorkload final : public Workload {
   DeviceBuffer x_, bias_, residual_, y_;
   std::vector<std::array<CUdeviceptr, kArgs - 1>> params_;
   std::vector<std::array<void*, kArgs>> args_;
-  const Cublas* cublas_ = nullptr;
+  const runtime::Cublas* cublas_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   std::vector<DeviceBuffer> dense_;
   DeviceBuffer dense_x_, dense_y_;

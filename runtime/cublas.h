@@ -1,10 +1,13 @@
-// cuBLAS, loaded with dlopen when a baseline is measured (so nothing else
-// needs libcublas). Uses the primary context that qjit's runtime made current.
+// cuBLAS, loaded with dlopen the first time something needs it (so nothing
+// else needs libcublas): the tuner's library baselines and wq_gemm's
+// "cublas" family (a kernel dequantises W, cuBLAS multiplies). Uses the
+// primary context that qjit's runtime made current.
 #pragma once
+#include <cuda.h>
 #include <cublas_v2.h>
 #include <string>
 
-namespace qjit::tuner {
+namespace qjit::runtime {
 
 struct Cublas {
   decltype(&::cublasCreate_v2) create = nullptr;
@@ -20,4 +23,11 @@ struct Cublas {
 // nullptr (with the reason) when libcublas cannot be loaded.
 const Cublas* try_cublas(std::string* why);
 
-}  // namespace qjit::tuner
+// The process's cuBLAS handle for `stream`, created (and bound to the
+// stream) on first use and kept for the process: a handle is not to be
+// shared by two host threads at once, and launches on one stream are
+// ordered anyway. nullptr with the reason when cuBLAS is missing or
+// cublasCreate fails.
+cublasHandle_t cublas_handle(CUstream stream, std::string* why);
+
+}  // namespace qjit::runtime

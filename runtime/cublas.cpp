@@ -1,8 +1,10 @@
-#include "tuner/cublas.h"
+#include "runtime/cublas.h"
 #include <dlfcn.h>
 #include <cstdlib>
+#include <mutex>
+#include <unordered_map>
 
-namespace qjit::tuner {
+namespace qjit::runtime {
 
 const Cublas* try_cublas(std::string* why) {
   static std::string error;
@@ -32,4 +34,24 @@ const Cublas* try_cublas(std::string* why) {
   return loaded;
 }
 
-}  // namespace qjit::tuner
+cublasHandle_t cublas_handle(CUstream stream, std::string* why) {
+  const Cublas* c = try_cublas(why);
+  if (!c) return nullptr;
+  static std::mutex mu;
+  static std::unordered_map<CUstream, cublasHandle_t> handles;  // never destroyed: the context may be gone at exit
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = handles.find(stream);
+  if (it != handles.end()) return it->second;
+  cublasHandle_t h = nullptr;
+  cublasStatus_t st = c->create(&h);
+  if (st == CUBLAS_STATUS_SUCCESS) st = c->set_stream(h, reinterpret_cast<cudaStream_t>(stream));
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    if (h) c->destroy(h);
+    if (why) *why = "cublasCreate/cublasSetStream failed with status " + std::to_string(static_cast<int>(st));
+    return nullptr;
+  }
+  handles.emplace(stream, h);
+  return h;
+}
+
+}  // namespace qjit::runtime
