@@ -90,6 +90,22 @@ struct LaunchGeometry {
   };
   std::vector<TensorMap> tensor_maps;
   int tensor_map_param(size_t i) const { return workspace_param + 1 + static_cast<int>(i); }
+  // A cuBLAS GEMM after the kernel (wq_gemm's "cublas" family: the kernel
+  // writes a dense W[n][k] at the start of the workspace). With `on`, a
+  // launch is: the kernel; then y[rows][n] = x[rows][k]·Wᵀ, rows = the int
+  // parameter rows_param, x, residual and y caller pointer parameters, all
+  // of one 16-bit type. slab_rows 0: the GEMM writes y (β = 1 over y holding
+  // the residual, copied in first unless residual is y). slab_rows > 0: per
+  // slab of that many rows, the GEMM writes fp32 sums into the workspace
+  // after W and the module's `<kernel>_epilogue(sums, bias, residual, y,
+  // rows, m0)` stores y from them (bias_param names the bias).
+  struct DenseGemm {
+    bool on = false;
+    int x_param = 0, bias_param = 4, residual_param = -1, y_param = 0, rows_param = 0;
+    long long k = 0, n = 0;
+    bool bf16 = false;  // x, W and y in bf16 (else fp16)
+    long long slab_rows = 0;
+  } dense_gemm;
 };
 
 // A pointer parameter of the kernel, in launch order, and the alignment the

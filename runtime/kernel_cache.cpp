@@ -10,6 +10,7 @@
 #include "codegen/registry.h"
 #include "codegen/source.h"
 #include "codegen/templates.h"
+#include "runtime/cublas.h"
 #include "runtime/device.h"
 #include "runtime/driver.h"
 
@@ -166,6 +167,11 @@ LoadedKernel load_record(const cache::KernelRecord& rec, const codegen::OpSpec& 
     if (r != CUDA_SUCCESS)
       throw Error("driver", "kernel '" + rec.kernel_name + "' not found in cached module: " + describe(r));
     resolve_for_device(k);
+    if (k.geometry.dense_gemm.on && k.geometry.dense_gemm.slab_rows > 0) {
+      const std::string name = rec.kernel_name + "_epilogue";
+      r = driver().cuModuleGetFunction(&k.epilogue, k.module, name.c_str());
+      if (r != CUDA_SUCCESS) throw Error("driver", "kernel '" + name + "' not found in cached module: " + describe(r));
+    }
     // A module may carry `<kernel>_init`: one-time precomputation into its
     // __device__ globals (e.g. fp_lut's table of every fp16 input), run here
     // once per load with 256 x 256 threads (it grid-strides) and synchronized.
@@ -210,9 +216,8 @@ CUresult encode_tensor_map(const codegen::LaunchGeometry::TensorMap& t, void** a
                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
-}  // namespace
-
-CUresult try_launch(const LoadedKernel& k, void** args, CUstream stream) {
+// The kernel alone; *workspace_out (if given) receives the stream's workspace.
+CUresult launch_kernel(const LoadedKernel& k, void** args, CUstream stream, CUdeviceptr* workspace_out) {
   const auto& g = k.geometry;
   // The caller's parameters, then the stream's workspace, then the tensor maps.
   constexpr int kMaxParams = 16;
@@ -228,6 +233,7 @@ CUresult try_launch(const LoadedKernel& k, void** args, CUstream stream) {
     with_workspace[g.workspace_param] = &workspace;
     args = with_workspace;
   }
+  if (workspace_out) *workspace_out = workspace;
   constexpr size_t kMaxMaps = 4;
   CUtensorMap maps[kMaxMaps];
   if (!g.tensor_maps.empty()) {
@@ -257,8 +263,70 @@ CUresult try_launch(const LoadedKernel& k, void** args, CUstream stream) {
   return driver().cuLaunchKernelEx(&cfg, k.function, args, nullptr);
 }
 
+// A dense_gemm launch (codegen/op.h, LaunchGeometry::DenseGemm): the kernel
+// writes W at the start of the workspace, then cuBLAS multiplies, and per
+// slab the epilogue kernel stores y from the sums after W.
+CUresult launch_dense_gemm(const LoadedKernel& k, void** args, CUstream stream) {
+  const auto& d = k.geometry.dense_gemm;
+  const Cublas* blas = try_cublas(nullptr);
+  const cublasHandle_t handle = blas ? cublas_handle(stream, nullptr) : nullptr;
+  if (!handle) return CUDA_ERROR_NOT_SUPPORTED;  // nothing launched
+  CUdeviceptr w = 0;
+  CUresult r = launch_kernel(k, args, stream, &w);
+  if (r != CUDA_SUCCESS) return r;
+  auto pointer = [&](int param) { return param < 0 ? CUdeviceptr{0} : *static_cast<const CUdeviceptr*>(args[param]); };
+  const CUdeviceptr x = pointer(d.x_param), y = pointer(d.y_param), residual = pointer(d.residual_param);
+  const int rows = *static_cast<const int*>(args[d.rows_param]);
+  const int n = static_cast<int>(d.n), kk = static_cast<int>(d.k);
+  const cudaDataType type = d.bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  constexpr size_t kBytes = 2;  // x, W and y: fp16 or bf16
+  const float one = 1.0f, zero = 0.0f;
+  // Row-major y[m][n] = x[m][k]·W[n][k]ᵀ is column-major Yᵀ (n × rows) =
+  // (W as k × n)ᵀ · (x as k × rows), leading dimensions k, k and n.
+  auto gemm = [&](CUdeviceptr xs, int m, const float* beta, CUdeviceptr c, cudaDataType ct) {
+    return blas->gemm_ex(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, kk, &one, reinterpret_cast<void*>(w), type, kk,
+                         reinterpret_cast<void*>(xs), type, kk, beta, reinterpret_cast<void*>(c), ct, n,
+                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS
+               ? CUDA_SUCCESS
+               : CUDA_ERROR_UNKNOWN;
+  };
+  if (d.slab_rows == 0) {
+    // Nothing but (perhaps) the residual follows: the GEMM adds it as β·y.
+    if (d.residual_param < 0) return gemm(x, rows, &zero, y, type);
+    if (residual != y) {
+      r = driver().cuMemcpyDtoDAsync(y, residual, size_t(rows) * n * kBytes, stream);
+      if (r != CUDA_SUCCESS) return r;
+    }
+    return gemm(x, rows, &one, y, type);
+  }
+  CUdeviceptr sums = w + size_t(kk) * n * kBytes, bias = pointer(d.bias_param), res = residual, out = y;
+  for (int m0 = 0; m0 < rows; m0 += static_cast<int>(d.slab_rows)) {
+    int m = static_cast<int>(std::min<long long>(d.slab_rows, rows - m0)), first = m0;
+    r = gemm(x + size_t(m0) * kk * kBytes, m, &zero, sums, CUDA_R_32F);
+    if (r != CUDA_SUCCESS) return r;
+    void* eargs[] = {&sums, &bias, &res, &out, &m, &first};
+    const unsigned blocks = static_cast<unsigned>((int64_t{m} * n + 255) / 256);
+    r = driver().cuLaunchKernel(k.epilogue, blocks, 1, 1, 256, 1, 1, 0, stream, eargs, nullptr);
+    if (r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+std::string dense_gemm_unavailable(CUstream stream) {
+  std::string why;
+  return try_cublas(&why) && cublas_handle(stream, &why) ? "" : why;
+}
+
+CUresult try_launch(const LoadedKernel& k, void** args, CUstream stream) {
+  return k.geometry.dense_gemm.on ? launch_dense_gemm(k, args, stream) : launch_kernel(k, args, stream, nullptr);
+}
+
 void launch(const LoadedKernel& k, void** args, CUstream stream) {
   const CUresult r = try_launch(k, args, stream);
+  if (r == CUDA_ERROR_NOT_SUPPORTED && k.geometry.dense_gemm.on)
+    throw Error("cublas", "kernel " + k.key.substr(0, 12) + " multiplies with cuBLAS: " + dense_gemm_unavailable(stream));
   if (r != CUDA_SUCCESS) throw Error("driver", "kernel launch failed: " + describe(r));
 }
 

@@ -48,6 +48,7 @@ struct LoadedKernel {
   std::vector<codegen::PointerArg> pointers;  // checked by launch_checked
   bool programmatic = false;                   // geometry.programmatic on an sm_90+ device
   std::shared_ptr<Workspaces> workspaces;      // when geometry asks for workspace bytes
+  CUfunction epilogue = nullptr;               // `<kernel>_epilogue`, when geometry.dense_gemm has slabs
 };
 
 // For this process's GPU, once k.function is set: a persistent grid's size
@@ -84,10 +85,17 @@ cache::KernelRecord build_record(const codegen::OpSpec& spec, const nlohmann::js
 LoadedKernel load_record(const cache::KernelRecord& rec, const codegen::OpSpec& spec);
 
 // args: the kernel's parameters, except the workspace (the last one, which
-// the runtime fills with the stream's) when the kernel has one.
+// the runtime fills with the stream's) when the kernel has one. With
+// geometry.dense_gemm, the cuBLAS steps that follow the kernel too.
 void launch(const LoadedKernel& k, void** args, CUstream stream);
-// launch() without throwing: the driver's result (the tuner records failures).
+// launch() without throwing: the driver's result (the tuner records
+// failures); CUDA_ERROR_NOT_SUPPORTED, nothing launched, where a dense_gemm
+// kernel finds no cuBLAS (dense_gemm_unavailable says why), and
+// CUDA_ERROR_UNKNOWN where cuBLAS fails after the kernel.
 CUresult try_launch(const LoadedKernel& k, void** args, CUstream stream);
+// Why a kernel whose geometry has a dense_gemm cannot run here (no
+// libcublas, or no handle), or "" when it can.
+std::string dense_gemm_unavailable(CUstream stream);
 // The entry points' launch: every pointer non-null and aligned as the kernel's
 // config needs (qjit::Error("argument", ...) naming it otherwise, nothing
 // launched; null only where the spec does not read it), then launch with the

@@ -640,6 +640,44 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
   run_inside_bucket(cases);
 }
 
+TEST_CASE("wq_gemm cublas family: dequantise, then cuBLAS; M inside the bucket and past 1024 (typed API)", "[gpu]") {
+  if (const std::string why = runtime::dense_gemm_unavailable(nullptr); !why.empty()) {
+    WARN("not run: " << why);
+    return;
+  }
+  const auto dense = [](int warps, int tiles) { return nlohmann::json{{"family", "cublas"}, {"warps", warps}, {"tiles", tiles}}; };
+  const BucketCase cases[] = {
+      // y straight from cuBLAS; tiles past the grid's last full block (272 rows of n: 17 × 16 tiles of 16 × 64)
+      {{{"k", 1024}, {"n", 272}, {"bits", 4}, {"zero", "int"}}, dense(4, 4), {100, 128}},
+      // the residual alone, added by the GEMM (β = 1 over y holding it); 2 bits, g = 32
+      {{{"k", 768}, {"n", 128}, {"bits", 2}, {"zero", "int"}, {"g", 32}, {"residual", "yes"}}, dense(8, 1), {5, 8}},
+      // the fp32 sums and the epilogue kernel: 3 bits, float zeros, bf16, a bias and relu
+      {{{"k", 320}, {"n", 80}, {"bits", 3}, {"zero", "float"}, {"scales", "bf16"}, {"x", "bf16"}, {"g", 64},
+        {"bias", "yes"}, {"act", "relu"}},
+       dense(4, 1), {65, 100}},
+      // the open bucket: slabs of 1024 rows (three at M = 2100), every epilogue term, g = k
+      {{{"k", 512}, {"n", 112}, {"bits", 8}, {"zero", "sym"}, {"g", 512}, {"bias", "yes"}, {"act", "relu6"},
+        {"residual", "yes"}},
+       dense(8, 4), {1025, 2100}},
+  };
+  run_inside_bucket(cases);
+  // y += W·h in place (residual = y), through the GEMM's β and through the epilogue.
+  test::TempDir dir;
+  for (const auto& [params, rows] : {std::pair{nlohmann::json{{"k", 768}, {"n", 128}, {"residual", "yes"}}, 8},
+                                     std::pair{nlohmann::json{{"k", 768}, {"n", 128}, {"residual", "yes"}, {"bias", "yes"}}, 300}}) {
+    const std::string db = dir.file("in_place_" + std::to_string(rows) + ".db");
+    cache::Store store(db);
+    set_cache_path(db);
+    nlohmann::json p = params;
+    p["m"] = codegen::wq_gemm_bucket(rows);
+    tuner::TuneOptions opt;
+    opt.seed = fresh_seed();
+    opt.only_configs = {dense(4, 1)};
+    REQUIRE(tuner::tune(codegen::make_spec("wq_gemm", p), store, opt).best.config == dense(4, 1));
+    check_wq_gemm(params, rows, /*in_place=*/true);
+  }
+}
+
 TEST_CASE("wq_gemm small-M kernels: M inside the bucket, rows past M never stored (typed API)", "[gpu]") {
   // The tuner verifies at the bucket's M. Rows of x past M are read as a
   // copy of row M - 1 by the register pipeline and x_regs (load_x), left

@@ -245,6 +245,15 @@ TuneReport tune(const codegen::OpSpec& spec, cache::Store& store, const TuneOpti
       CUmodule m;
       ~ModuleGuard() { runtime::driver().cuModuleUnload(m); }
     } mguard{k.module};
+    // A candidate that multiplies with cuBLAS (wq_gemm's "cublas" family)
+    // cannot run without it: a resource error, as a kernel too big for this GPU.
+    if (k.geometry.dense_gemm.on) {
+      if (const std::string why = runtime::dense_gemm_unavailable(stream); !why.empty()) {
+        record(c.config, cache::TrialStatus::resource_error, "needs cuBLAS: " + why, &c.compiled);
+        ++rep.failed_now;
+        continue;
+      }
+    }
     // Stored before the GPU runs the candidate, replaced by its result at
     // the end: if the process dies on it (a fault that poisons the context,
     // a hang that gets it killed), the next run finds it measured and skips

@@ -1,5 +1,6 @@
 #include "codegen/ops/wq_gemm.h"
 #include "codegen/error.h"
+#include "codegen/ops/wq_dense.h"
 #include "codegen/ops/wq_mainloop.h"
 #include "codegen/ops/wq_tiled.h"
 
@@ -17,11 +18,13 @@ WqShape shape_of(const OpSpec& spec) {
   return s;
 }
 
-// Two config families: the small-M mainloop's (no "family" key; the cache
-// holds such configs) and "tiled", the large-M kernel's.
+// Config families: the small-M mainloop's (no "family" key; the cache holds
+// such configs), "tiled" and "wgmma" (large M), and "cublas" (dequantise,
+// then cuBLAS: wq_dense.h).
 WqConfig config_of(const nlohmann::json& j) { return WqConfig::from(j, "wq_gemm"); }
 bool tiled(const nlohmann::json& j) { return WqTiledConfig::is_tiled(j); }
 bool wgmma(const nlohmann::json& j) { return WqWgmmaConfig::is_wgmma(j); }
+bool dense(const nlohmann::json& j) { return WqDenseConfig::is_dense(j); }
 
 // The mma kernel's parameters: x, qweight, scales, zeros, bias, residual, y,
 // M, then the balanced schedule's workspace (filled by the runtime).
@@ -72,6 +75,7 @@ void WqGemmOp::validate(const nlohmann::json& p) const {
 std::string WqGemmOp::template_path(const nlohmann::json& config) const {
   return wgmma(config)   ? "templates/wq_gemm/wq_gemm_wgmma.cu"
          : tiled(config) ? "templates/wq_gemm/wq_gemm_tiled.cu"
+         : dense(config) ? "templates/wq_gemm/wq_gemm_dense.cu"
                          : "templates/wq_gemm/wq_gemm_mma.cu";
 }
 
@@ -82,6 +86,7 @@ std::vector<nlohmann::json> WqGemmOp::tunable_space(const OpSpec& spec) const {
   for (const auto& c : wq_tunable_space(shape_of(spec))) out.push_back(c.to_json());
   for (const auto& c : wq_tiled_space(shape_of(spec))) out.push_back(c.to_json());
   for (const auto& c : wq_wgmma_space(shape_of(spec))) out.push_back(c.to_json());
+  for (const auto& c : wq_dense_space(shape_of(spec))) out.push_back(c.to_json());
   return out;
 }
 
@@ -94,6 +99,7 @@ nlohmann::json WqGemmOp::default_config(const OpSpec& spec) const {
 void WqGemmOp::validate_config(const OpSpec& spec, const nlohmann::json& config) const {
   const std::string p = wgmma(config)   ? wq_wgmma_problem(shape_of(spec), WqWgmmaConfig::from(config))
                         : tiled(config) ? wq_tiled_problem(shape_of(spec), WqTiledConfig::from(config))
+                        : dense(config) ? wq_dense_problem(shape_of(spec), WqDenseConfig::from(config))
                                         : wq_config_problem(shape_of(spec), config_of(config));
   if (!p.empty()) throw Error("config", "wq_gemm config " + config.dump() + " is illegal for " + spec.label() + ": " + p);
 }
@@ -101,6 +107,7 @@ void WqGemmOp::validate_config(const OpSpec& spec, const nlohmann::json& config)
 std::vector<Constant> WqGemmOp::constants(const OpSpec& spec, const nlohmann::json& config) const {
   auto out = wgmma(config)   ? wq_wgmma_constants(shape_of(spec), WqWgmmaConfig::from(config))
               : tiled(config) ? wq_tiled_constants(shape_of(spec), WqTiledConfig::from(config))
+              : dense(config) ? wq_dense_constants(shape_of(spec), WqDenseConfig::from(config))
                               : wq_constants(shape_of(spec), config_of(config));
   const std::string act = spec.get_str("act");
   out.push_back({"bool", "kHasBias", spec.get_str("bias") == "yes" ? "true" : "false", "add bias[n]"});
@@ -112,12 +119,27 @@ std::vector<Constant> WqGemmOp::constants(const OpSpec& spec, const nlohmann::js
 
 LaunchGeometry WqGemmOp::launch_geometry(const OpSpec& spec, const nlohmann::json& config) const {
   if (wgmma(config)) return wq_wgmma_geometry(shape_of(spec), WqWgmmaConfig::from(config));
+  if (dense(config))
+    return wq_dense_geometry(shape_of(spec), WqDenseConfig::from(config), spec.get_str("bias") == "yes",
+                             spec.get_str("act"));
   return tiled(config) ? wq_tiled_geometry(shape_of(spec), WqTiledConfig::from(config))
                        : wq_launch_geometry(shape_of(spec), config_of(config), kWorkspaceParam);
 }
 
 std::vector<PointerArg> WqGemmOp::pointer_args(const OpSpec& spec, const nlohmann::json& config) const {
   const WqShape s = shape_of(spec);
+  if (dense(config)) {
+    // Vector loads of the native words (wq_dequant.cuh's load_tile); cuBLAS
+    // takes x and y at any element boundary.
+    const int words = s.bits % 4 == 0 ? 4 : s.bits == 2 ? 2 : 1;
+    return {{"x", 2},
+            {"qweight", 4 * words},
+            {"scales", 2},
+            {"zeros", s.zero == "float" ? 2 : 1, s.zero == "sym"},
+            {"bias", 2, spec.get_str("bias") == "no"},
+            {"residual", 2, spec.get_str("residual") == "no"},
+            {"y", 2}};
+  }
   // The large-M kernels copy weights, scales and zeros in 16-byte pieces.
   const WqAlign a = tiled(config) || wgmma(config) ? WqAlign{16, 16, 16} : wq_alignment(s, config_of(config));
   const int xb = bytes_of(s.x);

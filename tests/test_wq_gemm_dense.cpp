@@ -1,0 +1,141 @@
+// wq_gemm's "cublas" family (codegen/ops/wq_dense.h): its configs and
+// errors, the launch it asks the runtime for, and its two kernels compiled
+// for every bit width, zero mode and type. The GPU runs them in test_gpu.cpp.
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include "codegen/error.h"
+#include "codegen/ops/wq_gemm.h"
+#include "codegen/registry.h"
+#include "codegen/source.h"
+#include "tests/helpers.h"
+
+using namespace qjit;
+using codegen::parse_spec;
+
+namespace {
+
+const nlohmann::json kDense = {{"family", "cublas"}, {"warps", 4}, {"tiles", 1}};
+
+size_t dense_count(const char* shape) {
+  const auto space = codegen::find_op("wq_gemm").tunable_space(parse_spec("wq_gemm", shape));
+  return static_cast<size_t>(
+      std::count_if(space.begin(), space.end(), [](const nlohmann::json& c) { return c.value("family", "") == "cublas"; }));
+}
+
+}  // namespace
+
+TEST_CASE("wq_gemm cublas family: configs, errors, and never the untuned default", "[wq_gemm]") {
+  const auto& op = codegen::find_op("wq_gemm");
+  // A candidate in every bucket where x has the scales' type (cuBLAS multiplies one type).
+  CHECK(dense_count("k=4096,n=11008,m=1") == 4);
+  CHECK(dense_count("k=4096,n=11008,m=1024,bits=3,zero=float,scales=bf16,x=bf16,g=64") == 4);
+  CHECK(dense_count("k=4096,n=11008,m=256,x=fp32") == 0);
+  CHECK(dense_count("k=4096,n=11008,m=256,x=bf16") == 0);
+  for (const char* s : {"k=4096,n=11008,m=1", "k=4096,n=11008,m=256", "k=64,n=16,m=1024,bits=2,g=32"})
+    CHECK(op.default_config(parse_spec("wq_gemm", s)).value("family", "") != "cublas");
+  const auto spec = parse_spec("wq_gemm", "k=4096,n=11008,m=64");
+  op.validate_config(spec, kDense);
+  auto with = [](const char* key, int v) {
+    nlohmann::json c = kDense;
+    c[key] = v;
+    return c;
+  };
+  CHECK_THROWS_WITH(op.validate_config(spec, with("warps", 3)), Catch::Contains("warps must be 4 or 8"));
+  CHECK_THROWS_WITH(op.validate_config(spec, with("tiles", 2)), Catch::Contains("tiles must be 1 or 4"));
+  CHECK_THROWS_WITH(op.validate_config(spec, with("stages", 3)), Catch::Contains("needs family, warps and tiles"));
+  nlohmann::json missing = kDense;
+  missing.erase("tiles");
+  CHECK_THROWS_WITH(op.validate_config(spec, missing), Catch::Contains("needs family, warps and tiles"));
+  CHECK_THROWS_WITH(op.validate_config(parse_spec("wq_gemm", "k=4096,n=11008,m=64,x=fp32"), kDense),
+                    Catch::Contains("x (fp32) must be the scales' type (fp16)"));
+}
+
+TEST_CASE("wq_gemm cublas family: the launch (grid, workspace, the GEMM's operands)", "[wq_gemm]") {
+  const auto& op = codegen::find_op("wq_gemm");
+  // Nothing after the GEMM: the workspace holds the dense W alone.
+  {
+    const auto g = op.launch_geometry(parse_spec("wq_gemm", "k=4096,n=11008,m=64"), kDense);
+    CHECK(g.grid[0] == (11008 / 16) * (4096 / 64) / 4);
+    CHECK(g.block[0] == 128);
+    CHECK(g.workspace_param == 8);
+    CHECK(g.workspace_fixed == size_t{4096} * 11008 * 2);
+    const auto& d = g.dense_gemm;
+    CHECK(d.on);
+    CHECK(d.x_param == 0);
+    CHECK(d.bias_param == 4);
+    CHECK(d.residual_param == -1);
+    CHECK(d.y_param == 6);
+    CHECK(d.rows_param == 7);
+    CHECK(d.k == 4096);
+    CHECK(d.n == 11008);
+    CHECK_FALSE(d.bf16);
+    CHECK(d.slab_rows == 0);
+  }
+  // The residual alone is the GEMM's β: still no sums in the workspace.
+  {
+    const auto g = op.launch_geometry(parse_spec("wq_gemm", "k=11008,n=4096,m=8,residual=yes,scales=bf16,x=bf16"),
+                                      {{"family", "cublas"}, {"warps", 8}, {"tiles", 4}});
+    CHECK(g.grid[0] == (4096 / 16) * (11008 / 64) / 32);
+    CHECK(g.block[0] == 256);
+    CHECK(g.dense_gemm.residual_param == 5);
+    CHECK(g.dense_gemm.bf16);
+    CHECK(g.dense_gemm.slab_rows == 0);
+    CHECK(g.workspace_fixed == size_t{11008} * 4096 * 2);
+  }
+  // A bias or a clamp: fp32 sums of a slab of rows after W, the bucket's rows, 1024 in the open bucket.
+  {
+    const auto g = op.launch_geometry(parse_spec("wq_gemm", "k=256,n=48,m=16,act=relu"), kDense);
+    CHECK(g.grid[0] == 3);  // 3 × 4 tiles, a block of 4 warps of one tile each
+    CHECK(g.dense_gemm.slab_rows == 16);
+    CHECK(g.workspace_fixed == size_t{256} * 48 * 2 + 16 * 48 * 4);
+    const auto open = op.launch_geometry(parse_spec("wq_gemm", "k=256,n=48,m=1024,bias=yes,residual=yes"), kDense);
+    CHECK(open.dense_gemm.slab_rows == 1024);
+    CHECK(open.dense_gemm.residual_param == 5);
+    CHECK(open.workspace_fixed == size_t{256} * 48 * 2 + 1024 * 48 * 4);
+  }
+  // Pointers: the native words by vector loads; cuBLAS takes x and y at any element; no zeros when symmetric.
+  const auto ptrs = op.pointer_args(parse_spec("wq_gemm", "k=256,n=48,m=16,bits=3,zero=sym"), kDense);
+  REQUIRE(ptrs.size() == 7);
+  CHECK(ptrs[0].align == 2);
+  CHECK(ptrs[1].align == 4);
+  CHECK(ptrs[3].optional);
+  CHECK(op.pointer_args(parse_spec("wq_gemm", "k=256,n=48,m=16,bits=4"), kDense)[1].align == 16);
+}
+
+TEST_CASE("wq_gemm cublas family: both kernels compile for every bit width, zero mode and type", "[wq_gemm][nvrtc]") {
+  const auto& op = codegen::find_op("wq_gemm");
+  std::vector<test::CompileJob> jobs;
+  int i = 0;
+  for (int bits : {2, 3, 4, 8})
+    for (const char* zero : {"sym", "int", "float"})
+      for (const char* type : {"fp16", "bf16"}) {
+        // A bias on every other spec: the epilogue kernel is compiled either way (the runtime looks it up
+        // only where the geometry has slabs).
+        const std::string shape = "k=192,n=48,m=32,bits=" + std::to_string(bits) + ",zero=" + zero +
+                                  ",scales=" + type + ",x=" + type + ",g=" + (i % 2 ? "64" : "192") +
+                                  (i % 2 ? ",bias=yes,act=relu6" : "");
+        const auto spec = parse_spec("wq_gemm", shape);
+        const auto space = op.tunable_space(spec);
+        for (const auto& c : space)
+          if (c.value("family", "") == "cublas" && (c["warps"] == 4) == (i % 2 == 0)) jobs.push_back({spec, c});
+        ++i;
+      }
+  REQUIRE(jobs.size() == 2 * 24);
+  test::compile_jobs(jobs, "sm_90", "wq_gemm cublas");
+  for (const auto& j : jobs) {
+    INFO(j.spec.label() << " " << j.config.dump() << "\n" << j.error << j.result.log);
+    REQUIRE(j.error.empty());
+    CHECK(j.result.ok);
+    CHECK(j.result.ptx.find(".entry qjit_wq_gemm(") != std::string::npos);
+    CHECK(j.result.ptx.find(".entry qjit_wq_gemm_epilogue(") != std::string::npos);
+    // Each lane stores a row's 16 weights as two 16-byte pieces.
+    CHECK(j.result.ptx.find("st.global.v4.u32") != std::string::npos);
+    CHECK(j.result.spill_bytes == 0);
+  }
+  // And for sm_80, where the family is the large-M candidate that cuBLAS makes strong.
+  std::vector<test::CompileJob> ampere{{parse_spec("wq_gemm", "k=4096,n=11008,m=256,bias=yes"), kDense}};
+  test::compile_jobs(ampere, "sm_80", "wq_gemm cublas sm_80");
+  INFO(ampere[0].error << ampere[0].result.log);
+  CHECK(ampere[0].result.ok);
+  CHECK_FALSE(codegen::generate_source(ampere[0].spec, kDense).needs_sm90a);
+}
