@@ -636,6 +636,11 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
       // zeros a stage, read for both chunks)
       {{{"k", 1024}, {"n", 272}, {"bits", 4}, {"zero", "int"}, {"bias", "yes"}},
        wgmma(2, 64, 4, 2, 1, 1, 0, 1, 1, 1, 1, 1, 1), {65, 100}},
+      // 4 bits with x permuted by the warp-specialised producer (no trade), 64 and 128 rows
+      {{{"k", 1024}, {"n", 272}, {"bits", 4}, {"zero", "int"}, {"bias", "yes"}}, wgmma(2, 64, 4, 2, 1, 1, 0, 1, 0, 1),
+       {65, 100}},
+      {{{"k", 320}, {"n", 80}, {"bits", 4}, {"zero", "float"}, {"scales", "bf16"}, {"x", "bf16"}, {"g", 32}},
+       wgmma(1, 128, 3, 1, 1, 1, 0, 0, 0, 1, 0, 1), {129, 200}},
   };
   run_inside_bucket(cases);
 }

@@ -627,6 +627,19 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   const auto permuted_ptx = codegen::compile(codegen::generate_source(big, permuted), "sm_90");
   REQUIRE(permuted_ptx.ok);
   CHECK(permuted_ptx.ptx.find("cp.async.ca.shared.global") != std::string::npos);  // x 4 bytes at a time
+  // Under ws, where the producer issues those copies and the consumers skip the trade, the permuted
+  // order is searched at 4 bits too, up to 128 rows (x's copies: 4 bytes each).
+  const nlohmann::json ws_permuted = {{"family", "wgmma"}, {"groups", 2}, {"rows", 64},  {"stages", 4},
+                                      {"chunks", 2},       {"producer", 1}, {"stream", 1}, {"ws", 1}};
+  CHECK(std::find(space.begin(), space.end(), ws_permuted) != space.end());
+  CHECK(std::find(space.begin(), space.end(), with_key(with_key(ws_permuted, "rows", 256), "chunks", 1)) ==
+        space.end());
+  CHECK_NOTHROW(op.validate_config(big, with_key(with_key(ws_permuted, "rows", 256), "chunks", 1)));
+  const auto ws_permuted_ptx = codegen::compile(codegen::generate_source(big, ws_permuted), "sm_90");
+  REQUIRE(ws_permuted_ptx.ok);
+  CHECK(ws_permuted_ptx.ptx.find("cp.async.ca.shared.global") != std::string::npos);  // x 4 bytes at a time
+  CHECK(ws_permuted_ptx.ptx.find("shfl.sync.bfly") == std::string::npos);             // and no trade
+  CHECK(ws_permuted_ptx.spill_bytes == 0);
   // ws: warp specialisation of the producer (mbarriers per ring slot, setmaxnreg); absent when 0;
   // needs the producer and no split. It lifts the producer's register limit: two consumer
   // warpgroups of 256 rows get 224 registers each.
