@@ -636,11 +636,17 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
       // zeros a stage, read for both chunks)
       {{{"k", 1024}, {"n", 272}, {"bits", 4}, {"zero", "int"}, {"bias", "yes"}},
        wgmma(2, 64, 4, 2, 1, 1, 0, 1, 1, 1, 1, 1, 1), {65, 100}},
-      // 4 bits with x permuted by the warp-specialised producer (no trade), 64 and 128 rows
+      // 4 bits with x permuted by the warp-specialised producer (no trade), 64 and 128 rows; and with
+      // the weights, scales and zeros by the tensor copy engine beside x's 4-byte copies (tma_w without
+      // tma_x), at 4 and 8 bits
       {{{"k", 1024}, {"n", 272}, {"bits", 4}, {"zero", "int"}, {"bias", "yes"}}, wgmma(2, 64, 4, 2, 1, 1, 0, 1, 0, 1),
        {65, 100}},
       {{{"k", 320}, {"n", 80}, {"bits", 4}, {"zero", "float"}, {"scales", "bf16"}, {"x", "bf16"}, {"g", 32}},
        wgmma(1, 128, 3, 1, 1, 1, 0, 0, 0, 1, 0, 1), {129, 200}},
+      {{{"k", 1024}, {"n", 272}, {"bits", 4}, {"zero", "int"}, {"bias", "yes"}},
+       wgmma(2, 64, 4, 2, 1, 1, 0, 1, 0, 1, 0, 0, 1), {65, 100}},
+      {{{"k", 768}, {"n", 112}, {"bits", 8}, {"zero", "int"}, {"residual", "yes"}},
+       wgmma(1, 128, 4, 1, 1, 1, 0, 0, 0, 1, 0, 0, 1), {129, 200}},
   };
   run_inside_bucket(cases);
 }

@@ -640,6 +640,22 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   CHECK(ws_permuted_ptx.ptx.find("cp.async.ca.shared.global") != std::string::npos);  // x 4 bytes at a time
   CHECK(ws_permuted_ptx.ptx.find("shfl.sync.bfly") == std::string::npos);             // and no trade
   CHECK(ws_permuted_ptx.spill_bytes == 0);
+  // ... and with the weights, scales and zeros by the tensor copy engine (tma_w without tma_x: their
+  // maps are the only ones, right after the workspace; x still copied 4 bytes at a time).
+  const auto ws_permuted_w = with_key(ws_permuted, "tma_w", 1);
+  CHECK(std::find(space.begin(), space.end(), ws_permuted_w) != space.end());
+  const auto gpw = op.launch_geometry(big, ws_permuted_w);
+  REQUIRE(gpw.tensor_maps.size() == 3);
+  CHECK((gpw.tensor_maps[0].source == 1 && gpw.tensor_maps[1].source == 2 && gpw.tensor_maps[2].source == 3));
+  const auto ws_permuted_w_ptx = codegen::compile(codegen::generate_source(big, ws_permuted_w), "sm_90");
+  INFO(ws_permuted_w_ptx.log);
+  REQUIRE(ws_permuted_w_ptx.ok);
+  CHECK(ws_permuted_w_ptx.ptx.find(".param .align 64 .b8 qjit_wq_gemm_param_11[128]") != std::string::npos);
+  CHECK(ws_permuted_w_ptx.ptx.find("qjit_wq_gemm_param_12") == std::string::npos);
+  CHECK(ws_permuted_w_ptx.ptx.find("cp.async.bulk.tensor.3d") != std::string::npos);
+  CHECK(ws_permuted_w_ptx.ptx.find("cp.async.ca.shared.global") != std::string::npos);
+  CHECK(ws_permuted_w_ptx.ptx.find("cp.async.cg.shared.global") == std::string::npos);  // no 16-byte copies
+  CHECK(ws_permuted_w_ptx.spill_bytes == 0);
   // ws: warp specialisation of the producer (mbarriers per ring slot, setmaxnreg); absent when 0;
   // needs the producer and no split. It lifts the producer's register limit: two consumer
   // warpgroups of 256 rows get 224 registers each.
@@ -721,11 +737,11 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   CHECK(tma_ptx.ptx.find("fence.proxy.async") == std::string::npos);  // x never passes the generic proxy
   CHECK(tma_ptx.spill_bytes == 0);
   CHECK(tma_ptx.ptx.find("cp.async.bulk.tensor.3d") == std::string::npos);
-  // tma_w (under tma_x): the weights by the tensor copy engine too, from a second map after x's:
+  // tma_w (under ws): the weights by the tensor copy engine too, from a second map after x's:
   // qweight's native words as [n / 16][k / 64][32 · bits], one box per chunk of the block's tiles.
   const auto tma_w = with_key(tma, "tma_w", 1);
   CHECK(std::find(space.begin(), space.end(), tma_w) != space.end());
-  CHECK_THROWS_WITH(op.validate_config(big, with_key(ws, "tma_w", 1)), Catch::Contains("tma_x must be 1"));
+  CHECK_THROWS_WITH(op.validate_config(big, with_key(c, "tma_w", 1)), Catch::Contains("ws must be 1"));
   CHECK_THROWS_WITH(op.validate_config(big, with_key(tma, "tma_w", 2)), Catch::Contains("tma_w must be 0 or 1"));
   const auto gw = op.launch_geometry(big, tma_w);
   REQUIRE(gw.tensor_maps.size() == 4);

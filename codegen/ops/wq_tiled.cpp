@@ -207,8 +207,7 @@ std::string wq_wgmma_problem(const WqShape& s, const WqWgmmaConfig& c) {
   if (c.stage_y && s.residual)
     return "stage_y rounds y before the residual could be added (residual=yes stores y element by element)";
   if (!one_of(c.tma_w, {0, 1})) return "tma_w must be 0 or 1";
-  // Its tensor map follows x's among the kernel's parameters.
-  if (c.tma_w && !c.tma_x) return "tma_w copies the weights beside tma_x's copies of x (tma_x must be 1)";
+  if (c.tma_w && !c.ws) return "tma_w is the warp-specialised producer's copy (ws must be 1)";
   // Register limits (ptxas spills past them): a third warpgroup leaves 168
   // registers per thread, short of 128 accumulators and tight for two chunks
   // per stage; A in registers takes 16 more per chunk of a stage, twice (the

@@ -61,8 +61,8 @@ LaunchGeometry wq_tiled_geometry(const WqShape& s, const WqTiledConfig& c);
 // warpgroups that multiply; with `tma_x` 1 (under ws) x arrives by the bulk
 // tensor copy engine from a tensor map the runtime makes at each launch;
 // with `stage_y` 1 (no split, no residual) the warps pass y through shared
-// memory and store whole rows of the tile; with `tma_w` 1 (under tma_x) the
-// weights arrive by the tensor copy engine too, one box per chunk. These
+// memory and store whole rows of the tile; with `tma_w` 1 (under ws) the
+// weights arrive by the tensor copy engine, one box per chunk. These
 // nine keys are absent at their defaults (1, 0, 0, 0, 0, 0, 0, 0 and 0), so
 // configs cached before them keep their meaning.
 struct WqWgmmaConfig {
@@ -73,7 +73,7 @@ struct WqWgmmaConfig {
   int ws = 0;      // 1: warp-specialised (producer and consumers joined by mbarriers, setmaxnreg)
   int tma_x = 0;   // 1 (with ws): x copied by cp.async.bulk.tensor, one instruction per chunk
   int stage_y = 0;  // 1: y through shared memory, stored in whole rows of the tile (16 bytes per thread)
-  int tma_w = 0;    // 1 (with tma_x): the weights copied by cp.async.bulk.tensor, one instruction per chunk
+  int tma_w = 0;    // 1 (with ws): the weights copied by cp.async.bulk.tensor, one instruction per chunk
 
   static bool is_wgmma(const nlohmann::json& j);  // "family": "wgmma"
   static WqWgmmaConfig from(const nlohmann::json& j);

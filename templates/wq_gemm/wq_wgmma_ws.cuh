@@ -52,8 +52,10 @@
 // 16-byte copies of x took the producer about 1000 cycles a stage at 256
 // rows (qjit_ws_probe, H100), as long as the tensor cores' work.
 //
-// Weights, scales and zeros by the bulk tensor copy engine too (kTmaW): the
-// same producer thread copies each chunk's words with one
+// Weights, scales and zeros by the bulk tensor copy engine (kTmaW): producer
+// thread 0 (the one that copies x under kTmaX; without it, x in the
+// permuted order, all producer threads copy x 4 bytes at a time beside the
+// boxes) copies each chunk's words with one
 // cp.async.bulk.tensor.3d, from a second tensor map (qweight as words
 // [n / 16][k / 64][32 · kBits], boxes of one chunk × the block's tiles: the
 // ring's layout of a chunk's words; tiles past n arrive as zeros), and the
@@ -78,7 +80,7 @@
 static_assert(!kWs || (kProducer == 1 && kSplit == 1 && kGroups <= 2),
               "warp specialisation: a producer warpgroup, no split, one or two consumer warpgroups");
 static_assert(!kTmaX || kWs, "x by the tensor copy engine is a warp-specialised producer's");
-static_assert(!kTmaW || kTmaX, "the weights' tensor map follows x's");
+static_assert(!kTmaW || kWs, "the weights by the tensor copy engine are a warp-specialised producer's");
 
 constexpr int kWsBlocks = kStream > 1 ? kStream : 1;
 constexpr bool kWsMovesRegisters = kGroups == 2 || kWsBlocks > 1;
