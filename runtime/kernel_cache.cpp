@@ -326,7 +326,8 @@ CUresult try_launch(const LoadedKernel& k, void** args, CUstream stream) {
 void launch(const LoadedKernel& k, void** args, CUstream stream) {
   const CUresult r = try_launch(k, args, stream);
   if (r == CUDA_ERROR_NOT_SUPPORTED && k.geometry.dense_gemm.on)
-    throw Error("cublas", "kernel " + k.key.substr(0, 12) + " multiplies with cuBLAS: " + dense_gemm_unavailable(stream));
+    throw Error("cublas",
+                "kernel " + k.key.substr(0, 12) + " multiplies with cuBLAS: " + dense_gemm_unavailable(stream));
   if (r != CUDA_SUCCESS) throw Error("driver", "kernel launch failed: " + describe(r));
 }
 

@@ -656,7 +656,9 @@ TEST_CASE("wq_gemm cublas family: dequantise, then cuBLAS; M inside the bucket a
     WARN("not run: " << why);
     return;
   }
-  const auto dense = [](int warps, int tiles) { return nlohmann::json{{"family", "cublas"}, {"warps", warps}, {"tiles", tiles}}; };
+  const auto dense = [](int warps, int tiles) {
+    return nlohmann::json{{"family", "cublas"}, {"warps", warps}, {"tiles", tiles}};
+  };
   const BucketCase cases[] = {
       // y straight from cuBLAS; tiles past the grid's last full block (272 rows of n: 17 × 16 tiles of 16 × 64)
       {{{"k", 1024}, {"n", 272}, {"bits", 4}, {"zero", "int"}}, dense(4, 4), {100, 128}},
@@ -674,8 +676,9 @@ TEST_CASE("wq_gemm cublas family: dequantise, then cuBLAS; M inside the bucket a
   run_inside_bucket(cases);
   // y += W·h in place (residual = y), through the GEMM's β and through the epilogue.
   test::TempDir dir;
-  for (const auto& [params, rows] : {std::pair{nlohmann::json{{"k", 768}, {"n", 128}, {"residual", "yes"}}, 8},
-                                     std::pair{nlohmann::json{{"k", 768}, {"n", 128}, {"residual", "yes"}, {"bias", "yes"}}, 300}}) {
+  const nlohmann::json residual_only = {{"k", 768}, {"n", 128}, {"residual", "yes"}};
+  const nlohmann::json with_bias = {{"k", 768}, {"n", 128}, {"residual", "yes"}, {"bias", "yes"}};
+  for (const auto& [params, rows] : {std::pair{residual_only, 8}, std::pair{with_bias, 300}}) {
     const std::string db = dir.file("in_place_" + std::to_string(rows) + ".db");
     cache::Store store(db);
     set_cache_path(db);

@@ -18,8 +18,9 @@ const nlohmann::json kDense = {{"family", "cublas"}, {"warps", 4}, {"tiles", 1}}
 
 size_t dense_count(const char* shape) {
   const auto space = codegen::find_op("wq_gemm").tunable_space(parse_spec("wq_gemm", shape));
-  return static_cast<size_t>(
-      std::count_if(space.begin(), space.end(), [](const nlohmann::json& c) { return c.value("family", "") == "cublas"; }));
+  return static_cast<size_t>(std::count_if(space.begin(), space.end(), [](const nlohmann::json& c) {
+    return c.value("family", "") == "cublas";
+  }));
 }
 
 }  // namespace

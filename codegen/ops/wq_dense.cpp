@@ -22,7 +22,8 @@ std::string wq_dense_problem(const WqShape& s, const WqDenseConfig& c) {
   if (c.warps != 4 && c.warps != 8) return "warps must be 4 or 8";
   if (c.tiles != 1 && c.tiles != 4) return "tiles must be 1 or 4";
   // cublasGemmEx multiplies A and B of one type: the dense W is in the scales' type.
-  if (s.x != s.scales) return "cuBLAS multiplies x by W of one type: x (" + s.x + ") must be the scales' type (" + s.scales + ")";
+  if (s.x != s.scales)
+    return "cuBLAS multiplies x by W of one type: x (" + s.x + ") must be the scales' type (" + s.scales + ")";
   if (s.matrices != 1) return "one matrix";
   return "";
 }
