@@ -98,10 +98,10 @@ struct LaunchGeometry {
   // the residual, copied in first unless residual is y). slab_rows > 0: per
   // slab of that many rows, the GEMM writes fp32 sums into the workspace
   // after W and the module's `<kernel>_epilogue(sums, bias, residual, y,
-  // rows, m0)` stores y from them (bias_param names the bias).
+  // rows, m0)` stores y from them (bias_param names the bias; -1: none).
   struct DenseGemm {
     bool on = false;
-    int x_param = 0, bias_param = 4, residual_param = -1, y_param = 0, rows_param = 0;
+    int x_param = 0, bias_param = -1, residual_param = -1, y_param = 0, rows_param = 0;
     long long k = 0, n = 0;
     bool bf16 = false;  // x, W and y in bf16 (else fp16)
     long long slab_rows = 0;

@@ -34,6 +34,14 @@ const Cublas* try_cublas(std::string* why) {
   return loaded;
 }
 
+cublasStatus_t gemm_x_wt(const Cublas& c, cublasHandle_t h, int rows, int n, int k, CUdeviceptr w, CUdeviceptr x,
+                         cudaDataType xw, float beta, CUdeviceptr y, cudaDataType yt) {
+  const float one = 1.0f;
+  return c.gemm_ex(h, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &one, reinterpret_cast<void*>(w), xw, k,
+                   reinterpret_cast<void*>(x), xw, k, &beta, reinterpret_cast<void*>(y), yt, n, CUBLAS_COMPUTE_32F,
+                   CUBLAS_GEMM_DEFAULT);
+}
+
 cublasHandle_t cublas_handle(CUstream stream, std::string* why) {
   const Cublas* c = try_cublas(why);
   if (!c) return nullptr;

@@ -23,6 +23,12 @@ struct Cublas {
 // nullptr (with the reason) when libcublas cannot be loaded.
 const Cublas* try_cublas(std::string* why);
 
+// y[rows][n] = x[rows][k] · W[n][k]ᵀ + β·y, every matrix row-major, sums in
+// fp32: cuBLAS's column-major Yᵀ (n × rows) = (W as k × n)ᵀ · (x as k ×
+// rows), leading dimensions k, k and n. x and W of type `xw`, y of `yt`.
+cublasStatus_t gemm_x_wt(const Cublas& c, cublasHandle_t h, int rows, int n, int k, CUdeviceptr w, CUdeviceptr x,
+                         cudaDataType xw, float beta, CUdeviceptr y, cudaDataType yt);
+
 // The process's cuBLAS handle for `stream`, created (and bound to the
 // stream) on first use and kept for the process: a handle is not to be
 // shared by two host threads at once, and launches on one stream are

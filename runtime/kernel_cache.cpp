@@ -280,29 +280,23 @@ CUresult launch_dense_gemm(const LoadedKernel& k, void** args, CUstream stream) 
   const int n = static_cast<int>(d.n), kk = static_cast<int>(d.k);
   const cudaDataType type = d.bf16 ? CUDA_R_16BF : CUDA_R_16F;
   constexpr size_t kBytes = 2;  // x, W and y: fp16 or bf16
-  const float one = 1.0f, zero = 0.0f;
-  // Row-major y[m][n] = x[m][k]·W[n][k]ᵀ is column-major Yᵀ (n × rows) =
-  // (W as k × n)ᵀ · (x as k × rows), leading dimensions k, k and n.
-  auto gemm = [&](CUdeviceptr xs, int m, const float* beta, CUdeviceptr c, cudaDataType ct) {
-    return blas->gemm_ex(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, kk, &one, reinterpret_cast<void*>(w), type, kk,
-                         reinterpret_cast<void*>(xs), type, kk, beta, reinterpret_cast<void*>(c), ct, n,
-                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS
-               ? CUDA_SUCCESS
-               : CUDA_ERROR_UNKNOWN;
+  auto gemm = [&](CUdeviceptr xs, int m, float beta, CUdeviceptr c, cudaDataType ct) {
+    return gemm_x_wt(*blas, handle, m, n, kk, w, xs, type, beta, c, ct) == CUBLAS_STATUS_SUCCESS ? CUDA_SUCCESS
+                                                                                                 : CUDA_ERROR_UNKNOWN;
   };
   if (d.slab_rows == 0) {
     // Nothing but (perhaps) the residual follows: the GEMM adds it as β·y.
-    if (d.residual_param < 0) return gemm(x, rows, &zero, y, type);
+    if (d.residual_param < 0) return gemm(x, rows, 0.0f, y, type);
     if (residual != y) {
       r = driver().cuMemcpyDtoDAsync(y, residual, size_t(rows) * n * kBytes, stream);
       if (r != CUDA_SUCCESS) return r;
     }
-    return gemm(x, rows, &one, y, type);
+    return gemm(x, rows, 1.0f, y, type);
   }
   CUdeviceptr sums = w + size_t(kk) * n * kBytes, bias = pointer(d.bias_param), res = residual, out = y;
   for (int m0 = 0; m0 < rows; m0 += static_cast<int>(d.slab_rows)) {
     int m = static_cast<int>(std::min<long long>(d.slab_rows, rows - m0)), first = m0;
-    r = gemm(x + size_t(m0) * kk * kBytes, m, &zero, sums, CUDA_R_32F);
+    r = gemm(x + size_t(m0) * kk * kBytes, m, 0.0f, sums, CUDA_R_32F);
     if (r != CUDA_SUCCESS) return r;
     void* eargs[] = {&sums, &bias, &res, &out, &m, &first};
     const unsigned blocks = static_cast<unsigned>((int64_t{m} * n + 255) / 256);

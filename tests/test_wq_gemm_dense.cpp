@@ -63,7 +63,7 @@ TEST_CASE("wq_gemm cublas family: the launch (grid, workspace, the GEMM's operan
     const auto& d = g.dense_gemm;
     CHECK(d.on);
     CHECK(d.x_param == 0);
-    CHECK(d.bias_param == 4);
+    CHECK(d.bias_param == -1);
     CHECK(d.residual_param == -1);
     CHECK(d.y_param == 6);
     CHECK(d.rows_param == 7);
@@ -91,6 +91,7 @@ TEST_CASE("wq_gemm cublas family: the launch (grid, workspace, the GEMM's operan
     CHECK(g.workspace_fixed == size_t{256} * 48 * 2 + 16 * 48 * 4);
     const auto open = op.launch_geometry(parse_spec("wq_gemm", "k=256,n=48,m=1024,bias=yes,residual=yes"), kDense);
     CHECK(open.dense_gemm.slab_rows == 1024);
+    CHECK(open.dense_gemm.bias_param == 4);
     CHECK(open.dense_gemm.residual_param == 5);
     CHECK(open.workspace_fixed == size_t{256} * 48 * 2 + 1024 * 48 * 4);
   }

@@ -53,7 +53,7 @@ LaunchGeometry wq_dense_geometry(const WqShape& s, const WqDenseConfig& c, bool 
   g.workspace_param = 8;
   auto& d = g.dense_gemm;
   d.on = true;
-  d.x_param = 0, d.residual_param = s.residual ? 5 : -1, d.y_param = 6, d.rows_param = 7;
+  d.x_param = 0, d.bias_param = bias ? 4 : -1, d.residual_param = s.residual ? 5 : -1, d.y_param = 6, d.rows_param = 7;
   d.k = s.k, d.n = s.n;
   d.bf16 = s.scales == "bf16";
   d.slab_rows = wq_dense_needs_epilogue(bias, act) ? wq_dense_slab_rows(s) : 0;

@@ -148,16 +148,12 @@ CublasFfnPath::~CublasFfnPath() {
 }
 
 void CublasFfnPath::run(CUdeviceptr x, CUdeviceptr w1, CUdeviceptr w3, CUdeviceptr y, CUstream stream) {
-  // Row-major x[m,d] · W[h,d]ᵀ = column-major (W as d×h)ᵀ · (x as d×m) = G (h×m).
-  const float one = 1.0f, zero = 0.0f;
   cublas_->set_stream(blas_, reinterpret_cast<cudaStream_t>(stream));
   for (int which = 0; which < 2; ++which) {
     const CUdeviceptr w = which == 0 ? w1 : w3, out = which == 0 ? g_.ptr() : u_.ptr();
-    const cublasStatus_t st = cublas_->gemm_ex(
-        blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(h_), static_cast<int>(m_), static_cast<int>(d_), &one,
-        reinterpret_cast<void*>(w), type_, static_cast<int>(d_), reinterpret_cast<void*>(x), type_,
-        static_cast<int>(d_), &zero, reinterpret_cast<void*>(out), type_, static_cast<int>(h_), CUBLAS_COMPUTE_32F,
-        CUBLAS_GEMM_DEFAULT);
+    // G (or U) [m][h] = x[m][d] · W[h][d]ᵀ
+    const cublasStatus_t st = runtime::gemm_x_wt(*cublas_, blas_, static_cast<int>(m_), static_cast<int>(h_),
+                                                 static_cast<int>(d_), w, x, type_, 0.0f, out, type_);
     if (st != CUBLAS_STATUS_SUCCESS) throw Error("tuner", "cublasGemmEx failed with status " + std::to_string(st));
   }
   CUdeviceptr g = g_.ptr(), u = u_.ptr();

@@ -119,15 +119,11 @@ class WqGemmWorkload final : public Workload {
                         spec_.get_str("residual") == "no" && (xt_ == "fp32" || xt_ == st_);
     const cudaDataType yt = xt_ == "fp32" ? CUDA_R_32F : wt;
     b.run = [this, wt, into_y, yt](int copy, CUstream stream) {
-      // Row-major x[m,k] · W[n,k]ᵀ = column-major (W as k×n)ᵀ · (x as k×m) = Y (n×m).
-      const float one = 1.0f, zero = 0.0f;
       cublas_->set_stream(blas_, reinterpret_cast<cudaStream_t>(stream));
       const auto& w = dense_[copy % dense_.size()];
-      const cublasStatus_t st = cublas_->gemm_ex(
-          blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(p_.n), static_cast<int>(m_), static_cast<int>(p_.k), &one,
-          reinterpret_cast<void*>(w.ptr()), wt, static_cast<int>(p_.k), reinterpret_cast<void*>(dense_x_.ptr()), wt,
-          static_cast<int>(p_.k), &zero, reinterpret_cast<void*>(into_y ? y_.ptr() : dense_y_.ptr()),
-          into_y ? yt : wt, static_cast<int>(p_.n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      const cublasStatus_t st = runtime::gemm_x_wt(*cublas_, blas_, static_cast<int>(m_), static_cast<int>(p_.n),
+                                                   static_cast<int>(p_.k), w.ptr(), dense_x_.ptr(), wt, 0.0f,
+                                                   into_y ? y_.ptr() : dense_y_.ptr(), into_y ? yt : wt);
       if (st != CUBLAS_STATUS_SUCCESS) throw Error("tuner", "cublasGemmEx failed with status " + std::to_string(st));
     };
     return {b};
