@@ -6,7 +6,8 @@ namespace {
 
 struct Config {
   int threads;  // threads per block
-  int items;    // packed units per thread (awq: one int32 word = 8 columns; gptq: 8x8 block)
+  int items;    // packed units per thread, all loaded before any is stored
+                // (awq: one int32 word = 8 columns; gptq: 8x8 block)
   bool stream_stores;  // st.global.cs (evict-first) or the default write-back stores
 
   static Config from(const nlohmann::json& j) {

@@ -10,7 +10,9 @@
 //   scales [K/g, N] of TS; out [K, N] of TS, row-major.
 // One unit of work: awq, one qweight word -> 8 consecutive outputs of a row
 // (one 16-byte store); gptq, an 8x8 block: 8 words (32 contiguous bytes) of
-// a packed row -> 8 rows of 8 outputs. Each thread handles kItems units.
+// a packed row -> 8 rows of 8 outputs. Each thread handles kItems units, all
+// loaded (into registers) before it stores any, so that all their loads are
+// in flight at once.
 
 using namespace qjit_spec;
 
@@ -28,29 +30,66 @@ __device__ __forceinline__ uint4 dequant8(const int (&q)[8], const int (&z)[8], 
   return out;
 }
 
-__device__ __forceinline__ void load_scales(const TS* __restrict__ scales, int group, int col0, TS (&s)[8]) {
-  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(scales + static_cast<long long>(group) * kN + col0));
-  const TS* v = reinterpret_cast<const TS*>(&raw);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) s[j] = v[j];
-}
-
-// Zero points of columns 8c..8c+7 in group `group` (interleaved: the AWQ order).
-__device__ __forceinline__ void load_zeros(const unsigned* __restrict__ qzeros, int group, int c, bool interleaved,
-                                           int (&z)[8]) {
-  if constexpr (kSymmetric) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) z[j] = 8;
-  } else {
-    const unsigned word = __ldg(qzeros + static_cast<long long>(group) * (kN / 8) + c);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) z[interleaved ? kAwqOrder[i] : i] = nibble(word, i);
-  }
-}
-
 __device__ __forceinline__ void store16(TS* p, uint4 v) {
   if constexpr (kStreamStores) __stcs(reinterpret_cast<uint4*>(p), v);
   else *reinterpret_cast<uint4*>(p) = v;
+}
+
+// One unit's packed inputs as raw bits, read before they are needed: its
+// weight words (awq: lo.x alone; gptq: lo and hi, the words of columns
+// 8c..8c+7), its zeros' word (unused when kSymmetric) and its 8 scales.
+struct Packed {
+  uint4 lo, hi;
+  unsigned zeros;
+  uint4 scales;
+};
+
+__device__ __forceinline__ int unit_row(long long unit) { return static_cast<int>(unit / (kN / 8)); }
+__device__ __forceinline__ int unit_col(long long unit) { return static_cast<int>(unit % (kN / 8)); }
+// The group of a unit: awq, that of its row k; gptq, that of its 8 rows 8r..8r+7
+// (kGroup is a multiple of 8: one group for all of them).
+__device__ __forceinline__ int unit_group(long long unit) {
+  return (kAwqLayout ? unit_row(unit) : 8 * unit_row(unit)) / kGroup;
+}
+
+__device__ __forceinline__ Packed load_unit(const unsigned* __restrict__ qweight, const unsigned* __restrict__ qzeros,
+                                            const TS* __restrict__ scales, long long unit) {
+  Packed p;
+  const int c = unit_col(unit), group = unit_group(unit);
+  if constexpr (kAwqLayout) {
+    p.lo.x = __ldcs(qweight + unit);  // read once
+  } else {
+    const uint4* src = reinterpret_cast<const uint4*>(qweight + static_cast<long long>(unit_row(unit)) * kN + 8 * c);
+    p.lo = __ldcs(src);
+    p.hi = __ldcs(src + 1);
+  }
+  if constexpr (!kSymmetric) p.zeros = __ldg(qzeros + static_cast<long long>(group) * (kN / 8) + c);
+  p.scales = __ldg(reinterpret_cast<const uint4*>(scales + static_cast<long long>(group) * kN + 8 * c));
+  return p;
+}
+
+__device__ __forceinline__ void store_unit(TS* __restrict__ out, long long unit, const Packed& p) {
+  const int r = unit_row(unit), c = unit_col(unit);
+  int q[8], z[8];
+  TS s[8];
+  const TS* sv = reinterpret_cast<const TS*>(&p.scales);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) s[j] = sv[j];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) z[kAwqLayout ? kAwqOrder[i] : i] = kSymmetric ? 8 : nibble(p.zeros, i);
+  if constexpr (kAwqLayout) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) q[kAwqOrder[i]] = nibble(p.lo.x, i);
+    store16(out + static_cast<long long>(r) * kN + 8 * c, dequant8(q, z, s));
+  } else {
+    const unsigned words[8] = {p.lo.x, p.lo.y, p.lo.z, p.lo.w, p.hi.x, p.hi.y, p.hi.z, p.hi.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {  // row 8r + i
+#pragma unroll
+      for (int j = 0; j < 8; ++j) q[j] = nibble(words[j], i);
+      store16(out + static_cast<long long>(8 * r + i) * kN + 8 * c, dequant8(q, z, s));
+    }
+  }
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
@@ -58,39 +97,19 @@ qjit_awq_dequant(const unsigned* __restrict__ qweight, const unsigned* __restric
                  const TS* __restrict__ scales, TS* __restrict__ out) {
   const long long first = (static_cast<long long>(blockIdx.x) * kItems) * kThreads + threadIdx.x;
   // Programmatic dependent launch (qjit_common.cuh): the next kernel may
-  // start now; this one reads its first packed words before waiting for the
+  // start now; this one reads its packed units before waiting for the
   // previous kernel, and stores only after.
   qjit::allow_next_grid();
+  Packed held[kItems];
 #pragma unroll
   for (int it = 0; it < kItems; ++it) {
-    const long long unit = first + static_cast<long long>(it) * kThreads;
-    if (unit >= kUnits) return;
-    int q[8], z[8];
-    TS s[8];
-    if constexpr (kAwqLayout) {
-      const int k = static_cast<int>(unit / (kN / 8)), c = static_cast<int>(unit % (kN / 8));
-      const unsigned word = __ldcs(qweight + unit);  // read once
+    const long long unit = first + it * kThreads;
+    if (unit < kUnits) held[it] = load_unit(qweight, qzeros, scales, unit);
+  }
+  qjit::wait_for_previous_grid();
 #pragma unroll
-      for (int i = 0; i < 8; ++i) q[kAwqOrder[i]] = nibble(word, i);
-      load_zeros(qzeros, k / kGroup, c, true, z);
-      load_scales(scales, k / kGroup, 8 * c, s);
-      if (it == 0) qjit::wait_for_previous_grid();
-      store16(out + static_cast<long long>(k) * kN + 8 * c, dequant8(q, z, s));
-    } else {
-      const int r = static_cast<int>(unit / (kN / 8)), c = static_cast<int>(unit % (kN / 8));
-      const uint4* src = reinterpret_cast<const uint4*>(qweight + static_cast<long long>(r) * kN + 8 * c);
-      const uint4 lo = __ldcs(src), hi = __ldcs(src + 1);
-      const unsigned words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};  // columns 8c..8c+7
-      const int group = 8 * r / kGroup;  // kGroup is a multiple of 8: one group for the 8 rows
-      load_zeros(qzeros, group, c, false, z);
-      load_scales(scales, group, 8 * c, s);
-      if (it == 0) qjit::wait_for_previous_grid();
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {  // row 8r + i
-#pragma unroll
-        for (int j = 0; j < 8; ++j) q[j] = nibble(words[j], i);
-        store16(out + static_cast<long long>(8 * r + i) * kN + 8 * c, dequant8(q, z, s));
-      }
-    }
+  for (int it = 0; it < kItems; ++it) {
+    const long long unit = first + it * kThreads;
+    if (unit < kUnits) store_unit(out, unit, held[it]);
   }
 }
