@@ -58,6 +58,7 @@ TEST_CASE("wq_gemm cublas family: the launch (grid, workspace, the GEMM's operan
     const auto g = op.launch_geometry(parse_spec("wq_gemm", "k=4096,n=11008,m=64"), kDense);
     CHECK(g.grid[0] == (11008 / 16) * (4096 / 64) / 4);
     CHECK(g.block[0] == 128);
+    CHECK(g.programmatic);
     CHECK(g.workspace_param == 8);
     CHECK(g.workspace_fixed == size_t{4096} * 11008 * 2);
     const auto& d = g.dense_gemm;
@@ -133,6 +134,12 @@ TEST_CASE("wq_gemm cublas family: both kernels compile for every bit width, zero
     // Each lane stores a row's 16 weights as two 16-byte pieces.
     CHECK(j.result.ptx.find("st.global.v4.u32") != std::string::npos);
     CHECK(j.result.spill_bytes == 0);
+    // Under PDL the weights are read before the wait for the previous grid and W is written only after it.
+    const auto& ptx = j.result.ptx;
+    const size_t entry = ptx.find(".entry qjit_wq_gemm("), wait = ptx.find("griddepcontrol.wait", entry);
+    REQUIRE(wait != std::string::npos);
+    CHECK(ptx.find("ld.global.nc", entry) < wait);
+    CHECK(ptx.find("st.global", entry) > wait);
   }
   // And for sm_80, where the family is the large-M candidate that cuBLAS makes strong.
   std::vector<test::CompileJob> ampere{{parse_spec("wq_gemm", "k=4096,n=11008,m=256,bias=yes"), kDense}};

@@ -48,6 +48,7 @@ LaunchGeometry wq_dense_geometry(const WqShape& s, const WqDenseConfig& c, bool 
   const int64_t tiles = (s.n / 16) * (s.k / 64), per_block = int64_t{c.warps} * c.tiles;
   g.grid[0] = static_cast<unsigned>((tiles + per_block - 1) / per_block);
   g.block[0] = static_cast<unsigned>(32 * c.warps);
+  g.programmatic = true;  // W's words, scales and zeros loaded before the wait, W stored after
   // The kernel's parameters are those of every wq_gemm kernel: x, qweight,
   // scales, zeros, bias, residual, y, M, workspace.
   g.workspace_param = 8;

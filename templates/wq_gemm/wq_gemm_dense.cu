@@ -21,7 +21,11 @@ constexpr long long kTilesTotal = static_cast<long long>(kNTiles) * kChunks;
 // k 16t + 4s + 2(r/2) + {0, 1}: so row gq's 16 values in k order are
 // registers 0, 2, 4, ..., 14 and row gq + 8's are 1, 3, ..., 15, two 16-byte
 // stores each (the 4 lanes of a quad write a row's 128 contiguous bytes).
-// g is 32, 64, 128 or k: a lane's 16 k lie in one group.
+// g is 32, 64, 128 or k: a lane's 16 k lie in one group. A warp loads all
+// its tiles' words, scales and zeros before it stores any, so that those
+// loads are in flight together (as awq_dequant's units), and, launched
+// after another kernel (PDL), before that kernel has finished: W is written
+// only after it, since the GEMM of an earlier launch may still read it.
 extern "C" __global__ void __launch_bounds__(32 * kWarps)
 qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, const TS* __restrict__ scales,
              const void* __restrict__ zeros, const TX* __restrict__ bias, const TX* residual, TX* y, int M,
@@ -29,19 +33,29 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
   const int lane = threadIdx.x % 32, gq = lane / 4, t = lane % 4;
   const long long first = (static_cast<long long>(blockIdx.x) * kWarps + threadIdx.x / 32) * kTilesPerWarp;
   TS* dense = static_cast<TS*>(workspace);
+  qjit::allow_next_grid();
+  unsigned w[kTilesPerWarp][kBits];
+  RowRaw raw[kTilesPerWarp][2];
+#pragma unroll
+  for (int i = 0; i < kTilesPerWarp; ++i) {
+    const long long tile = first + i;
+    if (tile >= kTilesTotal) break;
+    const int n0 = 16 * static_cast<int>(tile / kChunks) + gq;
+    const int group = (static_cast<int>(tile % kChunks) * 64 + 16 * t) / kGroup;
+    load_tile(qweight + tile * 32 * kBits, lane, w[i]);
+    raw[i][0] = load_row(scales, zeros, group, n0);
+    raw[i][1] = load_row(scales, zeros, group, n0 + 8);
+  }
+  qjit::wait_for_previous_grid();
 #pragma unroll
   for (int i = 0; i < kTilesPerWarp; ++i) {
     const long long tile = first + i;
     if (tile >= kTilesTotal) return;
-    const int nt = static_cast<int>(tile / kChunks), k0 = static_cast<int>(tile % kChunks) * 64 + 16 * t;
-    unsigned w[kBits];
-    load_tile(qweight + tile * 32 * kBits, lane, w);
-    const int n0 = 16 * nt + gq, group = k0 / kGroup;
-    const RowParams p[2] = {row_params(load_row(scales, zeros, group, n0)),
-                            row_params(load_row(scales, zeros, group, n0 + 8))};
+    const int n0 = 16 * static_cast<int>(tile / kChunks) + gq, k0 = static_cast<int>(tile % kChunks) * 64 + 16 * t;
+    const RowParams p[2] = {row_params(raw[i][0]), row_params(raw[i][1])};
     unsigned a[16];
 #pragma unroll
-    for (int R = 0; R < 16; ++R) a[R] = dequant2<false>(w, R, p[R % 2]);
+    for (int R = 0; R < 16; ++R) a[R] = dequant2<false>(w[i], R, p[R % 2]);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       uint4* row = reinterpret_cast<uint4*>(dense + static_cast<long long>(n0 + 8 * h) * kK + k0);
