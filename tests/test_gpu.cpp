@@ -374,6 +374,8 @@ TEST_CASE("wq_gemm: every candidate verifies (tuner); bad arguments launch nothi
   for (const char* shape : {"k=1024,n=528,m=1", "k=320,n=48,m=16,bits=3,zero=float,scales=bf16,g=64",
                             // rings whose static sums and dynamic slots pass 48 KB only together (opt-in)
                             "k=512,n=96,m=16",
+                            // chunk pairs in one group over k, warps with no pair (split 8 of 6 pairs)
+                            "k=768,n=80,m=4,g=768,zero=sym",
                             // the L2 look-ahead's line-by-line path (2 bits), two groups per chunk, fp32 x's two lines
                             "k=256,n=48,m=2,bits=2,g=32,x=fp32",
                             "k=256,n=64,m=64,bits=8,x=fp32,zero=sym,bias=yes,act=relu",

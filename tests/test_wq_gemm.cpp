@@ -55,6 +55,8 @@ nlohmann::json with_key(nlohmann::json config, const char* key, int value) {
 
 // The register pipeline at M = 1 without the optional keys (the small-M winner of session 8).
 const nlohmann::json kPlainSmallM = {{"warps", 4}, {"split_k", 4}, {"tiles", 2}, {"mtiles", 1}, {"unroll", 3}, {"stages", 0}};
+// The same row group streamed through a cp.async ring of 4 stages.
+const nlohmann::json kRingSmallM = {{"warps", 4}, {"split_k", 4}, {"tiles", 2}, {"mtiles", 1}, {"unroll", 1}, {"stages", 4}};
 
 // Configs in wq_gemm's space for `shape` whose `key` is `value` (an absent key counts as 0).
 // Configs of the small-M mainloop (no "family" key) in the space whose `key` is `value` (absent: 0).
@@ -189,12 +191,12 @@ TEST_CASE("wq_gemm mma family: the L2 look-ahead key", "[wq_gemm]") {
   const auto& plain = kPlainSmallM;
   const auto ahead = with_key(plain, "l2ahead", 2);
   // Searched 2 chunks ahead at small M, beside every plain config (but those
-  // with x in registers, x_regs, or spread); not beyond m = 16.
+  // with x in registers, x_regs, chunk pairs, or spread); not beyond m = 16.
   auto count = [](const char* shape, int value) {
     const auto space = codegen::find_op("wq_gemm").tunable_space(codegen::parse_spec("wq_gemm", shape));
     return std::count_if(space.begin(), space.end(), [&](const nlohmann::json& c) {
       return !c.contains("family") && c.value("l2ahead", 0) == value && c.value("x_regs", 0) == 0 &&
-             c.value("spread", 0) == 0;
+             c.value("spread", 0) == 0 && c.value("pair", 0) == 0;
     });
   };
   CHECK(count("k=4096,n=11008,m=1", 2) == count("k=4096,n=11008,m=1", 0));
@@ -282,6 +284,51 @@ TEST_CASE("wq_gemm mma family: the balanced schedule key", "[wq_gemm][nvrtc]") {
                     Catch::Contains("mtiles 2"));
   CHECK_THROWS_WITH(op.validate_config(small, with_key(with_key(balanced, "warps", 8), "split_k", 8)),
                     Catch::Contains("do not fit one SM"));
+}
+
+TEST_CASE("wq_gemm mma family: chunk pairs sharing a group's scale (pair)", "[wq_gemm][nvrtc]") {
+  const auto& op = codegen::find_op("wq_gemm");
+  const auto small = codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=1");
+  const auto paired = with_key(kRingSmallM, "pair", 1);
+  op.validate_config(small, paired);
+  // Beside every plain ring at m <= 16 (and its min_blocks and spread
+  // twins), for both wq_gemm and the quantized FFN; not beyond m = 16.
+  for (const char* shape : {"k=4096,n=11008,m=1", "k=4096,n=11008,m=16"}) {
+    INFO(shape);
+    const auto space = op.tunable_space(codegen::parse_spec("wq_gemm", shape));
+    long rings = 0, pairs = 0;
+    for (const auto& c : space) {
+      if (c.contains("family") || c.value("stages", 0) == 0 || c.value("x_regs", 0) || c.value("l2ahead", 0) ||
+          c.value("zero_after", 0))
+        continue;
+      (c.value("pair", 0) ? pairs : rings) += 1;
+    }
+    CHECK(pairs > 0);
+    CHECK(pairs == rings);
+  }
+  CHECK(count_in_space("k=4096,n=11008,m=32", "pair", 1) == 0);
+  const auto ffn = codegen::parse_spec("fused_ffn", "d=4096,h=11008,weights=native");
+  const auto ffn_space = codegen::find_op("fused_ffn").tunable_space(ffn);
+  CHECK(std::any_of(ffn_space.begin(), ffn_space.end(), [](const nlohmann::json& c) { return c.value("pair", 0) == 1; }));
+  CHECK(codegen::generate_source(small, paired).text.find("kPair = 1;") != std::string::npos);
+  CHECK(codegen::generate_source(small, kRingSmallM).text.find("kPair = 0;") != std::string::npos);
+  // A pair shares one group's scale: 128 | g, an integer or no zero, the plain ring.
+  for (const char* shape : {"k=4096,n=11008,m=1,g=64", "k=4096,n=11008,m=1,zero=float", "k=4096,n=11008,m=1,g=32"}) {
+    INFO(shape);
+    CHECK_THROWS_WITH(op.validate_config(codegen::parse_spec("wq_gemm", shape), paired),
+                      Catch::Contains("pair needs g a multiple of 128"));
+  }
+  op.validate_config(codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=1,g=4096,zero=sym"), paired);
+  for (const auto& [key, value] : {std::pair{"x_regs", 1}, {"l2ahead", 2}, {"zero_after", 1}, {"balance", 1}})
+    CHECK_THROWS_WITH(op.validate_config(small, with_key(paired, key, value)), Catch::Contains("pair is a mode of the plain"));
+  CHECK_THROWS_WITH(op.validate_config(small, with_key(kPlainSmallM, "pair", 1)), Catch::Contains("pair is a mode of the plain"));
+  CHECK_THROWS_WITH(op.validate_config(small, with_key(kRingSmallM, "pair", 2)), Catch::Contains("pair must be 0 or 1"));
+  // Compiled here with one group over k (the space's compile test holds the g = 128 ones).
+  const auto built = codegen::compile(
+      codegen::generate_source(codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=1,g=4096,zero=sym"), paired), "sm_90");
+  INFO(built.log);
+  CHECK(built.ok);
+  CHECK(built.spill_bytes == 0);
 }
 
 TEST_CASE("wq_gemm mma family: the launch bounds key", "[wq_gemm]") {

@@ -56,10 +56,10 @@ WqConfig WqConfig::from(const nlohmann::json& j, const std::string& op, size_t e
   auto get = [&](const char* k) { return wq_config_int(j, k, op + " config"); };
   auto has = [&](const char* k) { return j.is_object() && j.contains(k); };
   const bool l2ahead = has("l2ahead"), zero_after = has("zero_after"), balance = has("balance"),
-             min_blocks = has("min_blocks"), x_regs = has("x_regs"), spread = has("spread");
-  if (!j.is_object() || j.size() != 6 + extra_keys + l2ahead + zero_after + balance + min_blocks + x_regs + spread)
+             min_blocks = has("min_blocks"), x_regs = has("x_regs"), spread = has("spread"), pair = has("pair");
+  if (!j.is_object() || j.size() != 6 + extra_keys + l2ahead + zero_after + balance + min_blocks + x_regs + spread + pair)
     throw Error("config", op + " config needs warps, split_k, tiles, mtiles, unroll and stages (and may have l2ahead, "
-                               "zero_after, balance, min_blocks, x_regs, spread): " + j.dump());
+                               "zero_after, balance, min_blocks, x_regs, spread, pair): " + j.dump());
   return {get("warps"),
           get("split_k"),
           get("tiles"),
@@ -71,7 +71,8 @@ WqConfig WqConfig::from(const nlohmann::json& j, const std::string& op, size_t e
           balance ? get("balance") : 0,
           min_blocks ? get("min_blocks") : 0,
           x_regs ? get("x_regs") : 0,
-          spread ? get("spread") : 0};
+          spread ? get("spread") : 0,
+          pair ? get("pair") : 0};
 }
 
 nlohmann::json WqConfig::to_json() const {
@@ -83,6 +84,7 @@ nlohmann::json WqConfig::to_json() const {
   if (min_blocks > 0) j["min_blocks"] = min_blocks;
   if (x_regs > 0) j["x_regs"] = x_regs;
   if (spread > 0) j["spread"] = spread;
+  if (pair > 0) j["pair"] = pair;
   return j;
 }
 
@@ -110,6 +112,14 @@ std::string wq_config_problem(const WqShape& s, const WqConfig& c) {
   if (!one_of(c.spread, {0, 1})) return "spread must be 0 or 1";
   if (c.spread && s.matrices != 1) return "spread is for one matrix (wq_gemm)";
   if (c.spread && c.balance) return "balance places its own blocks (spread must be 0)";
+  if (!one_of(c.pair, {0, 1})) return "pair must be 0 or 1";
+  if (c.pair) {
+    // wq_mma_mainloop.cuh's kPair: two chunks of 64 k share one group's
+    // scale, applied after the mma.
+    if (s.g % 128 != 0 || s.zero == "float") return "pair needs g a multiple of 128 and an integer or symmetric zero";
+    if (c.stages == 0 || c.x_regs || c.l2ahead || c.zero_after || c.balance)
+      return "pair is a mode of the plain cp.async ring (stages > 0; no x_regs, l2ahead, zero_after or balance)";
+  }
   if (c.balance) {
     if (s.matrices != 1) return "balance is for one matrix (wq_gemm)";
     if (s.m > 16) return "balance is for m <= 16 (one pass over the rows of x)";
@@ -138,11 +148,11 @@ std::string wq_config_problem(const WqShape& s, const WqConfig& c) {
   // live at once: with x loaded ahead (mtiles <= 2) unroll + 1 rotating
   // buffers of weights, raw scales and x; else groups of unroll chunks, the
   // one multiplied and the one in flight (and the copy between them); the
-  // ring holds its chunks in shared memory.
+  // ring holds its chunks in shared memory (two in registers with pair).
   const int x_words = s.x == "fp32" ? 16 : 8;
   const bool x_ahead = x_ahead_of(c);
-  const int buffers = c.stages > 0 ? 1 : x_ahead ? c.unroll + 1 : 3 * c.unroll;
-  const int x_live = x_ahead ? buffers * c.mtiles : c.x_regs ? 2 * c.mtiles : c.mtiles;
+  const int buffers = c.stages > 0 ? (c.pair ? 2 : 1) : x_ahead ? c.unroll + 1 : 3 * c.unroll;
+  const int x_live = x_ahead ? buffers * c.mtiles : c.x_regs || c.pair ? 2 * c.mtiles : c.mtiles;
   const int chains = 2 * 4 * c.mtiles;  // mma_chunk's two partial-sum chains of one tile
   const int regs = 40 + 4 * c.tiles * c.mtiles + chains + x_words * x_live + buffers * c.tiles * (s.bits + 4);
   const int limit = std::min(255, 65536 / (32 * c.warps));  // ptxas's ceiling at this block size
@@ -187,6 +197,13 @@ std::vector<WqConfig> wq_tunable_space(const WqShape& s) {
               if (stages > 0 && s.m >= 4 && s.m <= 16) {
                 WqConfig a = c;
                 a.x_regs = 1;
+                if (wq_config_problem(s, a).empty()) out.push_back(a);
+              }
+              // Where issuing instructions sets the pace (small M), the
+              // ring's chunks also in pairs sharing a group's scale.
+              if (stages > 0 && s.m <= 16) {
+                WqConfig a = c;
+                a.pair = 1;
                 if (wq_config_problem(s, a).empty()) out.push_back(a);
               }
               // Where loads and the instructions between them set the pace
@@ -274,6 +291,7 @@ std::vector<Constant> wq_constants(const WqShape& s, const WqConfig& c) {
       {"int", "kZeroAfter", num(c.zero_after), "tunable: 1 multiplies the magic values, the zero subtracted after"},
       {"int", "kBalance", num(c.balance), "tunable: 0 a block per row group, else blocks per SM of the balanced schedule"},
       {"int", "kXRegs", num(c.x_regs), "tunable: 1 loads x into registers a chunk ahead instead of through the ring"},
+      {"int", "kPair", num(c.pair), "tunable: 1 takes chunks in pairs of one scale group, scaled once"},
       // A persistent grid must be resident at once, so ptxas keeps the
       // registers within what kBalance blocks per SM leave. Otherwise naming
       // one block (min_blocks) lets ptxas take up to twice the registers

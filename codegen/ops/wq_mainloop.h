@@ -49,6 +49,7 @@ struct WqConfig {
   int min_blocks = 0;
   int x_regs = 0;
   int spread = 0;
+  int pair = 0;
 
   // Reads the six keys and the optional ones; `extra_keys` names keys the
   // caller owns (fused_ffn's "family").

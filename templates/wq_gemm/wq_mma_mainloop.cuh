@@ -181,7 +181,25 @@ struct Chunk {
 
 constexpr int kChains = kMTiles >= 2 || kTiles >= 2 ? 1 : 2;  // partial-sum chains per tile (see mma_chunk)
 
-__device__ __forceinline__ void mma_chunk(const Chunk& c, float (&acc)[kTiles][kMTiles][4]) {
+// Chunk pairs (kPair): a warp takes chunks 2m and 2m + 1 together, in one
+// group of scales (128 | kGroup, so the pair never straddles two), and
+// sums both chunks' products in the same partial sums: the row parameters,
+// the zeroing of the partial sums and the scale's fma come once per two
+// chunks instead of once per chunk (the M = 1 ring of two tiles: about 168
+// PTX instructions a chunk instead of 229). At M = 1 issuing instructions
+// sets the pace on an H200: without its dequantisation (64 instructions a
+// chunk) the winner at 4096 × 11008 ran 7.15 µs instead of 8.82
+// (BENCHMARKS.md session 25).
+constexpr bool kPairMode = kPair != 0;
+static_assert(!kPairMode || (kScaleAfter && !kZeroAfterMode && kGroup % 128 == 0 && kStages > 0 && kBalance == 0),
+              "chunk pairs share one group's scale, applied after the mma (128 | g, no zero after the mma), in the "
+              "cp.async ring of a block per row group");
+
+// kCount chunks of one group of scales (the second, with kPair, is c1)
+// summed in the same partial sums and scaled once.
+template <int kCount>
+__device__ __forceinline__ void mma_chunks(const Chunk& c, const Chunk& c1, float (&acc)[kTiles][kMTiles][4]) {
+  static_assert(kCount == 1 || (kCount == 2 && kPairMode), "two chunks at once are kPair's");
   float xsum[kMTiles][4];  // kZeroAfter: X of the lane's columns (every row of the product holds it)
   if constexpr (kZeroAfterMode) {
     constexpr unsigned kOnes = 0x3c003c00u;  // fp16 1.0 in both halves
@@ -211,17 +229,21 @@ __device__ __forceinline__ void mma_chunk(const Chunk& c, float (&acc)[kTiles][k
 #pragma unroll
         for (int e = 0; e < 4; ++e) part[h][j][e] = 0.0f;
 #pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      // Register R = 4s + r belongs to row gq + 8(r%2).
-      unsigned a[4];
+    for (int q = 0; q < kCount; ++q) {
+      const Chunk& cq = q == 0 ? c : c1;  // c's row parameters serve both (one group)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        if constexpr (kZeroAfterMode) magic_fields(c.w[i], 4 * s + r, a[r]);
-        else a[r] = dequant2<kScaleAfter>(c.w[i], 4 * s + r, rp[r % 2]);
+      for (int s = 0; s < 4; ++s) {
+        // Register R = 4s + r belongs to row gq + 8(r%2).
+        unsigned a[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          if constexpr (kZeroAfterMode) magic_fields(cq.w[i], 4 * s + r, a[r]);
+          else a[r] = dequant2<kScaleAfter>(cq.w[i], 4 * s + r, rp[r % 2]);
+        }
+#pragma unroll
+        for (int j = 0; j < kMTiles; ++j)
+          qjit::mma_16816<TS>(part[s % kChains][j], a[0], a[1], a[2], a[3], cq.b[j][2 * s], cq.b[j][2 * s + 1]);
       }
-#pragma unroll
-      for (int j = 0; j < kMTiles; ++j)
-        qjit::mma_16816<TS>(part[s % kChains][j], a[0], a[1], a[2], a[3], c.b[j][2 * s], c.b[j][2 * s + 1]);
     }
     // Accumulator e belongs to row gq + 8(e/2).
 #pragma unroll
@@ -239,6 +261,8 @@ __device__ __forceinline__ void mma_chunk(const Chunk& c, float (&acc)[kTiles][k
       }
   }
 }
+
+__device__ __forceinline__ void mma_chunk(const Chunk& c, float (&acc)[kTiles][kMTiles][4]) { mma_chunks<1>(c, c, acc); }
 
 // --- register pipeline (kStages == 0) ----------------------------------------
 
@@ -550,8 +574,15 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_bytes));
     if (dynamic_bytes < unsigned(kRingBytes)) __trap();
   }
-  // The warp's chunks are part, part + kSplitK, ...: number i is chunk part + i·kSplitK.
-  const int count = part < end ? (end - 1 - part) / kSplitK + 1 : 0;
+  // The warp's chunks are part, part + kSplitK, ...: number i is chunk
+  // part + i·kSplitK; with kPair, pairs part, part + 1, then part + 2·kSplitK, ...
+  static_assert(!kPairMode || (!kXInRegs && kL2Ahead == 0), "chunk pairs stream x through the ring, without look-ahead");
+  const auto chunk_at = [&](int i) { return kPairMode ? part + (i / 2) * 2 * kSplitK + i % 2 : part + i * kSplitK; };
+  int count = part < end ? (end - 1 - part) / kSplitK + 1 : 0;
+  if constexpr (kPairMode) {
+    const int pairs = part < end ? (end - 1 - part) / (2 * kSplitK) + 1 : 0;
+    count = 2 * pairs - (pairs > 0 && chunk_at(2 * pairs - 1) >= end ? 1 : 0);
+  }
   const XRows xr = x_rows(op.x, m0, M, lane);  // kXRegs
   const ParamPieces pp = param_pieces(op, tile, m0, M, lane);
   __syncwarp();  // the previous pass over m has read every slot
@@ -563,20 +594,47 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
   // holds all of those weights, so chunk 0 waits for them once.
 #pragma unroll
   for (int s = 0; s < kRingStages - 1; ++s)
-    if (s < count) copy_chunk<kCopyWeights>(op, tile, pp, part + s * kSplitK, lane, ring + s * kSlotWords);
+    if (s < count) copy_chunk<kCopyWeights>(op, tile, pp, chunk_at(s), lane, ring + s * kSlotWords);
   prefetch_chunks_l2(op, tile, part, kRingStages - 1, kRingStages - 1 + kL2Ahead, count, lane);
   prefetch_x_l2(op.x, part, kRingStages - 1, count, m0, M, lane);
   wait_for_previous_grid();
   QJIT_MARK(1);
 #pragma unroll
   for (int s = 0; s < kRingStages - 1; ++s) {
-    if (s < count) copy_chunk<kCopyX>(op, tile, pp, part + s * kSplitK, lane, ring + s * kSlotWords);
+    if (s < count) copy_chunk<kCopyX>(op, tile, pp, chunk_at(s), lane, ring + s * kSlotWords);
     asm volatile("cp.async.commit_group;" ::: "memory");  // empty groups keep the count uniform
   }
-  // Chunk i of the warp: refill the slot chunk i - 1 used, wait for chunk i's
-  // slot, multiply. With kXRegs, x_cur holds chunk i's B fragments (loaded
-  // during chunk i - 1) and chunk i + 1's go out into x_after now, a whole
-  // chunk ahead of their use.
+  // fetch(i, c): refill the slot chunk i - 1 used (with chunk
+  // i + kStages - 1), wait for chunk i's slot and read its operands into c.
+  auto fetch = [&](int i, Chunk& c) {
+    __syncwarp();  // every lane has read slot (i - 1) % kStages, which this copy refills
+    const int ahead = i + kRingStages - 1;
+    if (ahead < count) copy_chunk(op, tile, pp, chunk_at(ahead), lane, ring + ahead % kRingStages * kSlotWords);
+    prefetch_chunks_l2(op, tile, part, ahead + kL2Ahead, ahead + kL2Ahead + 1, count, lane);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    asm volatile("cp.async.wait_group %0;" ::"n"(kRingStages - 1) : "memory");  // this lane's part of chunk i landed
+    __syncwarp();                                                               // and every other lane's
+    read_slot<TX>(ring + i % kRingStages * kSlotWords, m0, M, lane, c);
+  };
+  if constexpr (kPairMode) {
+    // Two chunks a pass, multiplied together (a lone last chunk by itself).
+#pragma unroll 1
+    for (int i = 0; i < count; i += 2) {
+      Chunk c0, c1;
+      fetch(i, c0);
+      if (i + 1 < count) {
+        fetch(i + 1, c1);
+        mma_chunks<2>(c0, c1, acc);
+      } else {
+        mma_chunk(c0, acc);
+      }
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    return;
+  }
+  // Chunk i of the warp: fetch it, multiply. With kXRegs, x_cur holds chunk
+  // i's B fragments (loaded during chunk i - 1) and chunk i + 1's go out
+  // into x_after now, a whole chunk ahead of their use.
   auto step = [&](int i, const unsigned (&x_cur)[kMTiles][8], unsigned (&x_after)[kMTiles][8]) {
     Chunk c;
     if constexpr (kXInRegs) {
@@ -584,17 +642,9 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
       for (int j = 0; j < kMTiles; ++j)
 #pragma unroll
         for (int e = 0; e < 8; ++e) c.b[j][e] = x_cur[j][e];
-      if (i + 1 < count) load_x_frags(xr, part + (i + 1) * kSplitK, x_after);
+      if (i + 1 < count) load_x_frags(xr, chunk_at(i + 1), x_after);
     }
-    __syncwarp();  // every lane has read slot (i - 1) % kStages, which this copy refills
-    const int ahead = i + kRingStages - 1;
-    if (ahead < count)
-      copy_chunk(op, tile, pp, part + ahead * kSplitK, lane, ring + ahead % kRingStages * kSlotWords);
-    prefetch_chunks_l2(op, tile, part, ahead + kL2Ahead, ahead + kL2Ahead + 1, count, lane);
-    asm volatile("cp.async.commit_group;" ::: "memory");
-    asm volatile("cp.async.wait_group %0;" ::"n"(kRingStages - 1) : "memory");  // this lane's part of chunk i landed
-    __syncwarp();                                                               // and every other lane's
-    read_slot<TX>(ring + i % kRingStages * kSlotWords, m0, M, lane, c);
+    fetch(i, c);
     mma_chunk(c, acc);
   };
   // With kXRegs the loop body is two chunks, so the two x buffers swap roles
@@ -625,7 +675,8 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
 __device__ __forceinline__ void wq_accumulate(const Operands& op, const int (&tile)[kTiles], int part, int m0, int M,
                                               int lane, int warp, float (&acc)[kTiles][kMTiles][4], int chunk0 = 0,
                                               int end = kChunks) {
-  const int first_chunk = chunk0 + part;  // the warp's chunks: first_chunk, + kSplitK, ... < end
+  // The warp's chunks: first_chunk, + kSplitK, ... < end (with kPair: pairs from first_chunk, + 2·kSplitK, ...).
+  const int first_chunk = chunk0 + (kPairMode ? 2 * part : part);
   zero_acc(acc);
   if constexpr (kStages > 0) {
     stream_chunks(op, tile, first_chunk, end, m0, M, lane, warp, acc);  // waits for the previous grid before copying x
