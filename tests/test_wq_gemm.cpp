@@ -291,15 +291,15 @@ TEST_CASE("wq_gemm mma family: chunk pairs sharing a group's scale (pair)", "[wq
   const auto small = codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=1");
   const auto paired = with_key(kRingSmallM, "pair", 1);
   op.validate_config(small, paired);
-  // Beside every plain ring at m <= 16 (and its min_blocks and spread
-  // twins), for both wq_gemm and the quantized FFN; not beyond m = 16.
+  // Beside every ring with x in its slots and no look-ahead at m <= 16 (the
+  // zero after the mma included, and the min_blocks and spread twins), for
+  // both wq_gemm and the quantized FFN; not beyond m = 16.
   for (const char* shape : {"k=4096,n=11008,m=1", "k=4096,n=11008,m=16"}) {
     INFO(shape);
     const auto space = op.tunable_space(codegen::parse_spec("wq_gemm", shape));
     long rings = 0, pairs = 0;
     for (const auto& c : space) {
-      if (c.contains("family") || c.value("stages", 0) == 0 || c.value("x_regs", 0) || c.value("l2ahead", 0) ||
-          c.value("zero_after", 0))
+      if (c.contains("family") || c.value("stages", 0) == 0 || c.value("x_regs", 0) || c.value("l2ahead", 0))
         continue;
       (c.value("pair", 0) ? pairs : rings) += 1;
     }
@@ -312,16 +312,17 @@ TEST_CASE("wq_gemm mma family: chunk pairs sharing a group's scale (pair)", "[wq
   CHECK(std::any_of(ffn_space.begin(), ffn_space.end(), [](const nlohmann::json& c) { return c.value("pair", 0) == 1; }));
   CHECK(codegen::generate_source(small, paired).text.find("kPair = 1;") != std::string::npos);
   CHECK(codegen::generate_source(small, kRingSmallM).text.find("kPair = 0;") != std::string::npos);
-  // A pair shares one group's scale: 128 | g, an integer or no zero, the plain ring.
+  // A pair shares one group's scale: 128 | g, an integer or no zero, x in the ring's slots.
   for (const char* shape : {"k=4096,n=11008,m=1,g=64", "k=4096,n=11008,m=1,zero=float", "k=4096,n=11008,m=1,g=32"}) {
     INFO(shape);
     CHECK_THROWS_WITH(op.validate_config(codegen::parse_spec("wq_gemm", shape), paired),
                       Catch::Contains("pair needs g a multiple of 128"));
   }
   op.validate_config(codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=1,g=4096,zero=sym"), paired);
-  for (const auto& [key, value] : {std::pair{"x_regs", 1}, {"l2ahead", 2}, {"zero_after", 1}, {"balance", 1}})
-    CHECK_THROWS_WITH(op.validate_config(small, with_key(paired, key, value)), Catch::Contains("pair is a mode of the plain"));
-  CHECK_THROWS_WITH(op.validate_config(small, with_key(kPlainSmallM, "pair", 1)), Catch::Contains("pair is a mode of the plain"));
+  op.validate_config(small, with_key(paired, "zero_after", 1));
+  for (const auto& [key, value] : {std::pair{"x_regs", 1}, {"l2ahead", 2}, {"balance", 1}})
+    CHECK_THROWS_WITH(op.validate_config(small, with_key(paired, key, value)), Catch::Contains("pair is a mode of the cp.async ring"));
+  CHECK_THROWS_WITH(op.validate_config(small, with_key(kPlainSmallM, "pair", 1)), Catch::Contains("pair is a mode of the cp.async ring"));
   CHECK_THROWS_WITH(op.validate_config(small, with_key(kRingSmallM, "pair", 2)), Catch::Contains("pair must be 0 or 1"));
   // Compiled here with one group over k (the space's compile test holds the g = 128 ones).
   const auto built = codegen::compile(

@@ -117,8 +117,8 @@ std::string wq_config_problem(const WqShape& s, const WqConfig& c) {
     // wq_mma_mainloop.cuh's kPair: two chunks of 64 k share one group's
     // scale, applied after the mma.
     if (s.g % 128 != 0 || s.zero == "float") return "pair needs g a multiple of 128 and an integer or symmetric zero";
-    if (c.stages == 0 || c.x_regs || c.l2ahead || c.zero_after || c.balance)
-      return "pair is a mode of the plain cp.async ring (stages > 0; no x_regs, l2ahead, zero_after or balance)";
+    if (c.stages == 0 || c.x_regs || c.l2ahead || c.balance)
+      return "pair is a mode of the cp.async ring with x in its slots (stages > 0; no x_regs, l2ahead or balance)";
   }
   if (c.balance) {
     if (s.matrices != 1) return "balance is for one matrix (wq_gemm)";
@@ -217,6 +217,9 @@ std::vector<WqConfig> wq_tunable_space(const WqShape& s) {
                     WqConfig a = c;
                     a.l2ahead = ahead, a.zero_after = after;
                     out.push_back(a);
+                    // The zero after the mma in chunk pairs too (one correction a pair).
+                    a.pair = 1;
+                    if (wq_config_problem(s, a).empty()) out.push_back(a);
                   }
             }
         }

@@ -184,16 +184,16 @@ constexpr int kChains = kMTiles >= 2 || kTiles >= 2 ? 1 : 2;  // partial-sum cha
 // Chunk pairs (kPair): a warp takes chunks 2m and 2m + 1 together, in one
 // group of scales (128 | kGroup, so the pair never straddles two), and
 // sums both chunks' products in the same partial sums: the row parameters,
-// the zeroing of the partial sums and the scale's fma come once per two
-// chunks instead of once per chunk (the M = 1 ring of two tiles: about 168
+// the zeroing of the partial sums and the scale's fma (with kZeroAfter,
+// the zero's correction) come once per two chunks instead of once per chunk (the M = 1 ring of two tiles: about 168
 // PTX instructions a chunk instead of 229). At M = 1 issuing instructions
 // sets the pace on an H200: without its dequantisation (64 instructions a
 // chunk) the winner at 4096 × 11008 ran 7.15 µs instead of 8.82
 // (BENCHMARKS.md session 25).
 constexpr bool kPairMode = kPair != 0;
-static_assert(!kPairMode || (kScaleAfter && !kZeroAfterMode && kGroup % 128 == 0 && kStages > 0 && kBalance == 0),
-              "chunk pairs share one group's scale, applied after the mma (128 | g, no zero after the mma), in the "
-              "cp.async ring of a block per row group");
+static_assert(!kPairMode || (kScaleAfter && kGroup % 128 == 0 && kStages > 0 && kBalance == 0),
+              "chunk pairs share one group's scale, applied after the mma (128 | g), in the cp.async ring of a block "
+              "per row group");
 
 // kCount chunks of one group of scales (the second, with kPair, is c1)
 // summed in the same partial sums and scaled once.
@@ -208,7 +208,12 @@ __device__ __forceinline__ void mma_chunks(const Chunk& c, const Chunk& c1, floa
 #pragma unroll
       for (int e = 0; e < 4; ++e) xsum[j][e] = 0.0f;
 #pragma unroll
-      for (int s = 0; s < 4; ++s) qjit::mma_16816<TS>(xsum[j], kOnes, kOnes, kOnes, kOnes, c.b[j][2 * s], c.b[j][2 * s + 1]);
+      for (int q = 0; q < kCount; ++q) {
+        const Chunk& cq = q == 0 ? c : c1;  // one group: one correction for both chunks' X
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+          qjit::mma_16816<TS>(xsum[j], kOnes, kOnes, kOnes, kOnes, cq.b[j][2 * s], cq.b[j][2 * s + 1]);
+      }
     }
   }
 #pragma unroll
