@@ -185,11 +185,11 @@ constexpr int kChains = kMTiles >= 2 || kTiles >= 2 ? 1 : 2;  // partial-sum cha
 // group of scales (128 | kGroup, so the pair never straddles two), and
 // sums both chunks' products in the same partial sums: the row parameters,
 // the zeroing of the partial sums and the scale's fma (with kZeroAfter,
-// the zero's correction) come once per two chunks instead of once per chunk (the M = 1 ring of two tiles: about 168
-// PTX instructions a chunk instead of 229). At M = 1 issuing instructions
-// sets the pace on an H200: without its dequantisation (64 instructions a
-// chunk) the winner at 4096 × 11008 ran 7.15 µs instead of 8.82
-// (BENCHMARKS.md session 25).
+// the zero's correction) come once per two chunks instead of once per
+// chunk (the M = 1 ring of two tiles: about 168 PTX instructions a chunk
+// instead of 229). At M = 1 issuing instructions sets the pace on an H200:
+// without its dequantisation (64 instructions a chunk) the winner at
+// 4096 × 11008 ran 7.15 µs instead of 8.82 (BENCHMARKS.md session 25).
 constexpr bool kPairMode = kPair != 0;
 static_assert(!kPairMode || (kScaleAfter && kGroup % 128 == 0 && kStages > 0 && kBalance == 0),
               "chunk pairs share one group's scale, applied after the mma (128 | g), in the cp.async ring of a block "
