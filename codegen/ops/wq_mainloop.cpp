@@ -200,12 +200,13 @@ std::vector<WqConfig> wq_tunable_space(const WqShape& s) {
                 if (wq_config_problem(s, a).empty()) out.push_back(a);
               }
               // Where issuing instructions sets the pace (small M), the
-              // ring's chunks also in pairs sharing a group's scale.
-              if (stages > 0 && s.m <= 16) {
-                WqConfig a = c;
+              // ring's chunks also in pairs sharing a group's scale (a twin
+              // of the plain ring and of its zero after the mma).
+              const auto add_pair_twin = [&](WqConfig a) {
                 a.pair = 1;
-                if (wq_config_problem(s, a).empty()) out.push_back(a);
-              }
+                if (s.m <= 16 && wq_config_problem(s, a).empty()) out.push_back(a);
+              };
+              add_pair_twin(c);
               // Where loads and the instructions between them set the pace
               // (the small-M buckets): the L2 look-ahead (2 chunks: 4 and 8
               // were never more than 0.05 us better on an H100) and the zero
@@ -217,9 +218,7 @@ std::vector<WqConfig> wq_tunable_space(const WqShape& s) {
                     WqConfig a = c;
                     a.l2ahead = ahead, a.zero_after = after;
                     out.push_back(a);
-                    // The zero after the mma in chunk pairs too (one correction a pair).
-                    a.pair = 1;
-                    if (wq_config_problem(s, a).empty()) out.push_back(a);
+                    add_pair_twin(a);
                   }
             }
         }

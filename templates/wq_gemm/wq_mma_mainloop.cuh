@@ -584,10 +584,11 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
   static_assert(!kPairMode || (!kXInRegs && kL2Ahead == 0), "chunk pairs stream x through the ring, without look-ahead");
   const auto chunk_at = [&](int i) { return kPairMode ? part + (i / 2) * 2 * kSplitK + i % 2 : part + i * kSplitK; };
   int count = part < end ? (end - 1 - part) / kSplitK + 1 : 0;
-  if constexpr (kPairMode) {
-    const int pairs = part < end ? (end - 1 - part) / (2 * kSplitK) + 1 : 0;
-    count = 2 * pairs - (pairs > 0 && chunk_at(2 * pairs - 1) >= end ? 1 : 0);
-  }
+  // Pairs come whole: 128 | g and g | k make kChunks even, a pair starts on
+  // an even chunk, and the schedules that pass a piece of k (balance) take
+  // no pairs.
+  static_assert(!kPairMode || kChunks % 2 == 0, "chunk pairs need an even number of chunks");
+  if constexpr (kPairMode) count = 2 * (part < end ? (end - 1 - part) / (2 * kSplitK) + 1 : 0);
   const XRows xr = x_rows(op.x, m0, M, lane);  // kXRegs
   const ParamPieces pp = param_pieces(op, tile, m0, M, lane);
   __syncwarp();  // the previous pass over m has read every slot
@@ -622,17 +623,13 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
     read_slot<TX>(ring + i % kRingStages * kSlotWords, m0, M, lane, c);
   };
   if constexpr (kPairMode) {
-    // Two chunks a pass, multiplied together (a lone last chunk by itself).
+    // Two chunks a pass, multiplied together.
 #pragma unroll 1
     for (int i = 0; i < count; i += 2) {
       Chunk c0, c1;
       fetch(i, c0);
-      if (i + 1 < count) {
-        fetch(i + 1, c1);
-        mma_chunks<2>(c0, c1, acc);
-      } else {
-        mma_chunk(c0, acc);
-      }
+      fetch(i + 1, c1);
+      mma_chunks<2>(c0, c1, acc);
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
     return;
