@@ -22,12 +22,13 @@ int64_t reduction_bytes(const WqConfig& c) {
 }
 
 // One slot of the cp.async ring (the template's kSlotWords): a warp's chunk
-// of weights, its scales and zeros, and the pass's rows of x for 64 k (not
-// with x_regs).
+// (with pair, two chunks) of weights, its scales and zeros (one group's,
+// shared by a pair), and the pass's rows of x for those k (not with x_regs).
 int64_t slot_bytes(const WqShape& s, const WqConfig& c) {
   const int64_t groups = s.g < 64 ? 64 / s.g : 1, zero_bytes = s.zero == "int" ? 1 : s.zero == "float" ? 2 : 0;
-  const int64_t x_rows = c.x_regs ? 0 : std::min<int64_t>(s.m, 8 * c.mtiles);
-  return c.tiles * s.bits * 32 * 4 + c.tiles * groups * 16 * (2 + zero_bytes) + x_rows * 64 * bytes_of(s.x);
+  const int64_t x_rows = c.x_regs ? 0 : std::min<int64_t>(s.m, 8 * c.mtiles), chunks = c.pair ? 2 : 1;
+  return chunks * c.tiles * s.bits * 32 * 4 + c.tiles * groups * 16 * (2 + zero_bytes) +
+         chunks * x_rows * 64 * bytes_of(s.x);
 }
 
 // The cp.async ring of a block: the template's kRingBytes (dynamic shared memory).
@@ -200,11 +201,21 @@ std::vector<WqConfig> wq_tunable_space(const WqShape& s) {
                 if (wq_config_problem(s, a).empty()) out.push_back(a);
               }
               // Where issuing instructions sets the pace (small M), the
-              // ring's chunks also in pairs sharing a group's scale (a twin
-              // of the plain ring and of its zero after the mma).
+              // ring's chunks also in pairs sharing a group's scale (twins
+              // of the plain ring and of its zero after the mma). A pair's
+              // slot holds two chunks: the twins of 4 stages have 2 or 3
+              // slots (the plain ring's shared memory, or 1.5 times it and
+              // a pair more in flight), of 8 stages 4.
               const auto add_pair_twin = [&](WqConfig a) {
+                if (s.m > 16) return;
                 a.pair = 1;
-                if (s.m <= 16 && wq_config_problem(s, a).empty()) out.push_back(a);
+                const std::vector<int> slots = a.stages == 4 ? std::vector<int>{2, 3}
+                                               : a.stages == 8 ? std::vector<int>{4}
+                                                               : std::vector<int>{};
+                for (int n : slots) {
+                  a.stages = n;
+                  if (wq_config_problem(s, a).empty()) out.push_back(a);
+                }
               };
               add_pair_twin(c);
               // Where loads and the instructions between them set the pace

@@ -189,7 +189,10 @@ constexpr int kChains = kMTiles >= 2 || kTiles >= 2 ? 1 : 2;  // partial-sum cha
 // chunk (the M = 1 ring of two tiles: about 168 PTX instructions a chunk
 // instead of 229). At M = 1 issuing instructions sets the pace on an H200:
 // without its dequantisation (64 instructions a chunk) the winner at
-// 4096 × 11008 ran 7.15 µs instead of 8.82 (BENCHMARKS.md session 25).
+// 4096 × 11008 ran 7.15 µs instead of 8.82 (BENCHMARKS.md session 25). A
+// pair also travels in one ring slot (stream_chunks): its scales and zeros
+// copied once, one wait (311 -> 269 SASS instructions a pair in that ring;
+// 8.13 -> 7.73 µs, and 9.33 -> 8.18 at 11008 × 4096, H200, session 26).
 constexpr bool kPairMode = kPair != 0;
 static_assert(!kPairMode || (kScaleAfter && kGroup % 128 == 0 && kStages > 0 && kBalance == 0),
               "chunk pairs share one group's scale, applied after the mma (128 | g), in the cp.async ring of a block "
@@ -371,28 +374,34 @@ __device__ __forceinline__ void prefetch_chunks_l2(const Operands& op, const int
 // holding registers, and x and the scales wait in the same queue as the
 // weights instead of costing a round trip each chunk (reading x from global
 // at multiply time stalls the mma on it: the profile's long-scoreboard stalls).
-// A slot, in 32-bit words:
-//   [0, kSlotW)        weights, [tile][vector][lane] as in global (conflict-free reads)
-//   [kSlotW, +kSlotS)  scales: [tile][group of the chunk][16 rows]
+// A slot holds one chunk, or with kPair one pair of chunks kc, kc + 1 (h = 0, 1),
+// which share their group's scales and zeros. In 32-bit words:
+//   [0, kSlotWAll)     weights, [h][tile][vector][lane] as in global (conflict-free reads)
+//   [kSlotWAll, +kSlotS) scales: [tile][group of the chunk][16 rows]
 //   [.., +kSlotZ)      zero bytes or fp16 offsets, same order (none for sym)
-//   [.., +kSlotX)      x[m0 + r][64·kc .. 64·kc + 64) for r < kXRows (rows >= M not copied);
-//                      none with kXRegs, where each lane loads its B fragments of
-//                      x into registers one chunk ahead (through L1, as the
+//   [.., +kSlotX)      x[m0 + r][64·kc .. 64·kc + 64·kSlotChunks) for r < kXRows (rows >= M
+//                      not copied); none with kXRegs, where each lane loads its B fragments
+//                      of x into registers one chunk ahead (through L1, as the
 //                      register pipeline does)
+// A pair in one slot costs one copy of the scales and zeros, one wait and one
+// slot address where two slots of a chunk each took theirs.
 // Everything is moved in 16-byte pieces: the weight vectors by their own lanes,
 // the rest spread over the warp; a lane reads what others copied only after
 // cp.async.wait_group and __syncwarp.
 constexpr int kRingStages = kStages > 0 ? kStages : 1;
 constexpr int kXPieces = 64 * int(sizeof(TX)) / 16;                        // 16-byte pieces per row of a chunk
-constexpr int kSlotW = kTiles * kBits * 32;
+constexpr int kSlotChunks = kPairMode ? 2 : 1;                               // chunks per slot
+constexpr int kSlotW = kTiles * kBits * 32;                                   // one chunk's weights
+constexpr int kSlotWAll = kSlotChunks * kSlotW;
+constexpr int kXRowPieces = kSlotChunks * kXPieces;                           // 16-byte pieces of x per row of a slot
 constexpr int kSlotS = kTiles * kGroupsPerChunk * 16 * 2 / 4;
 constexpr int kSlotZ = kTiles * kGroupsPerChunk * 16 * kZeroBytes / 4;
 constexpr bool kXInRegs = kXRegs != 0;
 static_assert(!kXInRegs || kStages > 0, "x in registers is a mode of the cp.async ring");
-constexpr int kSlotX = kXInRegs ? 0 : kXRows * kXPieces * 4;
-constexpr int kSlotWords = kSlotW + kSlotS + kSlotZ + kSlotX;
+constexpr int kSlotX = kXInRegs ? 0 : kXRows * kXRowPieces * 4;
+constexpr int kSlotWords = kSlotWAll + kSlotS + kSlotZ + kSlotX;
 constexpr int kSPieces = kTiles * kGroupsPerChunk * 2, kZPieces = kTiles * kGroupsPerChunk * kZeroBytes;
-constexpr int kParamPieces = kSPieces + kZPieces + (kXInRegs ? 0 : kXRows * kXPieces);
+constexpr int kParamPieces = kSPieces + kZPieces + (kXInRegs ? 0 : kXRows * kXRowPieces);
 // The ring lives in dynamic shared memory, warp w's kStages slots at
 // [w·kStages·kSlotWords, ...): the launch asks for exactly
 // kWarps·kStages·kSlotWords·4 bytes (wq_launch_geometry; more than the 48 KB
@@ -461,13 +470,13 @@ __device__ __forceinline__ ParamPieces param_pieces(const Operands& op, const in
     const int p = round * 32 + lane;
     pp.base[round] = reinterpret_cast<const char*>(op.x);
     pp.stride[round] = 0;
-    pp.live[round] = p < kParamPieces && (p < kSPieces + kZPieces || m0 + (p - kSPieces - kZPieces) / kXPieces < M);
+    pp.live[round] = p < kParamPieces && (p < kSPieces + kZPieces || m0 + (p - kSPieces - kZPieces) / kXRowPieces < M);
     pp.is_x[round] = p >= kSPieces + kZPieces;
     if (p < kSPieces + kZPieces) {
       pp.base[round] = weight_param_src(op, tile, 0, p);
       pp.stride[round] = p < kSPieces ? static_cast<int>(kN * sizeof(TS)) : static_cast<int>(kN * kZeroBytes);
     } else if (p < kParamPieces) {  // x row r, piece c
-      const int q = p - kSPieces - kZPieces, r = q / kXPieces, c = q % kXPieces;
+      const int q = p - kSPieces - kZPieces, r = q / kXRowPieces, c = q % kXRowPieces;
       pp.base[round] = reinterpret_cast<const char*>(op.x + static_cast<long long>(min(m0 + r, M - 1)) * kK) + 16 * c;
       pp.stride[round] = 64 * static_cast<int>(sizeof(TX));
     }
@@ -485,17 +494,21 @@ __device__ __forceinline__ void copy_chunk(const Operands& op, const int (&tile)
     for (int v = 0; v < kBits / kVec; ++v) {
       const unsigned* src = qweight_of(op, i) + (static_cast<long long>(tile[i]) * kChunks + kc) * 32 * kBits + (v * 32 + lane) * kVec;
       unsigned* dst = slot + i * kBits * 32 + (v * 32 + lane) * kVec;
-      if constexpr (kVec == 4) cp_async16(dst, src);
-      else {
-        const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(d), "l"(src), "n"(4 * kVec) : "memory");
+#pragma unroll
+      for (int h = 0; h < kSlotChunks; ++h) {  // a pair's second chunk follows the first in global
+        if constexpr (kVec == 4) cp_async16(dst + h * kSlotW, src + h * 32 * kBits);
+        else {
+          const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst + h * kSlotW));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(d), "l"(src + h * 32 * kBits), "n"(4 * kVec)
+                       : "memory");
+        }
       }
     }
   if constexpr (kXInRegs) {
 #pragma unroll
     for (int round = 0; round < kParamRounds && kW; ++round) {
       const int p = round * 32 + lane;
-      if (p < kParamPieces) cp_async16(slot + kSlotW + 4 * p, weight_param_src(op, tile, kc, p));
+      if (p < kParamPieces) cp_async16(slot + kSlotWAll + 4 * p, weight_param_src(op, tile, kc, p));
     }
   } else {
     const int group_step = kc * 64 / kGroup;
@@ -506,7 +519,7 @@ __device__ __forceinline__ void copy_chunk(const Operands& op, const int (&tile)
       // One 32 x 32 -> 64-bit multiply-add (a signed 64-bit product took five).
       const unsigned step = x_piece ? kc : group_step;
       const char* src = pp.base[round] + static_cast<unsigned long long>(step) * static_cast<unsigned>(pp.stride[round]);
-      unsigned* dst = slot + kSlotW + 4 * (round * 32 + lane);
+      unsigned* dst = slot + kSlotWAll + 4 * (round * 32 + lane);
       if (x_piece) cp_async16_l1(dst, src);
       else cp_async16(dst, src);
     }
@@ -528,15 +541,15 @@ __device__ __forceinline__ void read_x(const T* p, unsigned (&b)[8]) {
   }
 }
 
-// The lane's operands of the chunk in a slot (rows of x >= M read as zero).
+// The lane's operands of chunk h of a slot (rows of x >= M read as zero).
 template <typename T>
-__device__ __forceinline__ void read_slot(const unsigned* slot, int m0, int M, int lane, Chunk& c) {
+__device__ __forceinline__ void read_slot(const unsigned* slot, int h, int m0, int M, int lane, Chunk& c) {
   const int gq = lane / 4, t = lane % 4;
 #pragma unroll
   for (int i = 0; i < kTiles; ++i)
 #pragma unroll
     for (int v = 0; v < kBits / kVec; ++v) {
-      const unsigned* p = slot + i * kBits * 32 + (v * 32 + lane) * kVec;
+      const unsigned* p = slot + h * kSlotW + i * kBits * 32 + (v * 32 + lane) * kVec;
       if constexpr (kVec == 4) {  // one 16-byte shared load
         const uint4 r = *reinterpret_cast<const uint4*>(p);
         c.w[i][4 * v] = r.x, c.w[i][4 * v + 1] = r.y, c.w[i][4 * v + 2] = r.z, c.w[i][4 * v + 3] = r.w;
@@ -546,16 +559,16 @@ __device__ __forceinline__ void read_slot(const unsigned* slot, int m0, int M, i
       }
     }
   const int gi = kGroupsPerChunk > 1 ? (16 * t) / kGroup : 0;  // the group of the lane's 16 k
-  const auto* s16 = reinterpret_cast<const unsigned short*>(slot + kSlotW);
+  const auto* s16 = reinterpret_cast<const unsigned short*>(slot + kSlotWAll);
 #pragma unroll
   for (int i = 0; i < kTiles; ++i)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int at = (i * kGroupsPerChunk + gi) * 16 + gq + 8 * h;
-      c.rows[i][h].s = s16[at];
-      c.rows[i][h].zo = 0;
-      if constexpr (kZeroMode == 1) c.rows[i][h].zo = reinterpret_cast<const unsigned char*>(slot + kSlotW + kSlotS)[at];
-      if constexpr (kZeroMode == 2) c.rows[i][h].zo = reinterpret_cast<const unsigned short*>(slot + kSlotW + kSlotS)[at];
+    for (int e = 0; e < 2; ++e) {
+      const int at = (i * kGroupsPerChunk + gi) * 16 + gq + 8 * e;
+      c.rows[i][e].s = s16[at];
+      c.rows[i][e].zo = 0;
+      if constexpr (kZeroMode == 1) c.rows[i][e].zo = reinterpret_cast<const unsigned char*>(slot + kSlotWAll + kSlotS)[at];
+      if constexpr (kZeroMode == 2) c.rows[i][e].zo = reinterpret_cast<const unsigned short*>(slot + kSlotWAll + kSlotS)[at];
     }
 #pragma unroll
   for (int j = 0; j < kMTiles && !kXInRegs; ++j) {
@@ -565,7 +578,7 @@ __device__ __forceinline__ void read_slot(const unsigned* slot, int m0, int M, i
       for (int e = 0; e < 8; ++e) c.b[j][e] = 0;
       continue;
     }
-    read_x(reinterpret_cast<const T*>(slot + kSlotW + kSlotS + kSlotZ) + r * 64 + 16 * t, c.b[j]);
+    read_x(reinterpret_cast<const T*>(slot + kSlotWAll + kSlotS + kSlotZ) + r * 64 * kSlotChunks + 64 * h + 16 * t, c.b[j]);
   }
 }
 
@@ -579,16 +592,15 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_bytes));
     if (dynamic_bytes < unsigned(kRingBytes)) __trap();
   }
-  // The warp's chunks are part, part + kSplitK, ...: number i is chunk
-  // part + i·kSplitK; with kPair, pairs part, part + 1, then part + 2·kSplitK, ...
+  // The warp's slots' worth (units) are its chunks part, part + kSplitK, ...:
+  // unit i is chunk part + i·kSplitK; with kPair, unit i is the pair from
+  // chunk part + 2i·kSplitK. Pairs come whole: 128 | g and g | k make kChunks
+  // even, a pair starts on an even chunk, and the schedules that pass a piece
+  // of k (balance) take no pairs.
   static_assert(!kPairMode || (!kXInRegs && kL2Ahead == 0), "chunk pairs stream x through the ring, without look-ahead");
-  const auto chunk_at = [&](int i) { return kPairMode ? part + (i / 2) * 2 * kSplitK + i % 2 : part + i * kSplitK; };
-  int count = part < end ? (end - 1 - part) / kSplitK + 1 : 0;
-  // Pairs come whole: 128 | g and g | k make kChunks even, a pair starts on
-  // an even chunk, and the schedules that pass a piece of k (balance) take
-  // no pairs.
   static_assert(!kPairMode || kChunks % 2 == 0, "chunk pairs need an even number of chunks");
-  if constexpr (kPairMode) count = 2 * (part < end ? (end - 1 - part) / (2 * kSplitK) + 1 : 0);
+  const auto chunk_at = [&](int i) { return part + i * kSlotChunks * kSplitK; };
+  const int count = part < end ? (end - 1 - part) / (kSlotChunks * kSplitK) + 1 : 0;
   const XRows xr = x_rows(op.x, m0, M, lane);  // kXRegs
   const ParamPieces pp = param_pieces(op, tile, m0, M, lane);
   __syncwarp();  // the previous pass over m has read every slot
@@ -610,25 +622,27 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
     if (s < count) copy_chunk<kCopyX>(op, tile, pp, chunk_at(s), lane, ring + s * kSlotWords);
     asm volatile("cp.async.commit_group;" ::: "memory");  // empty groups keep the count uniform
   }
-  // fetch(i, c): refill the slot chunk i - 1 used (with chunk
-  // i + kStages - 1), wait for chunk i's slot and read its operands into c.
-  auto fetch = [&](int i, Chunk& c) {
+  // fetch(i): refill the slot unit i - 1 used (with unit i + kStages - 1)
+  // and wait for unit i's slot, which it returns.
+  auto fetch = [&](int i) {
     __syncwarp();  // every lane has read slot (i - 1) % kStages, which this copy refills
     const int ahead = i + kRingStages - 1;
     if (ahead < count) copy_chunk(op, tile, pp, chunk_at(ahead), lane, ring + ahead % kRingStages * kSlotWords);
     prefetch_chunks_l2(op, tile, part, ahead + kL2Ahead, ahead + kL2Ahead + 1, count, lane);
     asm volatile("cp.async.commit_group;" ::: "memory");
-    asm volatile("cp.async.wait_group %0;" ::"n"(kRingStages - 1) : "memory");  // this lane's part of chunk i landed
+    asm volatile("cp.async.wait_group %0;" ::"n"(kRingStages - 1) : "memory");  // this lane's part of unit i landed
     __syncwarp();                                                               // and every other lane's
-    read_slot<TX>(ring + i % kRingStages * kSlotWords, m0, M, lane, c);
+    return ring + i % kRingStages * kSlotWords;
   };
   if constexpr (kPairMode) {
-    // Two chunks a pass, multiplied together.
+    // A pair a pass, its two chunks multiplied together (c0's row
+    // parameters serve both: c1's are never read).
 #pragma unroll 1
-    for (int i = 0; i < count; i += 2) {
+    for (int i = 0; i < count; ++i) {
+      const unsigned* slot = fetch(i);
       Chunk c0, c1;
-      fetch(i, c0);
-      fetch(i + 1, c1);
+      read_slot<TX>(slot, 0, m0, M, lane, c0);
+      read_slot<TX>(slot, 1, m0, M, lane, c1);
       mma_chunks<2>(c0, c1, acc);
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
@@ -646,7 +660,7 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
         for (int e = 0; e < 8; ++e) c.b[j][e] = x_cur[j][e];
       if (i + 1 < count) load_x_frags(xr, chunk_at(i + 1), x_after);
     }
-    fetch(i, c);
+    read_slot<TX>(fetch(i), 0, m0, M, lane, c);
     mma_chunk(c, acc);
   };
   // With kXRegs the loop body is two chunks, so the two x buffers swap roles
