@@ -206,17 +206,22 @@ __device__ __forceinline__ void mma_chunks(const Chunk& c, const Chunk& c1, floa
   float xsum[kMTiles][4];  // kZeroAfter: X of the lane's columns (every row of the product holds it)
   if constexpr (kZeroAfterMode) {
     constexpr unsigned kOnes = 0x3c003c00u;  // fp16 1.0 in both halves
+    // Two chains (even and odd steps), added at the end: one chain of 4·kCount
+    // dependent mma waited on the tensor core's latency (with pairs, 8 in a row).
+    float half[2][kMTiles][4];
 #pragma unroll
     for (int j = 0; j < kMTiles; ++j) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) xsum[j][e] = 0.0f;
+      for (int e = 0; e < 4; ++e) half[0][j][e] = half[1][j][e] = 0.0f;
 #pragma unroll
       for (int q = 0; q < kCount; ++q) {
         const Chunk& cq = q == 0 ? c : c1;  // one group: one correction for both chunks' X
 #pragma unroll
         for (int s = 0; s < 4; ++s)
-          qjit::mma_16816<TS>(xsum[j], kOnes, kOnes, kOnes, kOnes, cq.b[j][2 * s], cq.b[j][2 * s + 1]);
+          qjit::mma_16816<TS>(half[s % 2][j], kOnes, kOnes, kOnes, kOnes, cq.b[j][2 * s], cq.b[j][2 * s + 1]);
       }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) xsum[j][e] = half[0][j][e] + half[1][j][e];
     }
   }
 #pragma unroll
