@@ -546,7 +546,7 @@ __device__ __forceinline__ void read_x(const T* p, unsigned (&b)[8]) {
   }
 }
 
-// The lane's operands of chunk h of a slot (rows of x >= M read as zero).
+// The lane's operands of chunk h of a slot.
 template <typename T>
 __device__ __forceinline__ void read_slot(const unsigned* slot, int h, int m0, int M, int lane, Chunk& c) {
   const int gq = lane / 4, t = lane % 4;
@@ -578,12 +578,14 @@ __device__ __forceinline__ void read_slot(const unsigned* slot, int h, int m0, i
 #pragma unroll
   for (int j = 0; j < kMTiles && !kXInRegs; ++j) {
     const int r = 8 * j + gq;
-    if (r >= kXRows || m0 + r >= M) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) c.b[j][e] = 0;
-      continue;
-    }
-    read_x(reinterpret_cast<const T*>(slot + kSlotWAll + kSlotS + kSlotZ) + r * 64 * kSlotChunks + 64 * h + 16 * t, c.b[j]);
+    // A row past the pass's last (M - 1, or the slot's kXRows - 1) reads
+    // that last row: as in x_rows, its column of the product is never
+    // stored, and a valid row needs neither zeroing nor a branch (at M = 1,
+    // 8 moves and about 10 address instructions a pair when such rows were
+    // zeros).
+    const int last = kXRows == 1 ? 0 : min(kXRows, M - m0) - 1;
+    read_x(reinterpret_cast<const T*>(slot + kSlotWAll + kSlotS + kSlotZ) + min(r, last) * 64 * kSlotChunks + 64 * h + 16 * t,
+           c.b[j]);
   }
 }
 
