@@ -496,6 +496,27 @@ void run_inside_bucket(const BucketCase (&cases)[N]) {
 
 }  // namespace
 
+TEST_CASE("wq_gemm mma ring: M inside the bucket, rows of x past M copied from row M - 1 (typed API)", "[gpu]") {
+  // The tuner verifies at the bucket's M; these run the cached ring kernel
+  // at M below it, where a slot's rows past M hold row M - 1 and x's own
+  // rounds (kXOwnRounds) take their clamped path: pairs of fp16 and fp32 x,
+  // and single chunks, at 1, 2 and 4 rows a round.
+  const auto ring = [](int warps, int split, int mtiles, int stages, int pair) {
+    nlohmann::json j{{"warps", warps}, {"split_k", split}, {"tiles", 2}, {"mtiles", mtiles}, {"unroll", 1}, {"stages", stages}};
+    if (pair) j["pair"] = 1;
+    return j;
+  };
+  const nlohmann::json w4{{"k", 1024}, {"n", 528}, {"bits", 4}, {"zero", "int"}};
+  const nlohmann::json w4_fp32{{"k", 1024}, {"n", 528}, {"bits", 4}, {"zero", "sym"}, {"x", "fp32"}};
+  const BucketCase cases[] = {
+      {w4, ring(4, 4, 2, 2, 1), {9, 15}},
+      {w4, ring(8, 8, 1, 3, 1), {5, 7}},
+      {w4, ring(4, 4, 1, 4, 0), {3}},
+      {w4_fp32, ring(4, 4, 1, 2, 1), {3}},
+  };
+  run_inside_bucket(cases);
+}
+
 TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past M (typed API)", "[gpu]") {
   if (runtime::current_device().arch != "sm_90") {
     WARN("not run: the wgmma family runs on compute capability 9.0 only");

@@ -406,7 +406,12 @@ static_assert(!kXInRegs || kStages > 0, "x in registers is a mode of the cp.asyn
 constexpr int kSlotX = kXInRegs ? 0 : kXRows * kXRowPieces * 4;
 constexpr int kSlotWords = kSlotWAll + kSlotS + kSlotZ + kSlotX;
 constexpr int kSPieces = kTiles * kGroupsPerChunk * 2, kZPieces = kTiles * kGroupsPerChunk * kZeroBytes;
-constexpr int kParamPieces = kSPieces + kZPieces + (kXInRegs ? 0 : kXRows * kXRowPieces);
+constexpr int kWParamPieces = kSPieces + kZPieces, kXSlotPieces = kXInRegs ? 0 : kXRows * kXRowPieces;
+// Where the scales, zeros and x take more than one round of the warp's
+// 16-byte copies (from M = 2 with pairs, M = 4 without), x goes in rounds of
+// its own (copy_x_rounds); else all three share the lanes of one round.
+constexpr bool kXOwnRounds = kWParamPieces + kXSlotPieces > 32;
+constexpr int kParamPieces = kWParamPieces + (kXOwnRounds ? 0 : kXSlotPieces);
 // The ring lives in dynamic shared memory, warp w's kStages slots at
 // [w·kStages·kSlotWords, ...): the launch asks for exactly
 // kWarps·kStages·kSlotWords·4 bytes (wq_launch_geometry; more than the 48 KB
@@ -459,12 +464,21 @@ __device__ __forceinline__ const char* weight_param_src(const Operands& op, cons
 // x, and copy_chunk keeps the per-chunk branches: the same change made the
 // x_regs ring 1 us slower at M = 8 and 16 in A/Bs on one H100 (BENCHMARKS.md
 // session 12).
+// Every row of x a slot holds is copied, a row past M - 1 from row M - 1
+// (read_slot reads it as it reads a valid row: no zeroing, no branch).
 constexpr int kParamRounds = (kParamPieces + 31) / 32;
+constexpr int kXRowsPerRound = 32 / kXRowPieces;  // kXOwnRounds: rows of x one round copies
+static_assert(!kXOwnRounds || 32 % kXRowPieces == 0, "a round of x's copies covers whole rows");
 struct ParamPieces {
   const char* base[kParamRounds];
   int stride[kParamRounds];  // bytes per step
-  bool live[kParamRounds];   // the lane has a piece (and, for x, its row is < M)
+  bool live[kParamRounds];   // the lane has a piece
   bool is_x[kParamRounds];
+  // kXOwnRounds: the lane's row in round 0 (m0 + lane / kXRowPieces) and
+  // piece (16 bytes at x_col), and whether every row of the pass is < M.
+  const char* x_col;
+  int x_row, x_last;
+  bool x_full;
 };
 
 __device__ __forceinline__ ParamPieces param_pieces(const Operands& op, const int (&tile)[kTiles], int m0, int M,
@@ -475,7 +489,7 @@ __device__ __forceinline__ ParamPieces param_pieces(const Operands& op, const in
     const int p = round * 32 + lane;
     pp.base[round] = reinterpret_cast<const char*>(op.x);
     pp.stride[round] = 0;
-    pp.live[round] = p < kParamPieces && (p < kSPieces + kZPieces || m0 + (p - kSPieces - kZPieces) / kXRowPieces < M);
+    pp.live[round] = p < kParamPieces;
     pp.is_x[round] = p >= kSPieces + kZPieces;
     if (p < kSPieces + kZPieces) {
       pp.base[round] = weight_param_src(op, tile, 0, p);
@@ -486,7 +500,35 @@ __device__ __forceinline__ ParamPieces param_pieces(const Operands& op, const in
       pp.stride[round] = 64 * static_cast<int>(sizeof(TX));
     }
   }
+  pp.x_col = reinterpret_cast<const char*>(op.x) + 16 * (lane % kXRowPieces);
+  pp.x_row = m0 + lane / kXRowPieces, pp.x_last = M - 1;
+  pp.x_full = m0 + kXRows <= M;
   return pp;
+}
+
+// kXOwnRounds: x's pieces of chunk kc (with kPair, of the pair from kc) in
+// rounds of their own, piece q = 32·i + lane of the slot's x. Round i takes
+// rows kXRowsPerRound·i + lane / kXRowPieces, so where every row of the
+// pass is < M (x_full, the usual case) round i is round 0's address plus a
+// constant: one address per chunk and a copy per round (at M = 16 with
+// pairs, 8 rounds took about 5 instructions each when every piece had its
+// own row, its clamp and its test of that row against M).
+__device__ __forceinline__ void copy_x_rounds(const ParamPieces& pp, int kc, int lane, unsigned* slot) {
+  constexpr int kRounds = (kXSlotPieces + 31) / 32;
+  constexpr long long kRowBytes = static_cast<long long>(kK) * sizeof(TX);
+  unsigned* dst = slot + kSlotWAll + kSlotS + kSlotZ + 4 * lane;
+  const char* col = pp.x_col + static_cast<unsigned long long>(kc) * (64 * sizeof(TX));
+  if (pp.x_full) {
+    const char* src = col + pp.x_row * kRowBytes;
+#pragma unroll
+    for (int i = 0; i < kRounds; ++i)
+      if (i * 32 + lane < kXSlotPieces) cp_async16_l1(dst + 128 * i, src + i * kXRowsPerRound * kRowBytes);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kRounds; ++i)
+      if (i * 32 + lane < kXSlotPieces)
+        cp_async16_l1(dst + 128 * i, col + min(pp.x_row + i * kXRowsPerRound, pp.x_last) * kRowBytes);
+  }
 }
 
 template <CopyPart kPart = kCopyAll>
@@ -528,6 +570,7 @@ __device__ __forceinline__ void copy_chunk(const Operands& op, const int (&tile)
       if (x_piece) cp_async16_l1(dst, src);
       else cp_async16(dst, src);
     }
+    if constexpr (kXOwnRounds && kXPart) copy_x_rounds(pp, kc, lane, slot);
   }
 }
 
@@ -548,7 +591,7 @@ __device__ __forceinline__ void read_x(const T* p, unsigned (&b)[8]) {
 
 // The lane's operands of chunk h of a slot.
 template <typename T>
-__device__ __forceinline__ void read_slot(const unsigned* slot, int h, int m0, int M, int lane, Chunk& c) {
+__device__ __forceinline__ void read_slot(const unsigned* slot, int h, int lane, Chunk& c) {
   const int gq = lane / 4, t = lane % 4;
 #pragma unroll
   for (int i = 0; i < kTiles; ++i)
@@ -578,13 +621,13 @@ __device__ __forceinline__ void read_slot(const unsigned* slot, int h, int m0, i
 #pragma unroll
   for (int j = 0; j < kMTiles && !kXInRegs; ++j) {
     const int r = 8 * j + gq;
-    // A row past the pass's last (M - 1, or the slot's kXRows - 1) reads
-    // that last row: as in x_rows, its column of the product is never
-    // stored, and a valid row needs neither zeroing nor a branch (at M = 1,
-    // 8 moves and about 10 address instructions a pair when such rows were
-    // zeros).
-    const int last = kXRows == 1 ? 0 : min(kXRows, M - m0) - 1;
-    read_x(reinterpret_cast<const T*>(slot + kSlotWAll + kSlotS + kSlotZ) + min(r, last) * 64 * kSlotChunks + 64 * h + 16 * t,
+    // A row past the slot's (r >= kXRows) reads its last row, and the slot's
+    // rows past M - 1 hold row M - 1 (param_pieces): as in x_rows, such a
+    // row reaches only a column of the product that is never stored, and a
+    // valid row needs neither zeroing nor a branch (at M = 1, 8 moves and
+    // about 10 address instructions a pair when such rows were zeros).
+    read_x(reinterpret_cast<const T*>(slot + kSlotWAll + kSlotS + kSlotZ) + min(r, kXRows - 1) * 64 * kSlotChunks + 64 * h +
+               16 * t,
            c.b[j]);
   }
 }
@@ -648,8 +691,8 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
     for (int i = 0; i < count; ++i) {
       const unsigned* slot = fetch(i);
       Chunk c0, c1;
-      read_slot<TX>(slot, 0, m0, M, lane, c0);
-      read_slot<TX>(slot, 1, m0, M, lane, c1);
+      read_slot<TX>(slot, 0, lane, c0);
+      read_slot<TX>(slot, 1, lane, c1);
       mma_chunks<2>(c0, c1, acc);
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
@@ -667,7 +710,7 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
         for (int e = 0; e < 8; ++e) c.b[j][e] = x_cur[j][e];
       if (i + 1 < count) load_x_frags(xr, chunk_at(i + 1), x_after);
     }
-    read_slot<TX>(fetch(i), 0, m0, M, lane, c);
+    read_slot<TX>(fetch(i), 0, lane, c);
     mma_chunk(c, acc);
   };
   // With kXRegs the loop body is two chunks, so the two x buffers swap roles
