@@ -384,8 +384,8 @@ __device__ __forceinline__ void prefetch_chunks_l2(const Operands& op, const int
 //   [0, kSlotWAll)     weights, [h][tile][vector][lane] as in global (conflict-free reads)
 //   [kSlotWAll, +kSlotS) scales: [tile][group of the chunk][16 rows]
 //   [.., +kSlotZ)      zero bytes or fp16 offsets, same order (none for sym)
-//   [.., +kSlotX)      x[m0 + r][64·kc .. 64·kc + 64·kSlotChunks) for r < kXRows (rows >= M
-//                      not copied); none with kXRegs, where each lane loads its B fragments
+//   [.., +kSlotX)      x[m0 + r][64·kc .. 64·kc + 64·kSlotChunks) for r < kXRows (a row past
+//                      M - 1 holds row M - 1); none with kXRegs, where each lane loads its B fragments
 //                      of x into registers one chunk ahead (through L1, as the
 //                      register pipeline does)
 // A pair in one slot costs one copy of the scales and zeros, one wait and one
