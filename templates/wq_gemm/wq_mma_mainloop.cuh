@@ -432,6 +432,16 @@ __device__ __forceinline__ void cp_async16_l1(unsigned* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
 }
 
+// base + i·step bytes as one 32 × 32 -> 64-bit multiply-add (IMAD.WIDE.U32).
+// Written as 64-bit C++ arithmetic, ptxas rebuilt the loop's copy addresses
+// from the tile index every unit, or added the high word separately (3-4
+// instructions an address).
+__device__ __forceinline__ const char* advance(const void* base, unsigned i, unsigned step) {
+  unsigned long long at;
+  asm("mad.wide.u32 %0, %1, %2, %3;" : "=l"(at) : "r"(i), "r"(step), "l"(base));
+  return reinterpret_cast<const char*>(at);
+}
+
 // What copy_chunk copies: everything, or the part that does not depend on
 // the previous grid (weights, scales, zeros), or only x.
 enum CopyPart { kCopyAll, kCopyWeights, kCopyX };
@@ -467,23 +477,37 @@ __device__ __forceinline__ const char* weight_param_src(const Operands& op, cons
 // Every row of x a slot holds is copied, a row past M - 1 from row M - 1
 // (read_slot reads it as it reads a valid row: no zeroing, no branch).
 constexpr int kParamRounds = (kParamPieces + 31) / 32;
-constexpr int kXRowsPerRound = 32 / kXRowPieces;  // kXOwnRounds: rows of x one round copies
-static_assert(!kXOwnRounds || 32 % kXRowPieces == 0, "a round of x's copies covers whole rows");
+// kXOwnRounds: a round of x's copies gives kXLanes lanes to each of 32 /
+// kXLanes rows (kXLanes · 16 contiguous bytes of a row: at least 128, so a
+// round touches no more 128-byte lines than whole rows would), and a lane
+// copies its row's pieces l % kXLanes + kXLanes·j in kXSteps rounds, each 16
+// · kXLanes bytes past the one before. Those offsets fit the copy's
+// immediate (LDGSTS folds about ±2 KB; a row of x is 8 KB or more away), so
+// a lane forms one address per row block instead of one per round.
+constexpr int kXLanesWanted = 32 / kXRows > 8 ? 32 / kXRows : 8;
+constexpr int kXLanes = kXLanesWanted < kXRowPieces ? kXLanesWanted : kXRowPieces;
+constexpr int kXRowsPerBlock = 32 / kXLanes;
+constexpr int kXSteps = kXRowPieces / kXLanes;
+constexpr int kXBlocks = (kXRows + kXRowsPerBlock - 1) / kXRowsPerBlock;
+static_assert(!kXOwnRounds || (32 % kXLanes == 0 && kXRowPieces % kXLanes == 0), "x's rounds cover whole rows");
 struct ParamPieces {
+  const char* w[kTiles];  // the lane's first weight vector of tile slot i at chunk 0
   const char* base[kParamRounds];
   int stride[kParamRounds];  // bytes per step
   bool live[kParamRounds];   // the lane has a piece
   bool is_x[kParamRounds];
-  // kXOwnRounds: the lane's row in round 0 (m0 + lane / kXRowPieces) and
-  // piece (16 bytes at x_col), and whether every row of the pass is < M.
+  // kXOwnRounds: the lane's row in row block 0 (m0 + lane / kXLanes) and
+  // first piece (16 bytes at x_col); rows past x_last = M - 1 read it.
   const char* x_col;
   int x_row, x_last;
-  bool x_full;
 };
 
 __device__ __forceinline__ ParamPieces param_pieces(const Operands& op, const int (&tile)[kTiles], int m0, int M,
                                                     int lane) {
   ParamPieces pp;
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+    pp.w[i] = reinterpret_cast<const char*>(qweight_of(op, i) + static_cast<long long>(tile[i]) * kChunks * 32 * kBits + lane * kVec);
 #pragma unroll
   for (int round = 0; round < kParamRounds; ++round) {
     const int p = round * 32 + lane;
@@ -500,35 +524,49 @@ __device__ __forceinline__ ParamPieces param_pieces(const Operands& op, const in
       pp.stride[round] = 64 * static_cast<int>(sizeof(TX));
     }
   }
-  pp.x_col = reinterpret_cast<const char*>(op.x) + 16 * (lane % kXRowPieces);
-  pp.x_row = m0 + lane / kXRowPieces, pp.x_last = M - 1;
-  pp.x_full = m0 + kXRows <= M;
+  pp.x_col = reinterpret_cast<const char*>(op.x) + 16 * (lane % kXLanes);
+  pp.x_row = m0 + lane / kXLanes, pp.x_last = M - 1;
   return pp;
 }
 
 // kXOwnRounds: x's pieces of chunk kc (with kPair, of the pair from kc) in
-// rounds of their own, piece q = 32·i + lane of the slot's x. Round i takes
-// rows kXRowsPerRound·i + lane / kXRowPieces, so where every row of the
-// pass is < M (x_full, the usual case) round i is round 0's address plus a
-// constant: one address per chunk and a copy per round (at M = 16 with
-// pairs, 8 rounds took about 5 instructions each when every piece had its
-// own row, its clamp and its test of that row against M).
-__device__ __forceinline__ void copy_x_rounds(const ParamPieces& pp, int kc, int lane, unsigned* slot) {
-  constexpr int kRounds = (kXSlotPieces + 31) / 32;
-  constexpr long long kRowBytes = static_cast<long long>(kK) * sizeof(TX);
-  unsigned* dst = slot + kSlotWAll + kSlotS + kSlotZ + 4 * lane;
-  const char* col = pp.x_col + static_cast<unsigned long long>(kc) * (64 * sizeof(TX));
-  if (pp.x_full) {
-    const char* src = col + pp.x_row * kRowBytes;
-#pragma unroll
-    for (int i = 0; i < kRounds; ++i)
-      if (i * 32 + lane < kXSlotPieces) cp_async16_l1(dst + 128 * i, src + i * kXRowsPerRound * kRowBytes);
-  } else {
-#pragma unroll
-    for (int i = 0; i < kRounds; ++i)
-      if (i * 32 + lane < kXSlotPieces)
-        cp_async16_l1(dst + 128 * i, col + min(pp.x_row + i * kXRowsPerRound, pp.x_last) * kRowBytes);
+// rounds of their own, kXSteps rounds for each of kXBlocks row blocks (see
+// kXLanes): a row block's address is the lane's row, clamped to M - 1, and
+// its rounds add immediates. No branch on whether the pass's rows are all
+// < M: the clamp is one instruction a row block. At M = 16 with pairs (8
+// rounds, 4 row blocks) the 4096 x 11008 loop went 365 -> 312 SASS
+// instructions a pair. Before, two rows a round from one address took 3
+// instructions a round (the 64-bit add of the round's 16 KB offset, which
+// LDGSTS cannot fold, and the copy), plus a clamped twin for passes that
+// reach past M; earlier still, a piece per lane with its own row, clamp
+// and test against M took about 5.
+template <int kB, int kJ>
+__device__ __forceinline__ void copy_x_block(const char* row, int lane, unsigned* dst) {
+  if constexpr (kJ < kXSteps) {
+    if (lane / kXLanes + kB * kXRowsPerBlock < kXRows) {  // a row of the slot (false only where kXRows < 32 / kXLanes)
+      constexpr int kWords = 4 * (kB * kXRowsPerBlock * kXRowPieces + kJ * kXLanes);
+      const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst + kWords));
+      // The offset in the PTX address, a constant (hence the recursion), so ptxas keeps it in the LDGSTS.
+      asm volatile("cp.async.ca.shared.global [%0], [%1+%2], 16;" ::"r"(d), "l"(row), "n"(16 * kXLanes * kJ) : "memory");
+    }
+    copy_x_block<kB, kJ + 1>(row, lane, dst);
   }
+}
+template <int kB>
+__device__ __forceinline__ void copy_x_blocks(const ParamPieces& pp, const char* col, int lane, unsigned* dst) {
+  if constexpr (kB < kXBlocks) {
+    constexpr long long kRowBytes = static_cast<long long>(kK) * sizeof(TX);
+    const int r = pp.x_row + kB * kXRowsPerBlock;
+    copy_x_block<kB, 0>(col + min(r, pp.x_last) * kRowBytes, lane, dst);
+    copy_x_blocks<kB + 1>(pp, col, lane, dst);
+  }
+}
+
+__device__ __forceinline__ void copy_x_rounds(const ParamPieces& pp, int kc, int lane, unsigned* slot) {
+  // The lane's first piece of the slot: row lane / kXLanes, piece lane % kXLanes.
+  unsigned* dst = slot + kSlotWAll + kSlotS + kSlotZ + 4 * (lane / kXLanes * kXRowPieces + lane % kXLanes);
+  const char* col = advance(pp.x_col, kc, 64 * sizeof(TX));
+  copy_x_blocks<0>(pp, col, lane, dst);
 }
 
 template <CopyPart kPart = kCopyAll>
@@ -539,7 +577,7 @@ __device__ __forceinline__ void copy_chunk(const Operands& op, const int (&tile)
   for (int i = 0; i < kTiles && kW; ++i)
 #pragma unroll
     for (int v = 0; v < kBits / kVec; ++v) {
-      const unsigned* src = qweight_of(op, i) + (static_cast<long long>(tile[i]) * kChunks + kc) * 32 * kBits + (v * 32 + lane) * kVec;
+      const unsigned* src = reinterpret_cast<const unsigned*>(advance(pp.w[i], kc, 32 * kBits * 4)) + v * 32 * kVec;
       unsigned* dst = slot + i * kBits * 32 + (v * 32 + lane) * kVec;
 #pragma unroll
       for (int h = 0; h < kSlotChunks; ++h) {  // a pair's second chunk follows the first in global
@@ -564,8 +602,7 @@ __device__ __forceinline__ void copy_chunk(const Operands& op, const int (&tile)
       const bool x_piece = pp.is_x[round];
       if (!pp.live[round] || (x_piece ? !kXPart : !kW)) continue;
       // One 32 x 32 -> 64-bit multiply-add (a signed 64-bit product took five).
-      const unsigned step = x_piece ? kc : group_step;
-      const char* src = pp.base[round] + static_cast<unsigned long long>(step) * static_cast<unsigned>(pp.stride[round]);
+      const char* src = advance(pp.base[round], x_piece ? kc : group_step, pp.stride[round]);
       unsigned* dst = slot + kSlotWAll + 4 * (round * 32 + lane);
       if (x_piece) cp_async16_l1(dst, src);
       else cp_async16(dst, src);
@@ -673,16 +710,29 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
     asm volatile("cp.async.commit_group;" ::: "memory");  // empty groups keep the count uniform
   }
   // fetch(i): refill the slot unit i - 1 used (with unit i + kStages - 1)
-  // and wait for unit i's slot, which it returns.
+  // and wait for unit i's slot, which it returns. Unit i's slot is
+  // i % kStages. Where kStages is not a power of two, that modulo cost the
+  // 3-slot M = 1 pair loop 20 of its 284 instructions (multiply-by-inverse
+  // sequences), so the slots are then running word offsets (units are
+  // fetched in order, and unit i + kStages - 1's slot is unit i - 1's): 271.
+  // For 2 and 4 slots the modulo is a mask, and the running offsets cost 6 more.
+  constexpr bool kSlotsByMask = (kRingStages & (kRingStages - 1)) == 0;
+  constexpr int kLastSlot = (kRingStages - 1) * kSlotWords;
+  int read_at = 0, refill_at = kLastSlot;  // !kSlotsByMask: unit i's slot, unit i + kStages - 1's
   auto fetch = [&](int i) {
-    __syncwarp();  // every lane has read slot (i - 1) % kStages, which this copy refills
+    __syncwarp();  // every lane has read unit i - 1's slot, which this copy refills
     const int ahead = i + kRingStages - 1;
-    if (ahead < count) copy_chunk(op, tile, pp, chunk_at(ahead), lane, ring + ahead % kRingStages * kSlotWords);
+    if constexpr (kSlotsByMask) refill_at = ahead % kRingStages * kSlotWords;
+    if (ahead < count) copy_chunk(op, tile, pp, chunk_at(ahead), lane, ring + refill_at);
     prefetch_chunks_l2(op, tile, part, ahead + kL2Ahead, ahead + kL2Ahead + 1, count, lane);
     asm volatile("cp.async.commit_group;" ::: "memory");
     asm volatile("cp.async.wait_group %0;" ::"n"(kRingStages - 1) : "memory");  // this lane's part of unit i landed
     __syncwarp();                                                               // and every other lane's
-    return ring + i % kRingStages * kSlotWords;
+    if constexpr (kSlotsByMask) return ring + i % kRingStages * kSlotWords;
+    const int slot = read_at;
+    refill_at = read_at;
+    read_at = read_at == kLastSlot ? 0 : read_at + kSlotWords;
+    return ring + slot;
   };
   if constexpr (kPairMode) {
     // A pair a pass, its two chunks multiplied together (c0's row
