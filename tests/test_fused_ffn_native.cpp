@@ -79,7 +79,9 @@ TEST_CASE("fused_ffn weights=native: candidates compile for sm_90", "[fused_ffn]
   for (auto& c : op.tunable_space(main)) jobs.push_back({main, c});
   for (const char* s : {"d=64,h=16,m=3,bits=2,zero=sym,g=32,weights=native",
                         "d=192,h=48,m=8,bits=3,zero=float,scales=bf16,dtype=fp32,g=64,weights=native",
-                        "d=256,h=32,m=5,bits=8,dtype=bf16,act=silu_lut,g=256,weights=native"}) {
+                        "d=256,h=32,m=5,bits=8,dtype=bf16,act=silu_lut,g=256,weights=native",
+                        // fp32 x at an M that is no power of two: x's row blocks in the ring
+                        "d=256,h=32,m=3,bits=2,dtype=fp32,g=256,weights=native"}) {
     const auto spec = parse_spec("fused_ffn", s);
     const auto space = op.tunable_space(spec);
     REQUIRE(!space.empty());

@@ -484,7 +484,14 @@ constexpr int kParamRounds = (kParamPieces + 31) / 32;
 // · kXLanes bytes past the one before. Those offsets fit the copy's
 // immediate (LDGSTS folds about ±2 KB; a row of x is 8 KB or more away), so
 // a lane forms one address per row block instead of one per round.
-constexpr int kXLanesWanted = 32 / kXRows > 8 ? 32 / kXRows : 8;
+// (The fewest lanes, a power of two from 8, whose row blocks don't pass the
+// slot's rows; kXRows need not be a power of two: the FFN's bucket is M.)
+constexpr int x_lanes_wanted() {
+  int lanes = 8;
+  while (lanes < 32 && lanes * kXRows < 32) lanes *= 2;
+  return lanes;
+}
+constexpr int kXLanesWanted = x_lanes_wanted();
 constexpr int kXLanes = kXLanesWanted < kXRowPieces ? kXLanesWanted : kXRowPieces;
 constexpr int kXRowsPerBlock = 32 / kXLanes;
 constexpr int kXSteps = kXRowPieces / kXLanes;
