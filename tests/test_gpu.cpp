@@ -499,11 +499,14 @@ void run_inside_bucket(const BucketCase (&cases)[N]) {
 TEST_CASE("wq_gemm mma ring: M inside the bucket, rows of x past M copied from row M - 1 (typed API)", "[gpu]") {
   // The tuner verifies at the bucket's M; these run the cached ring kernel
   // at M below it, where a slot's rows past M hold row M - 1 and x's own
-  // rounds (kXOwnRounds) take their clamped path: pairs of fp16 and fp32 x,
-  // and single chunks, at 1, 2 and 4 rows a round.
-  const auto ring = [](int warps, int split, int mtiles, int stages, int pair) {
+  // row blocks (kXOwnRounds) clamp rows to M - 1: pairs of fp16 and fp32 x
+  // (2 and 4 rounds a row block) and single chunks (1), over 1 to 4 row
+  // blocks; and pairs with x in registers (x_regs), whose rows past M load
+  // row M - 1.
+  const auto ring = [](int warps, int split, int mtiles, int stages, int pair, int x_regs = 0) {
     nlohmann::json j{{"warps", warps}, {"split_k", split}, {"tiles", 2}, {"mtiles", mtiles}, {"unroll", 1}, {"stages", stages}};
     if (pair) j["pair"] = 1;
+    if (x_regs) j["x_regs"] = 1;
     return j;
   };
   const nlohmann::json w4{{"k", 1024}, {"n", 528}, {"bits", 4}, {"zero", "int"}};
@@ -513,6 +516,8 @@ TEST_CASE("wq_gemm mma ring: M inside the bucket, rows of x past M copied from r
       {w4, ring(8, 8, 1, 3, 1), {5, 7}},
       {w4, ring(4, 4, 1, 4, 0), {3}},
       {w4_fp32, ring(4, 4, 1, 2, 1), {3}},
+      {w4, ring(4, 4, 2, 2, 1, 1), {9, 13}},
+      {w4_fp32, ring(8, 8, 1, 3, 1, 1), {6}},
   };
   run_inside_bucket(cases);
 }

@@ -329,7 +329,7 @@ TEST_CASE("wq_gemm mma family: chunk pairs sharing a group's scale (pair)", "[wq
   }
   op.validate_config(codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=1,g=4096,zero=sym"), paired);
   op.validate_config(small, with_key(paired, "zero_after", 1));
-  for (const auto& [key, value] : {std::pair{"x_regs", 1}, {"l2ahead", 2}, {"balance", 1}})
+  for (const auto& [key, value] : {std::pair{"l2ahead", 2}, {"balance", 1}})
     CHECK_THROWS_WITH(op.validate_config(small, with_key(paired, key, value)), Catch::Contains("pair is a mode of the cp.async ring"));
   CHECK_THROWS_WITH(op.validate_config(small, with_key(kPlainSmallM, "pair", 1)), Catch::Contains("pair is a mode of the cp.async ring"));
   CHECK_THROWS_WITH(op.validate_config(small, with_key(kRingSmallM, "pair", 2)), Catch::Contains("pair must be 0 or 1"));
@@ -433,6 +433,19 @@ TEST_CASE("wq_gemm mma family: x in registers beside the ring (x_regs)", "[wq_ge
     for (const auto& c : op.tunable_space(codegen::parse_spec("wq_gemm", shape)))
       if (c.value("x_regs", 0) == 1) CHECK(c.value("stages", 0) > 0);
   }
+  // With pair, a slot holds two chunks' weights and their one group's scales
+  // and zeros, and x stays out of it; searched as the x_regs ring's pair twins.
+  const auto regs_pair = with_key(with_key(regs, "pair", 1), "stages", 2);
+  op.validate_config(m8, regs_pair);
+  CHECK(op.launch_geometry(m8, regs_pair).dynamic_smem == 8 * 2 * (2 * 2 * 4 * 32 * 4 + 2 * 16 * (2 + 1)));
+  for (const char* shape : {"k=4096,n=11008,m=4", "k=4096,n=11008,m=16"}) {
+    INFO(shape);
+    long pairs = 0;
+    for (const auto& c : op.tunable_space(codegen::parse_spec("wq_gemm", shape)))
+      pairs += c.value("x_regs", 0) == 1 && c.value("pair", 0) == 1;
+    CHECK(pairs > 0);
+  }
+  CHECK(codegen::generate_source(m8, regs_pair).text.find("kXRegs = 1;") != std::string::npos);
   CHECK_THROWS_WITH(op.validate_config(m8, with_key(kPlainSmallM, "x_regs", 1)),
                     Catch::Contains("x_regs is a mode of the cp.async ring"));
   CHECK_THROWS_WITH(op.validate_config(m8, with_key(ring, "x_regs", 2)), Catch::Contains("x_regs must be 0 or 1"));

@@ -118,8 +118,8 @@ std::string wq_config_problem(const WqShape& s, const WqConfig& c) {
     // wq_mma_mainloop.cuh's kPair: two chunks of 64 k share one group's
     // scale, applied after the mma.
     if (s.g % 128 != 0 || s.zero == "float") return "pair needs g a multiple of 128 and an integer or symmetric zero";
-    if (c.stages == 0 || c.x_regs || c.l2ahead || c.balance)
-      return "pair is a mode of the cp.async ring with x in its slots (stages > 0; no x_regs, l2ahead or balance)";
+    if (c.stages == 0 || c.l2ahead || c.balance)
+      return "pair is a mode of the cp.async ring (stages > 0; no l2ahead or balance)";
   }
   if (c.balance) {
     if (s.matrices != 1) return "balance is for one matrix (wq_gemm)";
@@ -153,7 +153,11 @@ std::string wq_config_problem(const WqShape& s, const WqConfig& c) {
   const int x_words = s.x == "fp32" ? 16 : 8;
   const bool x_ahead = x_ahead_of(c);
   const int buffers = c.stages > 0 ? (c.pair ? 2 : 1) : x_ahead ? c.unroll + 1 : 3 * c.unroll;
-  const int x_live = x_ahead ? buffers * c.mtiles : c.x_regs || c.pair ? 2 * c.mtiles : c.mtiles;
+  // (x_regs with pair: two pairs' fragments, the current and the next.)
+  const int x_live = x_ahead                 ? buffers * c.mtiles
+                     : c.x_regs && c.pair     ? 4 * c.mtiles
+                     : c.x_regs || c.pair     ? 2 * c.mtiles
+                                              : c.mtiles;
   const int chains = 2 * 4 * c.mtiles;  // mma_chunk's two partial-sum chains of one tile
   const int regs = 40 + 4 * c.tiles * c.mtiles + chains + x_words * x_live + buffers * c.tiles * (s.bits + 4);
   const int limit = std::min(255, 65536 / (32 * c.warps));  // ptxas's ceiling at this block size
@@ -191,15 +195,6 @@ std::vector<WqConfig> wq_tunable_space(const WqShape& s) {
               const WqConfig c{warps, split, per_matrix * s.matrices, mt, unroll, stages};
               if (!wq_config_problem(s, c).empty()) continue;
               out.push_back(c);
-              // From m = 4 on the ring's slots are mostly x, copied by every
-              // warp; x_regs loads it into registers instead, as the
-              // register pipeline does (without the L2 look-ahead or the
-              // zero after the mma: x's rows are what it tries).
-              if (stages > 0 && s.m >= 4 && s.m <= 16) {
-                WqConfig a = c;
-                a.x_regs = 1;
-                if (wq_config_problem(s, a).empty()) out.push_back(a);
-              }
               // Where issuing instructions sets the pace (small M), the
               // ring's chunks also in pairs sharing a group's scale (twins
               // of the plain ring and of its zero after the mma). A pair's
@@ -217,6 +212,17 @@ std::vector<WqConfig> wq_tunable_space(const WqShape& s) {
                   if (wq_config_problem(s, a).empty()) out.push_back(a);
                 }
               };
+              // From m = 4 on the ring's slots are mostly x, copied by every
+              // warp; x_regs loads it into registers instead, as the
+              // register pipeline does (without the L2 look-ahead or the
+              // zero after the mma: x's rows are what it tries), also in
+              // pairs.
+              if (stages > 0 && s.m >= 4 && s.m <= 16) {
+                WqConfig a = c;
+                a.x_regs = 1;
+                if (wq_config_problem(s, a).empty()) out.push_back(a);
+                add_pair_twin(a);
+              }
               add_pair_twin(c);
               // Where loads and the instructions between them set the pace
               // (the small-M buckets): the L2 look-ahead (2 chunks: 4 and 8

@@ -96,6 +96,16 @@ __device__ __forceinline__ void timeline_mark(int point) {
 #define QJIT_MARK(point)
 #endif
 
+// base + i·step bytes as one 32 × 32 -> 64-bit multiply-add (IMAD.WIDE.U32).
+// Written as 64-bit C++ arithmetic, ptxas rebuilt the loop's copy addresses
+// from the tile index every unit, or added the high word separately (3-4
+// instructions an address).
+__device__ __forceinline__ const char* advance(const void* base, unsigned i, unsigned step) {
+  unsigned long long at;
+  asm("mad.wide.u32 %0, %1, %2, %3;" : "=l"(at) : "r"(i), "r"(step), "l"(base));
+  return reinterpret_cast<const char*>(at);
+}
+
 // The lane's rows of x for one pass, at its k offset 16·(lane % 4) of chunk
 // 0: chunk kc's B fragments start 64·kc further. The ring with x_regs
 // computes them once per pass, so a chunk's loads cost one address each
@@ -297,6 +307,13 @@ __device__ __forceinline__ void load_x_frags(const XRows& xr, int kc, unsigned (
 #pragma unroll
   for (int j = 0; j < kMTiles; ++j) load_x(xr.row[j] + kc * 64, b[j]);
 }
+// The same, each address one multiply-add (advance): the pair loop's x loads
+// took 717 -> 673 SASS instructions per two pairs at M = 16; the plain x_regs
+// ring's, 418 -> 455 per two chunks, so it keeps load_x_frags.
+__device__ __forceinline__ void load_x_frags_mad(const XRows& xr, int kc, unsigned (&b)[kMTiles][8]) {
+#pragma unroll
+  for (int j = 0; j < kMTiles; ++j) load_x(reinterpret_cast<const TX*>(advance(xr.row[j], kc, 64 * sizeof(TX))), b[j]);
+}
 // The register pipeline's x for chunk kc, addressed from scratch: it holds
 // kUnroll + 1 chunks in registers, and keeping XRows live as well cost it
 // 16 instructions per chunk at M = 16 (ptxas, sm_90), more than it saves.
@@ -430,16 +447,6 @@ __device__ __forceinline__ void cp_async16(unsigned* dst, const void* src) {
 __device__ __forceinline__ void cp_async16_l1(unsigned* dst, const void* src) {
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
-
-// base + i·step bytes as one 32 × 32 -> 64-bit multiply-add (IMAD.WIDE.U32).
-// Written as 64-bit C++ arithmetic, ptxas rebuilt the loop's copy addresses
-// from the tile index every unit, or added the high word separately (3-4
-// instructions an address).
-__device__ __forceinline__ const char* advance(const void* base, unsigned i, unsigned step) {
-  unsigned long long at;
-  asm("mad.wide.u32 %0, %1, %2, %3;" : "=l"(at) : "r"(i), "r"(step), "l"(base));
-  return reinterpret_cast<const char*>(at);
 }
 
 // What copy_chunk copies: everything, or the part that does not depend on
@@ -596,7 +603,7 @@ __device__ __forceinline__ void copy_chunk(const Operands& op, const int (&tile)
         }
       }
     }
-  if constexpr (kXInRegs) {
+  if constexpr (kXInRegs && !kPairMode) {
 #pragma unroll
     for (int round = 0; round < kParamRounds && kW; ++round) {
       const int p = round * 32 + lane;
@@ -676,6 +683,59 @@ __device__ __forceinline__ void read_slot(const unsigned* slot, int h, int lane,
   }
 }
 
+// The pair ring's loop (kPair): pair i a pass, its two chunks multiplied
+// together (c0's row parameters serve both: c1's are never read). fetch(i)
+// refills the ring and returns pair i's slot; chunk_at(i) is pair i's first
+// chunk. (A template, so that mma_chunks<2> exists only where pairs do.)
+//
+// With kXRegs the slots hold weights, scales and zeros only, and pair i + 1's
+// B fragments are loaded into registers during pair i. From M = 8 on x's rows
+// were most of a pair's slot (at M = 16, 4 KB of 6.5), copied by every warp
+// into shared memory and read back: that traffic goes, and the same shared
+// memory holds more slots. Two pairs a pass, so the two x buffers swap roles
+// by name (as in the plain x_regs ring).
+template <typename Fetch, typename ChunkAt>
+__device__ __forceinline__ void pair_loop(Fetch& fetch, const XRows& xr, const ChunkAt& chunk_at, int count, int lane,
+                                          float (&acc)[kTiles][kMTiles][4]) {
+  if constexpr (!kXInRegs) {
+#pragma unroll 1
+    for (int i = 0; i < count; ++i) {
+      const unsigned* slot = fetch(i);
+      Chunk c0, c1;
+      read_slot<TX>(slot, 0, lane, c0);
+      read_slot<TX>(slot, 1, lane, c1);
+      mma_chunks<2>(c0, c1, acc);
+    }
+  } else {
+    auto step = [&](int i, const unsigned (&x_cur)[2][kMTiles][8], unsigned (&x_after)[2][kMTiles][8]) {
+      Chunk c0, c1;
+#pragma unroll
+      for (int j = 0; j < kMTiles; ++j)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) c0.b[j][e] = x_cur[0][j][e], c1.b[j][e] = x_cur[1][j][e];
+      if (i + 1 < count) {
+        load_x_frags_mad(xr, chunk_at(i + 1), x_after[0]);
+        load_x_frags_mad(xr, chunk_at(i + 1) + 1, x_after[1]);
+      }
+      const unsigned* slot = fetch(i);
+      read_slot<TX>(slot, 0, lane, c0);
+      read_slot<TX>(slot, 1, lane, c1);
+      mma_chunks<2>(c0, c1, acc);
+    };
+    unsigned x_a[2][kMTiles][8], x_b[2][kMTiles][8];
+    if (count > 0) {
+      load_x_frags_mad(xr, chunk_at(0), x_a[0]);
+      load_x_frags_mad(xr, chunk_at(0) + 1, x_a[1]);
+    }
+#pragma unroll 1
+    for (int i = 0; i < count; i += 2) {
+      step(i, x_a, x_b);
+      if (i + 1 < count) step(i + 1, x_b, x_a);
+    }
+  }
+  asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
 __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&tile)[kTiles], int part, int end, int m0,
                                               int M, int lane, int warp, float (&acc)[kTiles][kMTiles][4]) {
   extern __shared__ __align__(16) unsigned wq_ring_smem[];
@@ -691,7 +751,7 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
   // chunk part + 2i·kSplitK. Pairs come whole: 128 | g and g | k make kChunks
   // even, a pair starts on an even chunk, and the schedules that pass a piece
   // of k (balance) take no pairs.
-  static_assert(!kPairMode || (!kXInRegs && kL2Ahead == 0), "chunk pairs stream x through the ring, without look-ahead");
+  static_assert(!kPairMode || kL2Ahead == 0, "chunk pairs stream without the L2 look-ahead");
   static_assert(!kPairMode || kChunks % 2 == 0, "chunk pairs need an even number of chunks");
   const auto chunk_at = [&](int i) { return part + i * kSlotChunks * kSplitK; };
   const int count = part < end ? (end - 1 - part) / (kSlotChunks * kSplitK) + 1 : 0;
@@ -742,17 +802,7 @@ __device__ __forceinline__ void stream_chunks(const Operands& op, const int (&ti
     return ring + slot;
   };
   if constexpr (kPairMode) {
-    // A pair a pass, its two chunks multiplied together (c0's row
-    // parameters serve both: c1's are never read).
-#pragma unroll 1
-    for (int i = 0; i < count; ++i) {
-      const unsigned* slot = fetch(i);
-      Chunk c0, c1;
-      read_slot<TX>(slot, 0, lane, c0);
-      read_slot<TX>(slot, 1, lane, c1);
-      mma_chunks<2>(c0, c1, acc);
-    }
-    asm volatile("cp.async.wait_all;" ::: "memory");
+    pair_loop(fetch, xr, chunk_at, count, lane, acc);
     return;
   }
   // Chunk i of the warp: fetch it, multiply. With kXRegs, x_cur holds chunk
