@@ -39,9 +39,10 @@ struct WqShape {
 // loads its B fragments of x into registers one chunk ahead, through L1.
 // spread = 1 (wq_gemm at m <= 16, searched with the plain ring) lets no SM
 // hold more than ceil(blocks / SMs) of the grid's blocks (LaunchGeometry::spread).
-// pair = 1 (the ring with x in its slots, 128 | g; searched at m <= 16) has a
-// warp take chunks 2j and 2j + 1 together, sharing one group's scales and
-// zeros; each of the ring's `stages` slots then holds such a pair.
+// pair = 1 (the ring, 128 | g; searched at m <= 16, with x in the slots, and
+// from m = 4 also with x_regs) has a warp take chunks 2j and 2j + 1
+// together, sharing one group's scales and zeros; each of the ring's
+// `stages` slots then holds such a pair.
 struct WqConfig {
   int warps, split_k, tiles, mtiles, unroll;
   int stages = 0;
