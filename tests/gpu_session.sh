@@ -13,6 +13,11 @@
 #   NCU="op shape args;..." in the environment adds an Nsight Compute profile
 #   of each listed cached kernel after the benches; ONLY="op shape args;..."
 #   tunes and benches those shapes instead of the part's.
+#   CACHE_IN=FILE starts from that kernel cache (one carried from an earlier
+#   call); TUNE=0 benches the cached winners without tuning; PEER_OPS="op ..."
+#   replaces the part's peers.py ops. The cache comes back as $OUT/kernels.db
+#   (unless too big for the device tool: large-M tunes grow it past that).
+#   PROBES=0 skips the read and timeline probes.
 # Expects: the install tree in .dist (cmake --install build --prefix .dist) and
 # peers.py copied to .device/peers.py (../shared does not travel).
 set -u
@@ -25,9 +30,14 @@ rm -rf /tmp/qjit_gpu
 mkdir -p "$OUT" "$FINAL"
 # save_logs after each step too: a call stopped at its time limit still
 # returns what finished (written aside, then renamed over the last tarball).
-save_logs() { tar czf "$FINAL/logs.tgz.part" -C /tmp/qjit_gpu out dump 2>/dev/null; mv -f "$FINAL/logs.tgz.part" "$FINAL/logs.tgz"; }
+save_logs() {
+  tar czf "$FINAL/logs.tgz.part" -C /tmp/qjit_gpu out dump 2>/dev/null; mv -f "$FINAL/logs.tgz.part" "$FINAL/logs.tgz"
+  [ -f /tmp/qjit_gpu/kernels.db ] && cp /tmp/qjit_gpu/kernels.db "$FINAL/kernels.db"
+}
 trap save_logs EXIT
 export QJIT_CACHE=/tmp/qjit_gpu/kernels.db QJIT_DUMP_DIR=/tmp/qjit_gpu/dump
+# (a carried file may arrive read-only; SQLite must write it)
+[ -n "${CACHE_IN:-}" ] && cp "$CACHE_IN" "$QJIT_CACHE" && chmod u+w "$QJIT_CACHE"
 Q="$DIST/bin/qjit"
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader)"
 "$Q" doctor | tee "$OUT/doctor.txt"
@@ -65,14 +75,17 @@ case "$PART" in
 esac
 case "$PART" in ffn|ffn+tests|awq+tests|wq|wq+tests|qffn|qffn+tests) ;; *) SHAPES+=("${LUTS[@]}") ;; esac
 [ "$PART" = all ] && SHAPES+=("${AWQS[@]}" "${WQS[@]}" "${QFFNS[@]}")
+[ -n "${PEER_OPS:-}" ] && PEERS=$PEER_OPS
 # ONLY="op shape args;op shape args" replaces the part's shapes (a quick look at a few).
 [ -n "${ONLY:-}" ] && IFS=';' read -ra SHAPES <<<"$ONLY"
 i=0
 for s in "${SHAPES[@]}"; do
   i=$((i+1))
   op=${s%% *}; shape=${s#* }
-  /usr/bin/time -f "tune wall %e s" "$Q" tune --op $op --shape $shape --json >"$OUT/tune_$i.json" 2>>"$OUT/tune.log"
-  tail -1 "$OUT/tune.log"
+  if [ "${TUNE:-1}" != 0 ]; then
+    /usr/bin/time -f "tune wall %e s" "$Q" tune --op $op --shape $shape --json >"$OUT/tune_$i.json" 2>>"$OUT/tune.log"
+    tail -1 "$OUT/tune.log"
+  fi
   "$Q" bench --op $op --shape $shape --json >"$OUT/bench_$i.json" 2>>"$OUT/bench.log" || echo "bench $s failed"
   # One line per bench as it lands (the call's output keeps it if the call is cut short).
   python3 -c 'import json, sys
@@ -92,8 +105,8 @@ if [ "$PART" = all ] || [ "$PART" = ffn ] || [ "$PART" = ffn+tests ]; then
   for k in 1 2 3; do "$DIST/bin/qjit_launch_probe" 4096 11008 1 fp16; done | tee "$OUT/probe.jsonl"
 fi
 
-case "$PART" in
-  all|wq|wq+tests|qffn|qffn+tests)
+case "$PART${PROBES:-1}" in
+  all1|wq1|wq+tests1|qffn1|qffn+tests1)
     echo "== read probe (the ceiling for weight-streaming kernels in this launch pattern)"
     "$DIST/bin/qjit_read_probe" 8.9 23.6 47 | tee "$OUT/read_probe.jsonl" | grep fit
     # Per-block timelines of the cached wq_gemm winners of the mma family at
@@ -135,12 +148,13 @@ echo "== PyTorch peers"
 PYTHONUNBUFFERED=1 python3 .device/peers.py $PEERS --json "$OUT/peers.json" >"$OUT/peers.log" 2>&1 || echo "peers failed"
 tail -12 "$OUT/peers.log"
 fi
-case "$PART${NO_PEERS:-0}" in
-  all0|qffn0|qffn+tests0)
-    PYTHONUNBUFFERED=1 python3 tests/peer_quant_ffn.py --json "$OUT/peers_qffn.json" >"$OUT/peers_qffn.log" 2>&1 ||
-      echo "quantized-FFN peer failed"
-    tail -3 "$OUT/peers_qffn.log" ;;
-esac
+# The quantized FFN's peer (two tinygemm calls + silu·mul) goes with the qffn parts or fused_ffn peers.
+case "$PART ${PEERS}" in all*|qffn*|*fused_ffn*) QFFN_PEER=1 ;; *) QFFN_PEER=0 ;; esac
+if [ "${NO_PEERS:-0}" != 1 ] && [ "$QFFN_PEER" = 1 ]; then
+  PYTHONUNBUFFERED=1 python3 tests/peer_quant_ffn.py --json "$OUT/peers_qffn.json" >"$OUT/peers_qffn.log" 2>&1 ||
+    echo "quantized-FFN peer failed"
+  tail -3 "$OUT/peers_qffn.log"
+fi
 
 python3 - "$OUT" <<'PY'
 import json, glob, sys, os
