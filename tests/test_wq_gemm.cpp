@@ -70,21 +70,29 @@ long count_in_space(const char* shape, const char* key, int value) {
 }  // namespace
 
 TEST_CASE("native layout: hand-computed words", "[wq_gemm]") {
-  // Lane 0 (gq = 0, t = 0) register 0 holds rows n = 0 (lo k = 0, hi k = 1);
-  // register 1 row 8 (k = 0, 1); register 2 row 0 (k = 2, 3); register 3 row 8 (k = 2, 3).
+  // Lane 0 (gq = 0, t = 0) register 0 holds row n = 0 (lo k = 0, hi k = 1);
+  // register 1 row 8 (k = 0, 1); register 2 row 0 (k = 8, 9); register 3 row 8 (k = 8, 9);
+  // register 4 (step 1) row 0 (k = 2, 3).
   PlainQuant p = constant_quant(64, 16, 4, 0);
   auto at = [&](int k, int n) -> uint8_t& { return p.q[k * 16 + n]; };
-  at(0, 0) = 1, at(1, 0) = 2, at(2, 0) = 3, at(3, 0) = 4;
-  at(0, 8) = 5, at(1, 8) = 6, at(2, 8) = 7, at(3, 8) = 8;
+  at(0, 0) = 1, at(1, 0) = 2, at(8, 0) = 3, at(9, 0) = 4;
+  at(0, 8) = 5, at(1, 8) = 6, at(8, 8) = 7, at(9, 8) = 8;
+  at(2, 0) = 9, at(3, 0) = 10;
   // 4 bits: nibble i = lo of register i, nibble i + 4 = its hi:
-  // nibbles 0..7 = 1, 5, 3, 7, 2, 6, 4, 8.
+  // word 0's nibbles 0..7 = 1, 5, 3, 7, 2, 6, 4, 8; word 1's nibbles 0 and 4 = 9, 10.
   CHECK(pack_native(p)[0] == 0x84627351u);
+  CHECK(pack_native(p)[1] == 0x000a0009u);
   // 8 bits: word 0 holds registers 0, 1: byte i = lo of register i, byte i + 2 = hi.
   p.bits = 8;
   CHECK(pack_native(p)[0] == 0x06020501u);
   // Lane 1 (t = 1) starts at k = 16: its first word is the lane's first 16-byte vector slot.
-  at(16, 0) = 9;
-  CHECK(pack_native(p)[4] == 0x00000009u);
+  at(16, 0) = 11;
+  CHECK(pack_native(p)[4] == 0x0000000bu);
+  // Lane 9 (gq = 2, t = 1: rows 2 and 10 at k = 16 ..) sits at slot 9 ^ 1 = 8 (the XOR of
+  // native_slot), and lane 8 (t = 0) at slot 9.
+  at(16, 2) = 12, at(0, 2) = 13;
+  CHECK(pack_native(p)[8 * 4] == 0x0000000cu);
+  CHECK(pack_native(p)[9 * 4] == 0x0000000du);
   // 2 bits: all values 3 -> both words of the 2-bit layout all ones.
   CHECK(pack_native(constant_quant(64, 16, 2, 3))[0] == 0xffffffffu);
   // 3 bits = 2-bit plane (words 0, 1) + 1-bit plane (word 2), one word per lane per plane:
@@ -938,7 +946,8 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   REQUIRE(r.ok);
   CHECK(r.ptx.find(".target sm_90a") != std::string::npos);
   CHECK(r.ptx.find("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16") != std::string::npos);
-  CHECK(r.ptx.find("shfl.sync.bfly") != std::string::npos);                 // a_quad: the quad's trade
+  CHECK(r.ptx.find("ldmatrix.sync.aligned.m8n8.x4.shared.b16") != std::string::npos);  // a_quad: A in natural order
+  CHECK(r.ptx.find("shfl.sync.bfly") == std::string::npos);                 // with no exchange between lanes
   CHECK(r.ptx.find("cp.async.ca.shared.global") == std::string::npos);      // and no 4-byte copies of x
   CHECK(r.spill_bytes == 0);
   CHECK_THROWS_WITH(codegen::compile(src, "sm_80"), Catch::Contains("compute capability 9.0 only, not sm_80"));

@@ -254,13 +254,12 @@ std::vector<WqWgmmaConfig> wq_wgmma_space(const WqShape& s) {
                         // tuned (H100, session 14: 47.9 against 51.8 us at 4096 x 11008, M = 256;
                         // 24.8 against 25.3 at M = 64); they stay for x in permuted order only.
                         if (ws && !tma_x && (a_quad || a_smem)) continue;
-                        // At 4 bits, A in registers is traded into natural order: the permuted copies
+                        // At 4 bits, A in registers is read in natural order (a_quad): the permuted copies
                         // of x lost to it on every shape tuned (H100: 27.4 against 24.4 us at 4096 x 11008,
                         // M = 64; 62.4 against 51.0 at M = 256; 58.4 against 50.6 at 11008 x 4096, M = 256;
                         // session 13). Those copies were issued by the warps that multiply. Under ws the
-                        // producer issues them, and at 64 rows the consumers set the pace, the trade ~8% of
-                        // it (sessions 21 and 22): so up to 128 rows (x's 4-byte copies: 8 KB a chunk) the
-                        // permuted order is searched under ws too. Not yet measured (session 23).
+                        // producer issues them; up to 128 rows (x's 4-byte copies: 8 KB a chunk) they are
+                        // searched there too, 9-10% slower than a_quad at M = 64 (H200, session 24).
                         if (s.bits == 4 && a_smem == 0 && a_quad == 0 && !(ws && rows <= 128)) continue;
                         // Only as many blocks per SM as their shared memory fits (an H100's 228 KB, 1 KB
                         // reserved per block, and the runtime's 128 bytes of slack): more would not be

@@ -10,9 +10,13 @@
 // (16 of k × 8 rows of x). The native layout (tuner/reference/wq_gemm.h)
 // stores, for each tile of 16 rows × 64 k, each lane's A fragments of the 4
 // mma steps as kBits words: lane (gq, t) of register R = 4s + r holds rows
-// gq + 8(r%2) and physical k = 16t + 4s + 2(r/2) + {0, 1}. B takes the same
-// order: x[m][16t .. 16t+16) is the lane's 16 values, register pair (2s, 2s+1)
-// its step s.
+// gq + 8(r%2) and physical k = 16t + 2s + 8(r/2) + {0, 1}, its vectors at
+// slot native_slot(lane) of the tile. x[m][16t .. 16t+16) is the lane's 16
+// values as 8 B fragment words (k pairs 16t + 2i), and the mma's step s
+// takes words 2s and 2s + 1, adjacent registers as a 16-byte load leaves
+// them (mma's B operand is a register pair: words s and s + 4 cost ptxas
+// ~100 moves per two chunk pairs at M = 16). Its A fragments are the
+// registers that hold those k pairs (a_reg).
 //
 // Dequantisation (fp16 scales): one lop3 masks a register's two quantised
 // values into the two fp16 mantissas under 0x6400 (1024 + q·2^r exactly), one
@@ -32,15 +36,30 @@ constexpr int kGroupsPerChunk = kGroup < 64 ? 64 / kGroup : 1;
 constexpr int kZeroBytes = kZeroMode == 1 ? 1 : kZeroMode == 2 ? 2 : 0;
 static_assert(kK % 64 == 0 && kN % 16 == 0, "native tiles are 16 x 64");
 
-// --- loads ---------------------------------------------------------------
+// --- the native layout's places ----------------------------------------------
+
+// Where lane `lane`'s vectors sit among a tile's 32 (the layout's XOR, which
+// keeps shared-memory reads of a tile free of bank conflicts; an involution).
+__device__ __forceinline__ int native_slot(int lane) { return lane ^ ((lane >> 3) & 3); }
+
+// The register of the lane's 16 that holds k pair i (k 16t + 2i + {0, 1}) of
+// row gq + 8·row: step i % 4, r = 2(i / 4) + row.
+__device__ constexpr int reg_of_pair(int i, int row) { return 4 * (i % 4) + 2 * (i / 4) + row; }
+
+// The register that is A fragment r (a0..a3: rows gq, gq + 8 at the step's
+// first k pair, then at its second) of mma step s when the step multiplies
+// x's k pairs 2s and 2s + 1 (B words 2s and 2s + 1).
+__device__ constexpr int a_reg(int s, int r) { return reg_of_pair(2 * s + r / 2, r % 2); }
+
 // --- loads ---------------------------------------------------------------
 
 // The lane's kBits words of one tile, in kBits / kVec vector loads read once
 // (L1::no_allocate: weights are streamed, L1 is left to x).
 __device__ __forceinline__ void load_tile(const unsigned* __restrict__ tile, int lane, unsigned (&w)[kBits]) {
+  const int slot = native_slot(lane);
 #pragma unroll
   for (int v = 0; v < kBits / kVec; ++v) {
-    const unsigned* p = tile + (v * 32 + lane) * kVec;
+    const unsigned* p = tile + (v * 32 + slot) * kVec;
     if constexpr (kVec == 4) {
       const uint4 r = qjit::load_raw16<true>(p);
       w[4 * v] = r.x, w[4 * v + 1] = r.y, w[4 * v + 2] = r.z, w[4 * v + 3] = r.w;

@@ -18,9 +18,10 @@ constexpr long long kTilesTotal = static_cast<long long>(kNTiles) * kChunks;
 // tile number nt·kChunks + kc covers rows 16nt .. 16nt + 15 and k 64kc ..
 // 64kc + 63 (tuner/reference/wq_gemm.h). Lane (gq, t) holds rows gq and
 // gq + 8 at k 16t .. 16t + 15, register R = 4s + r being row gq + 8(r%2) at
-// k 16t + 4s + 2(r/2) + {0, 1}: so row gq's 16 values in k order are
-// registers 0, 2, 4, ..., 14 and row gq + 8's are 1, 3, ..., 15, two 16-byte
-// stores each (the 4 lanes of a quad write a row's 128 contiguous bytes).
+// k 16t + 2s + 8(r/2) + {0, 1}: so row gq's 16 values in k order are
+// registers 0, 4, 8, 12, 2, 6, 10, 14 (reg_of_pair) and row gq + 8's the
+// next ones, two 16-byte stores each (the 4 lanes of a quad write a row's
+// 128 contiguous bytes).
 // g is 32, 64, 128 or k: a lane's 16 k lie in one group. A warp loads all
 // its tiles' words, scales and zeros before it stores any, so that those
 // loads are in flight together (as awq_dequant's units), and, launched
@@ -59,8 +60,8 @@ qjit_wq_gemm(const TX* __restrict__ x, const unsigned* __restrict__ qweight, con
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       uint4* row = reinterpret_cast<uint4*>(dense + static_cast<long long>(n0 + 8 * h) * kK + k0);
-      row[0] = make_uint4(a[h], a[2 + h], a[4 + h], a[6 + h]);
-      row[1] = make_uint4(a[8 + h], a[10 + h], a[12 + h], a[14 + h]);
+      row[0] = make_uint4(a[reg_of_pair(0, h)], a[reg_of_pair(1, h)], a[reg_of_pair(2, h)], a[reg_of_pair(3, h)]);
+      row[1] = make_uint4(a[reg_of_pair(4, h)], a[reg_of_pair(5, h)], a[reg_of_pair(6, h)], a[reg_of_pair(7, h)]);
     }
   }
 }

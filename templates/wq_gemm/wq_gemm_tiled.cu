@@ -50,6 +50,8 @@ using qjit::allow_next_grid;
 // item j (tile bt, lane L, chunk kk) is lane L's 16 A registers of tile bt,
 // stored as a[kk][bt][s][L] (one 16-byte piece per mma step s: a warp's
 // stores and loads of one step are 512 contiguous bytes, conflict-free).
+// Here step s is k pairs 2s and 2s + 1 of the lane's 16 k (a_reg), so that
+// mma_chunk takes each half of the lane's x (8 k) for two steps.
 // Thread tid does items tid, tid + kThreads, ...: its lane is L, so it reads
 // the words and row parameters lane L would.
 __device__ __forceinline__ void dequant_stage(const uint4* stage, int stage_index, int lane, uint4* a_frags) {
@@ -64,7 +66,10 @@ __device__ __forceinline__ void dequant_stage(const uint4* stage, int stage_inde
     dequant_lane(stage + kk * kChunkPieces, bt, lane, a);
     uint4* out = a_frags + (kk * kBlockTiles + bt) * 4 * 32 + lane;
 #pragma unroll
-    for (int st = 0; st < 4; ++st) out[st * 32] = make_uint4(a[st][0], a[st][1], a[st][2], a[st][3]);
+    for (int st = 0; st < 4; ++st) {
+      constexpr auto at = [](const unsigned(&a)[4][4], int R) { return a[R / 4][R % 4]; };
+      out[st * 32] = make_uint4(at(a, a_reg(st, 0)), at(a, a_reg(st, 1)), at(a, a_reg(st, 2)), at(a, a_reg(st, 3)));
+    }
   }
 }
 

@@ -27,10 +27,10 @@
 //   - Registers (kASmem = 0). wgmma's A fragment of warp w is mma.m16n8k16's
 //     A fragment of rows 16w .. 16w + 15 (PTX ISA, "Register fragments:
 //     matrix A" of wgmma .m64nNk16), which holds k 2t, 2t + 1, 2t + 8, 2t + 9
-//     of each step in lane t: lane t's step s is physical k 16t + 4s + 2(r/2)
+//     of each step in lane t: lane t's step s is physical k 16t + 2s + 8(r/2)
 //     + {0, 1}. So x is copied into sB 4 bytes at a time in that order:
-//     logical k 2t + e of step s is physical 16t + 4s + e, logical 2t + 8 + e
-//     is 16t + 4s + 2 + e (no 16-byte copy can do that permutation). Cheap
+//     logical k 2t + e of step s is physical 16t + 2s + e, logical 2t + 8 + e
+//     is 16t + 2s + 8 + e (no 16-byte copy can do that permutation). Cheap
 //     in shared memory and barriers; one copy instruction per 4 bytes of x.
 //   - Shared memory (kASmem = 1, sA). A lane's 16 physical k of a row are 32
 //     contiguous bytes in natural order, so it stores them with two 16-byte
@@ -39,9 +39,11 @@
 //     the warps dequantise stage it + 1 while the tensor cores read stage it)
 //     and a warpgroup barrier per iteration. It wins at 256 rows, where the
 //     4-byte copies of x cost more than the wgmma work (H100, session 7).
-//   - Registers in natural k order (kAQuad = 1, 4-bit): the lanes of a quad
-//     trade their words first (quad_transpose below), so x is copied in
-//     natural order as for sA, without sA's stores, reads and barrier.
+//   - Registers in natural k order (kAQuad = 1, 4-bit): each lane reads the
+//     words of its quad's lanes that hold its natural fragments with one
+//     ldmatrix (dequant_lane_quad below), so x is copied in natural order as
+//     for sA, without sA's stores, reads and barrier. (The key's name is
+//     from the quad's exchange of words by shuffles that this read replaced.)
 //
 // Pipeline: kStages ring slots, each holding one stage (kChunksPerStage
 // chunks of 64 k): the weights, scales and zeros in the cp.async ring of
@@ -267,8 +269,8 @@ __device__ __forceinline__ void cp_async_row_at(unsigned dst, const void* src, i
 // The stage's rows of x into its sB slot, permuted for A in registers.
 // Copying warp w copies rows w·R .. w·R + R (R = kBlockRows / copying warps,
 // a multiple of 8), one row of a chunk per instruction: lane j reads word j
-// (128 contiguous bytes), physical k 2j = 16t + 4s + 2h with t = j / 8, s =
-// (j / 2) % 4, h = j % 2, and writes it to logical bytes 32s + 16h + 4t of
+// (128 contiguous bytes), physical k 2j = 16t + 2s + 8h with t = j / 8, s =
+// j % 4, h = (j / 4) % 2, and writes it to logical bytes 32s + 16h + 4t of
 // the row: offset 4t of 16-byte piece (2s + h) ^ (m % 8), where m % 8 = r % 8
 // is a constant. The 32 words of a row land in 32 distinct banks.
 __device__ __forceinline__ void copy_x_permuted(const TX* __restrict__ x, int m0, int M, int stage_index,
@@ -276,7 +278,7 @@ __device__ __forceinline__ void copy_x_permuted(const TX* __restrict__ x, int m0
   constexpr int kRowsPerWarp = kBlockRows / (kCopyThreads / 32);
   static_assert(kRowsPerWarp % 8 == 0, "a warp's first row starts a swizzle atom");
   const int warp = copy_thread() / 32, lane = threadIdx.x % 32;
-  const int piece = 2 * ((lane / 2) % 4) + lane % 2, offset = 4 * (lane / 8);
+  const int piece = 2 * (lane % 4) + (lane / 4) % 2, offset = 4 * (lane / 8);
   const int first = warp * kRowsPerWarp, live = M - m0 - first;  // rows r < live exist
   const TX* src = x + static_cast<long long>(m0 + first) * kK + 2 * lane;
   // Row r's word goes to (piece ^ r % 8) · 16 + offset past the row's start.
@@ -343,46 +345,31 @@ __device__ __forceinline__ void copy_x_natural(const TX* __restrict__ x, int m0,
 
 // --- A: dequantised weights -----------------------------------------------------
 
-// A in natural k order (kAQuad, 4-bit): the native layout gives lane (gq, t)
-// rows gq and gq + 8 at physical k 16t .. 16t + 15, its word s holding step
-// s of that order (wq_dequant.cuh); hence the 4-byte copies of x above. Here
-// the four lanes of a quad trade words so that lane t holds, for step S, the
-// natural k 16S + 2t + {0, 1} and 16S + 2t + 8 + {0, 1}: wgmma's A fragment
-// for x copied in natural order, 16 bytes at a time (copy_x_natural).
-// Physical k 16S + 2t + 8h + e sits in lane S, word t/2 + 2h, byte t%2 (e =
-// 0) or 2 + t%2 (e = 1), each byte one value of rows gq and gq + 8. So lane
-// S packs P_j for lane j (one prmt: bytes j%2 and 2 + j%2 of words j/2 and
-// j/2 + 2, in a native word's order), and a 4 × 4 transpose of the P_j
-// across the quad (two rounds of shfl.xor, 4 shuffles and 12 selects) leaves
-// lane t the four natural words, which dequantise as native ones.
-__device__ __forceinline__ void quad_transpose(unsigned (&w)[4], int t) {
-  unsigned x[4] = {__byte_perm(w[0], w[2], 0x6240), __byte_perm(w[0], w[2], 0x7351),
-                   __byte_perm(w[1], w[3], 0x6240), __byte_perm(w[1], w[3], 0x7351)};
-  // Round 1, lanes t and t ^ 2: the lane with bit 1 set sends x0, x1 and
-  // takes the partner's x2, x3 in their place; the other sends x2, x3.
-  const bool b1 = (t & 2) != 0, b0 = (t & 1) != 0;
-  unsigned r0 = __shfl_xor_sync(0xffffffffu, b1 ? x[0] : x[2], 2);
-  unsigned r1 = __shfl_xor_sync(0xffffffffu, b1 ? x[1] : x[3], 2);
-  x[0] = b1 ? r0 : x[0], x[1] = b1 ? r1 : x[1], x[2] = b1 ? x[2] : r0, x[3] = b1 ? x[3] : r1;
-  // Round 2, lanes t and t ^ 1: the same for x0, x2 against x1, x3.
-  r0 = __shfl_xor_sync(0xffffffffu, b0 ? x[0] : x[1], 1);
-  r1 = __shfl_xor_sync(0xffffffffu, b0 ? x[2] : x[3], 1);
-  x[0] = b0 ? r0 : x[0], x[1] = b0 ? x[1] : r0, x[2] = b0 ? r1 : x[2], x[3] = b0 ? x[3] : r1;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) w[i] = x[i];
-}
-
-// dequant_lane's registers in natural k order (kAQuad): step S covers k
-// 16S .. 16S + 15 of the chunk, so its group is (16S) / kGroup. A template
-// only so that it is compiled for 4-bit kernels alone.
+// A in natural k order (kAQuad, 4-bit). Native lane (gq, S) holds rows gq
+// and gq + 8 at physical k 16S .. 16S + 15, its word t the k pairs 16S + 2t
+// and 16S + 2t + 8 (tuner/reference/wq_gemm.h): the natural A fragment of
+// step S for lane (gq, t). So ldmatrix.x4 (PTX ISA, "ldmatrix": lane (g, c)
+// of matrix i receives 4 bytes c of the matrix's row g, in register i) with
+// matrix S's row g = native lane (g, S)'s 16 bytes gives lane (gq, t) in
+// register S its natural word of step S: all of the tile's A for the chunk in
+// one instruction, which dequantise as native ones. Lane 8S + g gives the
+// address of row g of matrix S; the layout's slot XOR puts the 8 rows of a
+// matrix in 8 distinct 16-byte bank groups. (It replaced an exchange of the
+// words across each quad by two rounds of shuffles, 8-9% of the 64-row
+// kernel, BENCHMARKS.md session 22.) Step S covers k 16S .. 16S + 15 of the
+// chunk, so its group is (16S) / kGroup. A template only so that it is
+// compiled for 4-bit kernels alone.
 template <int kB = kBits>
 __device__ __forceinline__ void dequant_lane_quad(const uint4* chunk, const uint4* sz, int bt, int lane,
                                                   unsigned (&a)[4][4]) {
-  static_assert(kB == 4, "the quad transpose moves 4-bit words (a word is a step)");
-  const int gq = lane / 4, t = lane % 4;
-  const uint4 q = reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned*>(chunk) + bt * 32 * kB)[lane];
-  unsigned w[kB] = {q.x, q.y, q.z, q.w};
-  quad_transpose(w, t);
+  static_assert(kB == 4, "one 4-bit word is one step of a lane's A fragment");
+  const int gq = lane / 4;
+  const uint4* row = chunk + bt * 8 * kB + native_slot(4 * (lane % 8) + lane / 8);
+  unsigned w[kB];
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+               : "r"(static_cast<unsigned>(__cvta_generic_to_shared(row)))
+               : "memory");
   RowParams rp[kGroupsPerChunk][2];
 #pragma unroll
   for (int gi = 0; gi < kGroupsPerChunk; ++gi)
@@ -400,7 +387,7 @@ struct ABuffers {
 };
 
 // Writes lane (gq, t)'s dequantised registers of one chunk (a[s][r]: rows gq
-// + 8(r%2) of warp tile w, physical k 16t + 4s + 2(r/2) + {0, 1}) to the
+// + 8(r%2) of warp tile w, physical k 16t + 2s + 8(r/2) + {0, 1}) to the
 // warpgroup's sA chunk: row 16w + gq + 8h, k 16t .. 16t + 7 in piece 2t and
 // 16t + 8 .. 16t + 15 in piece 2t + 1, each at its swizzled place (the row's
 // r % 8 is gq). A store's 8 lanes of a phase (gq 0 or 1 × t) hit 8 distinct
@@ -410,8 +397,8 @@ __device__ __forceinline__ void store_a(unsigned char* chunk, int w, int lane, c
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     unsigned char* row = chunk + (16 * w + gq + 8 * h) * 128;
-    *reinterpret_cast<uint4*>(row + ((2 * t) ^ gq) * 16) = make_uint4(a[0][h], a[0][2 + h], a[1][h], a[1][2 + h]);
-    *reinterpret_cast<uint4*>(row + ((2 * t + 1) ^ gq) * 16) = make_uint4(a[2][h], a[2][2 + h], a[3][h], a[3][2 + h]);
+    *reinterpret_cast<uint4*>(row + ((2 * t) ^ gq) * 16) = make_uint4(a[0][h], a[1][h], a[2][h], a[3][h]);
+    *reinterpret_cast<uint4*>(row + ((2 * t + 1) ^ gq) * 16) = make_uint4(a[0][2 + h], a[1][2 + h], a[2][2 + h], a[3][2 + h]);
   }
 }
 

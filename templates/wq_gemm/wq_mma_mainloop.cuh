@@ -157,7 +157,7 @@ constexpr bool kScaleAfter = kGroup >= 64 && kZeroMode != 2;
 // them q - z. With X = Σ_k x[k] over the chunk (four more mma per chunk with
 // A = 1, shared by every tile) each row's sum is then corrected once:
 //   Σ (q - z)·x = 2^-r · Σ v·x - (1024·2^-r + z) · X.
-// r is one value per row: registers R = 4s + r' with r' even are row gq and
+// r is one value per row: the even registers R are row gq and
 // have r = magic_shift(0), the odd ones row gq + 8 and magic_shift(1) (0 and
 // 4 for 4 bits, 0 for 8). v < 2048 is exact in fp16 and v·x in fp32; the fp32
 // sums of v·x are about 1024/|q - z| times larger than the result, so their
@@ -256,12 +256,12 @@ __device__ __forceinline__ void mma_chunks(const Chunk& c, const Chunk& c1, floa
       const Chunk& cq = q == 0 ? c : c1;  // c's row parameters serve both (one group)
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
-        // Register R = 4s + r belongs to row gq + 8(r%2).
+        // A fragment r belongs to row gq + 8(r%2).
         unsigned a[4];
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-          if constexpr (kZeroAfterMode) magic_fields(cq.w[i], 4 * s + r, a[r]);
-          else a[r] = dequant2<kScaleAfter>(cq.w[i], 4 * s + r, rp[r % 2]);
+          if constexpr (kZeroAfterMode) magic_fields(cq.w[i], a_reg(s, r), a[r]);
+          else a[r] = dequant2<kScaleAfter>(cq.w[i], a_reg(s, r), rp[r % 2]);
         }
 #pragma unroll
         for (int j = 0; j < kMTiles; ++j)
@@ -398,7 +398,8 @@ __device__ __forceinline__ void prefetch_chunks_l2(const Operands& op, const int
 // at multiply time stalls the mma on it: the profile's long-scoreboard stalls).
 // A slot holds one chunk, or with kPair one pair of chunks kc, kc + 1 (h = 0, 1),
 // which share their group's scales and zeros. In 32-bit words:
-//   [0, kSlotWAll)     weights, [h][tile][vector][lane] as in global (conflict-free reads)
+//   [0, kSlotWAll)     weights, [h][tile][vector][lane]: a lane copies its own vectors from
+//                      their native_slot and reads them back at its own lane (conflict-free)
 //   [kSlotWAll, +kSlotS) scales: [tile][group of the chunk][16 rows]
 //   [.., +kSlotZ)      zero bytes or fp16 offsets, same order (none for sym)
 //   [.., +kSlotX)      x[m0 + r][64·kc .. 64·kc + 64·kSlotChunks) for r < kXRows (a row past
@@ -522,7 +523,8 @@ __device__ __forceinline__ ParamPieces param_pieces(const Operands& op, const in
   ParamPieces pp;
 #pragma unroll
   for (int i = 0; i < kTiles; ++i)
-    pp.w[i] = reinterpret_cast<const char*>(qweight_of(op, i) + static_cast<long long>(tile[i]) * kChunks * 32 * kBits + lane * kVec);
+    pp.w[i] = reinterpret_cast<const char*>(qweight_of(op, i) + static_cast<long long>(tile[i]) * kChunks * 32 * kBits +
+                                         native_slot(lane) * kVec);
 #pragma unroll
   for (int round = 0; round < kParamRounds; ++round) {
     const int p = round * 32 + lane;

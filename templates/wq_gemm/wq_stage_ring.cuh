@@ -131,12 +131,12 @@ __device__ __forceinline__ RowParams staged_row_params(const uint4* chunk, int b
 // see wq_dequant.cuh): its native words, as load_tile reads them from global,
 // and its two rows' scale and zero for the group of its 16 k.
 __device__ __forceinline__ void dequant_lane(const uint4* chunk, int bt, int lane, unsigned (&a)[4][4]) {
-  const int gq = lane / 4, t = lane % 4;
+  const int gq = lane / 4, t = lane % 4, slot = native_slot(lane);
   unsigned w[kBits];
   const unsigned* words = reinterpret_cast<const unsigned*>(chunk) + bt * 32 * kBits;
 #pragma unroll
   for (int v = 0; v < kBits / kVec; ++v) {
-    const unsigned* p = words + (v * 32 + lane) * kVec;
+    const unsigned* p = words + (v * 32 + slot) * kVec;
     if constexpr (kVec == 4) {
       const uint4 q = *reinterpret_cast<const uint4*>(p);
       w[4 * v] = q.x, w[4 * v + 1] = q.y, w[4 * v + 2] = q.z, w[4 * v + 3] = q.w;

@@ -34,17 +34,18 @@ void places(int bits, int reg, int half, Place* out, int* count) {
   }
 }
 
-// Word j of lane `lane` in tile `tile` (see the header).
+// Word j of lane `lane` in tile `tile` (see the header): the lane's vectors
+// sit at slot lane ^ ((lane / 8) % 4) of each 32-vector block.
 int64_t word_index(int bits, int64_t tile, int lane, int j) {
-  const int v = native_vector_words(bits);
-  return tile * 32 * bits + (static_cast<int64_t>(j / v) * 32 + lane) * v + j % v;
+  const int v = native_vector_words(bits), slot = lane ^ ((lane >> 3) & 3);
+  return tile * 32 * bits + (static_cast<int64_t>(j / v) * 32 + slot) * v + j % v;
 }
 
 // (n, k) of value (R, half) of lane l in tile (nt, kc).
 void coords(int64_t nt, int64_t kc, int lane, int reg, int half, int64_t* n, int64_t* k) {
   const int gq = lane / 4, t = lane % 4, s = reg / 4, r = reg % 4;
   *n = 16 * nt + gq + 8 * (r % 2);
-  *k = 64 * kc + 16 * t + 4 * s + 2 * (r / 2) + half;
+  *k = 64 * kc + 16 * t + 2 * s + 8 * (r / 2) + half;
 }
 
 template <typename Visit>

@@ -16,19 +16,32 @@
 //   Lane l (gq = l/4, t = l%4) holds 16 registers R = 0..15 of two values
 //   (lo, hi). Register R: step s = R/4, r = R%4 (a0..a3 of the step's mma),
 //     row n = 16·nt + gq + 8·(r%2)
-//     k     = 64·kc + 16·t + 4·s + 2·(r/2) + (0 for lo, 1 for hi).
-//   (A dot product does not care in which order k is summed; the kernel gives
-//   x's B fragment the same order, so logical k 2t+e / 2t+8+e of step s is
-//   physical 16t + 4s + e / 16t + 4s + 2 + e. PTX ISA "mma.m16n8k16" fragments.)
+//     k     = 64·kc + 16·t + 2·s + 8·(r/2) + (0 for lo, 1 for hi).
+//   So lane (gq, t) holds k 16t .. 16t + 15 of its two rows, and its step s
+//   the k pairs 16t + 2s and 16t + 2s + 8. (A dot product does not care in
+//   which order k is summed. The small-M kernels give x's B fragment the same
+//   order: logical k 2t + e / 2t + 8 + e of step s is physical 16t + 2s + e /
+//   16t + 2s + 8 + e, loaded as the lane's 16 contiguous values of x. PTX ISA
+//   "mma.m16n8k16" fragments.) Why this order and not 16t + 4s + 2·(r/2):
+//   word s (b = 4) of lane (gq, S) then holds, for step t' = t of lane
+//   (gq, t'), exactly mma's A fragment in natural k order (k 16S + 2t' + e
+//   and 16S + 2t' + 8 + e), so one ldmatrix.x4 gives lane (gq, t) the natural
+//   fragments of all 4 steps (word t of lanes (gq, 0..3)): the wgmma kernel,
+//   which must read x in natural order, needs no exchange between lanes.
 //   Fields in a word, b ∈ {1, 2, 4, 8}: P = 16/b registers per word; field i
 //   (bits b·i ..) of word w is lo of register P·w + i, field i + P its hi. So
 //   (word >> b·i) & (2^b - 1)·0x00010001 puts lo and hi of one register in the
 //   two 16-bit halves, ready for the 0x6400 magic (fp16 1024 + q).
 //   b = 3 is a 2-bit plane (2 words, the b = 2 rule, low bits) followed by a
 //   1-bit plane (1 word, the b = 1 rule: bit 2 of each value).
-//   The lane's word j lies at word tile·32b + ((j/V)·32 + l)·V + j%V, V = the
-//   vector width in words (4 for b = 4, 8; 2 for b = 2; 1 for b = 3): each
-//   load instruction of a warp reads 32·4V contiguous bytes.
+//   The lane's word j lies at word tile·32b + ((j/V)·32 + slot)·V + j%V, V =
+//   the vector width in words (4 for b = 4, 8; 2 for b = 2; 1 for b = 3),
+//   slot = l ^ ((l/8) % 4): each load instruction of a warp reads 32·4V
+//   contiguous bytes. The slot's XOR keeps both reads of a tile in shared
+//   memory free of bank conflicts: a lane's own 16-byte vector (lanes 8i ..
+//   8i + 7 read 8 distinct 16-byte bank groups), and ldmatrix's rows, where
+//   matrix S reads the vectors of lanes (gq, S), gq = 0..7 (without the XOR
+//   they would fall in 2 bank groups).
 //   scales, offsets: [K/g][N] of the scales' type; zeros: [K/g][N] bytes.
 #pragma once
 #include <cstdint>
