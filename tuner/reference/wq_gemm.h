@@ -19,9 +19,10 @@
 //     k     = 64·kc + 16·t + 2·s + 8·(r/2) + (0 for lo, 1 for hi).
 //   So lane (gq, t) holds k 16t .. 16t + 15 of its two rows, and its step s
 //   the k pairs 16t + 2s and 16t + 2s + 8. (A dot product does not care in
-//   which order k is summed. The small-M kernels give x's B fragment the same
-//   order: logical k 2t + e / 2t + 8 + e of step s is physical 16t + 2s + e /
-//   16t + 2s + 8 + e, loaded as the lane's 16 contiguous values of x. PTX ISA
+//   which order k is summed: a kernel pairs each A register with x at the
+//   same k. The small-M kernels load the lane's 16 contiguous values of x and
+//   multiply its k pairs 2s and 2s + 1 in step s, from the registers that
+//   hold them: a_reg in templates/wq_gemm/wq_dequant.cuh. PTX ISA
 //   "mma.m16n8k16" fragments.) Why this order and not 16t + 4s + 2·(r/2):
 //   word s (b = 4) of lane (gq, S) then holds, for step t' = t of lane
 //   (gq, t'), exactly mma's A fragment in natural k order (k 16S + 2t' + e
