@@ -143,11 +143,16 @@ void add_bench(CLI::App& app, int& rc) {
     SpecOptions spec;
     CacheOption cache;
     bool json = false;
+    double sustain_s = 0;
   };
   auto o = std::make_shared<Opts>();
   o->spec.add_to(cmd, true);
   o->cache.add_to(cmd);
   cmd->add_flag("--json", o->json, "print the result as JSON on stdout");
+  cmd->add_option("--sustain", o->sustain_s,
+                  "also time each kernel looped back to back for this many seconds (0.1 to 60), where a GPU "
+                  "runs at the clock its power limit allows")
+      ->check(CLI::Range(0.1, 60.0));
   cmd->callback([o, &rc] {
     const auto specs = o->spec.specs();
     std::string why;
@@ -159,7 +164,7 @@ void add_bench(CLI::App& app, int& rc) {
     cache::Store store(o->cache.resolved());
     nlohmann::json all = nlohmann::json::array();
     for (const auto& spec : specs) {
-      auto rep = tuner::bench(spec, store);
+      auto rep = tuner::bench(spec, store, o->sustain_s);
       if (o->json) all.push_back(rep.to_json());
       else std::cout << rep.table();
     }

@@ -145,6 +145,8 @@ TEST_CASE("cli: bad arguments exit 2 and name the bad value", "[cli]") {
       {"source --op fused_ffn --shape d=255,h=64 --config '" + legal_config() + "'", "d=255"},
       {"show", "key prefix"},
       {"bench --op fused_ffn --shape d=1,h", "'h'"},
+      {"bench --op wq_gemm --shape k=4096,n=11008,m=1 --sustain 100", "--sustain: Value 100"},
+      {"bench --op wq_gemm --shape k=4096,n=11008,m=1 --sustain soon", "Value soon"},
   };
   for (const auto& c : cases) {
     auto r = run_qjit(c.args, cache);

@@ -18,6 +18,7 @@
 #include "runtime/driver.h"
 #include "runtime/kernel_cache.h"
 #include "tests/helpers.h"
+#include "tuner/bench.h"
 #include "tuner/reference/fp_lut.h"
 #include "tuner/timing.h"
 #include "tuner/tuner.h"
@@ -864,4 +865,28 @@ TEST_CASE("full FFN chain: fused_ffn then wq_gemm on its output, back to back, e
   int finite = 0;
   for (uint16_t v : synchronized) finite += std::isfinite(half_to_float(v));
   CHECK(finite == m * d);
+}
+
+TEST_CASE("qjit bench: the sustained timing beside the burst one", "[gpu]") {
+  // Each row (qjit's kernel, untuned here, and the baselines) is also timed looped back to back;
+  // the times themselves are the benchmarks' business, not this test's.
+  test::TempDir dir;
+  cache::Store store(dir.file("kernels.db"));
+  const auto spec = codegen::parse_spec("wq_gemm", "k=1024,n=512,m=16");
+  const auto rep = tuner::bench(spec, store, 0.2);
+  REQUIRE(rep.rows.size() >= 2);  // qjit and cuBLAS fp16 at least
+  for (const auto& r : rep.rows) {
+    INFO(r.name);
+    CHECK(r.verified);
+    CHECK(r.median_us > 0);
+    CHECK(r.sustained_us > 0);
+  }
+  const auto j = rep.to_json();
+  CHECK(j.at("sustain_s").get<double>() == 0.2);
+  CHECK(j.at("rows").at(1).at("sustained_speedup_of_qjit").get<double>() > 0);
+  CHECK(rep.table().find("sustained us") != std::string::npos);
+  const auto burst = tuner::bench(spec, store);
+  CHECK(burst.rows.at(0).sustained_us == 0);
+  CHECK_FALSE(burst.to_json().contains("sustain_s"));
+  CHECK(burst.table().find("sustained") == std::string::npos);
 }

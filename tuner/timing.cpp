@@ -1,6 +1,7 @@
 #include "tuner/timing.h"
 #include <algorithm>
 #include <chrono>
+#include <utility>
 #include <vector>
 #include "runtime/device.h"
 #include "runtime/driver.h"
@@ -71,6 +72,18 @@ void spin(CUstream stream, double us) {
   QJIT_CU(cuLaunchKernel(spin_kernel(), 1, 1, 1, 32, 1, 1, 0, stream, args, nullptr));
 }
 
+// Per-launch statistics of samples (µs each).
+Timing stats_of(std::vector<double> us) {
+  std::sort(us.begin(), us.end());
+  Timing t;
+  t.samples = static_cast<int>(us.size());
+  t.median_us = us[us.size() / 2];
+  t.min_us = us.front();
+  t.max_us = us.back();
+  t.noise = (us[us.size() * 3 / 4] - us[us.size() / 4]) / t.median_us;
+  return t;
+}
+
 double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -104,14 +117,29 @@ Timing time_launches(const std::function<void(int)>& launch, CUstream stream, in
     QJIT_CU(cuEventElapsedTime(&ms, start.e, stop.e));
     us.push_back(ms * 1e3 / per_sample);
   }
-  std::sort(us.begin(), us.end());
-  Timing t;
-  t.samples = static_cast<int>(us.size());
-  t.median_us = us[us.size() / 2];
-  t.min_us = us.front();
-  t.max_us = us.back();
-  t.noise = (us[us.size() * 3 / 4] - us[us.size() / 4]) / t.median_us;
-  return t;
+  return stats_of(std::move(us));
+}
+
+Timing time_sustained(const std::function<void(int)>& launch, CUstream stream, double seconds, double expected_us) {
+  const int per_batch = std::clamp(static_cast<int>(1e4 / std::max(expected_us, 0.1)), 1, 100000);
+  const int batches = std::clamp(static_cast<int>(seconds * 1e6 / (expected_us * per_batch)), 2, 100000);
+  // All batches are enqueued at once (the host blocks while the launch queue is full, which keeps it fed),
+  // each between two events; only then is anything read back.
+  std::vector<Event> marks(static_cast<size_t>(batches) + 1);
+  int i = 0;
+  QJIT_CU(cuEventRecord(marks[0].e, stream));
+  for (int b = 0; b < batches; ++b) {
+    for (int k = 0; k < per_batch; ++k) launch(i++);
+    QJIT_CU(cuEventRecord(marks[static_cast<size_t>(b) + 1].e, stream));
+  }
+  QJIT_CU(cuEventSynchronize(marks.back().e));
+  std::vector<double> us;
+  for (int b = batches / 2; b < batches; ++b) {
+    float ms = 0;
+    QJIT_CU(cuEventElapsedTime(&ms, marks[static_cast<size_t>(b)].e, marks[static_cast<size_t>(b) + 1].e));
+    us.push_back(ms * 1e3 / per_batch);
+  }
+  return stats_of(std::move(us));
 }
 
 double measure_copy_bandwidth_gbps() {

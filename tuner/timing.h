@@ -42,6 +42,15 @@ struct Timing {
 Timing time_launches(const std::function<void(int)>& launch, CUstream stream, int warmup = 5, int reps = 21,
                      int per_sample = 10);
 
+// Times launch(i) run back to back for about `seconds` (`expected_us`, a
+// launch's time from time_launches, sizes the batches: ~10 ms each), the
+// host enqueueing ahead of the GPU without gates, so the board reaches the
+// steady clock its power limit allows: statistics over the batches of the
+// second half. A dense fp16 GEMM looped for seconds on a 700 W H100 ran
+// 15-17% slower than timed in bursts, at a median SM clock of ~1330 MHz
+// against 1980 at rest (BENCHMARKS.md, session 30).
+Timing time_sustained(const std::function<void(int)>& launch, CUstream stream, double seconds, double expected_us);
+
 // Device-to-device copy of 1 GiB, counting bytes read + written (GB/s = 1e9 B/s).
 double measure_copy_bandwidth_gbps();
 
