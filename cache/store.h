@@ -45,7 +45,8 @@ struct TrialRecord {
   std::string key;                 // fingerprint key the trial belongs to
   nlohmann::json config;           // candidate tunables (or {"baseline": "..."})
   TrialStatus status = TrialStatus::ok;
-  double median_us = 0, gbps = 0, verify_error = 0, compile_ms = 0;
+  double median_us = 0, gbps = 0, compile_ms = 0;
+  double verify_error = 0;         // -1: not verified by design (a baseline timed only, Baseline::checked)
   int registers = -1, spill_bytes = -1;
   std::string message;             // compile error excerpt, mismatch summary...
   std::string created;             // filled by the store

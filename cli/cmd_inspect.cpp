@@ -167,7 +167,9 @@ void add_show(CLI::App& app, int& rc) {
         nlohmann::json t = nlohmann::json::array();
         for (auto& x : trials)
           t.push_back({{"config", x.config}, {"status", cache::to_string(x.status)}, {"median_us", x.median_us},
-                       {"gbps", x.gbps}, {"verify_error", x.verify_error}, {"registers", x.registers},
+                       {"gbps", x.gbps},
+                       {"verify_error", x.verify_error >= 0 ? nlohmann::json(x.verify_error) : nlohmann::json(nullptr)},
+                       {"registers", x.registers},
                        {"spill_bytes", x.spill_bytes}, {"compile_ms", x.compile_ms}, {"message", x.message}});
         a.push_back({{"key", r.key()}, {"fingerprint", r.fp.to_json()}, {"config", r.config}, {"tuned", r.tuned},
                      {"median_us", r.median_us}, {"gbps", r.gbps}, {"pct_copy_bw", r.pct_copy_bw},
@@ -188,8 +190,9 @@ void add_show(CLI::App& app, int& rc) {
                 << "trials (" << trials.size() << "):\n";
       int rank = 0;
       for (auto& t : trials)
-        std::cout << fmt("  %3d %-15s %9.2f us %7.0f GB/s  regs %3d  err %.1e  %s%s%s\n", ++rank,
-                         cache::to_string(t.status).c_str(), t.median_us, t.gbps, t.registers, t.verify_error,
+        std::cout << fmt("  %3d %-15s %9.2f us %7.0f GB/s  regs %3d  err %7s  %s%s%s\n", ++rank,
+                         cache::to_string(t.status).c_str(), t.median_us, t.gbps, t.registers,
+                         t.verify_error >= 0 ? fmt("%.1e", t.verify_error).c_str() : "n/a",
                          t.config.dump().c_str(), t.message.empty() ? "" : "  ",
                          t.message.substr(0, t.message.find('\n')).c_str());
       std::cout << "\n";

@@ -867,6 +867,38 @@ TEST_CASE("full FFN chain: fused_ffn then wq_gemm on its output, back to back, e
   CHECK(finite == m * d);
 }
 
+TEST_CASE("a baseline without the op's epilogue is timed, not checked", "[gpu]") {
+  // With a bias, cuBLAS's dense GEMM writes a scratch y: nothing adds the bias, so it cannot match
+  // the reference, and y itself stays poisoned. Bench and the tuner time it and say so, rather than
+  // report the poison as its error (a relative error of ~1e150 before).
+  test::TempDir dir;
+  cache::Store store(dir.file("kernels.db"));
+  const auto spec = codegen::parse_spec("wq_gemm", "k=1024,n=512,m=16,bias=yes");
+  const auto rep = tuner::bench(spec, store);
+  REQUIRE(rep.rows.size() >= 2);
+  CHECK(rep.rows[0].checked);
+  CHECK(rep.rows[0].verified);
+  CHECK_FALSE(rep.rows[1].checked);
+  CHECK_FALSE(rep.rows[1].verified);
+  CHECK(rep.rows[1].median_us > 0);
+  CHECK(rep.to_json().at("rows").at(1).at("rel_error").is_null());
+  CHECK(rep.table().find("timed only") != std::string::npos);
+
+  tuner::TuneOptions opt;
+  opt.only_configs = {codegen::find_op("wq_gemm").default_config(spec)};
+  const auto tuned = tuner::tune(spec, store, opt);
+  REQUIRE(tuned.baselines.size() == 1);
+  CHECK_FALSE(tuned.baselines[0].checked);
+  bool found = false;
+  for (const auto& t : store.trials(tuned.best.key()))
+    if (t.config.contains("baseline")) {
+      found = true;
+      CHECK(t.verify_error == -1);
+      CHECK(t.message.rfind("timed only", 0) == 0);
+    }
+  CHECK(found);
+}
+
 TEST_CASE("qjit bench: the sustained timing beside the burst one", "[gpu]") {
   // Each row (qjit's kernel, untuned here, and the baselines) is also timed looped back to back;
   // the times themselves are the benchmarks' business, not this test's.

@@ -17,6 +17,7 @@ struct BenchRow {
   bool verified = false;
   std::string config;     // for the qjit row
   double sustained_us = 0;  // per launch, looped for seconds (time_sustained); 0 unless asked for
+  bool checked = true;      // false: a baseline timed only (Baseline::checked), rel_error NaN
 };
 
 struct BenchReport {

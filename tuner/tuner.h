@@ -36,6 +36,7 @@ struct BaselineResult {
   double median_us = 0;
   double rel_error = 0;
   bool verified = false;
+  bool checked = true;  // false: timed only (Baseline::checked), rel_error NaN
 };
 
 struct TuneReport {

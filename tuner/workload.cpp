@@ -2,7 +2,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include "codegen/error.h"
+#include "runtime/driver.h"
 
 namespace qjit::tuner {
 
@@ -10,6 +12,19 @@ namespace qjit::tuner {
 std::unique_ptr<Workload> make_fused_ffn_workload(const codegen::OpSpec& spec, uint64_t seed, size_t l2_bytes);
 std::unique_ptr<Workload> make_fp_lut_workload(const codegen::OpSpec& spec, uint64_t seed, size_t l2_bytes);
 std::unique_ptr<Workload> make_awq_dequant_workload(const codegen::OpSpec& spec, uint64_t seed, size_t l2_bytes);
+
+Verification check_baseline(Workload& work, const Baseline& b, CUstream stream) {
+  if (!b.checked) {
+    Verification v;
+    v.rel_error = std::numeric_limits<double>::quiet_NaN();
+    v.message = "timed only: it writes a scratch output (no bias, clamp or residual, or y in another type)";
+    return v;
+  }
+  work.poison_output(stream);
+  b.run(0, stream);
+  QJIT_CU(cuStreamSynchronize(stream));
+  return work.verify(2.0);
+}
 
 std::unique_ptr<Workload> make_workload(const codegen::OpSpec& spec, uint64_t seed, size_t l2_bytes) {
   if (spec.op == "fused_ffn") return make_fused_ffn_workload(spec, seed, l2_bytes);

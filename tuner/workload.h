@@ -43,6 +43,10 @@ Verification compare_float(const std::vector<double>& ref, const std::function<d
 struct Baseline {
   std::string name;                         // "cublas_2gemm_swiglu"
   std::function<void(int copy, CUstream)> run;
+  // It writes the output verify() reads. False where it writes a scratch
+  // buffer instead (a GEMM without the op's bias or clamp, or y in another
+  // type): then it is timed only, not checked.
+  bool checked = true;
 };
 
 class Workload {
@@ -58,6 +62,13 @@ class Workload {
   virtual Verification verify(double tolerance_scale = 1.0) = 0;
   virtual std::vector<Baseline> baselines(std::string* why_none) = 0;
 };
+
+// Runs baseline `b` once on copy 0 and verifies it as a candidate is
+// verified, with twice the tolerance (the library path rounds its
+// intermediates too). A baseline that writes a scratch buffer
+// (Baseline::checked false) is not run: ok false, rel_error NaN, and a
+// message that says it is timed only.
+Verification check_baseline(Workload& work, const Baseline& b, CUstream stream);
 
 // Allocates and fills the inputs of `spec` on the current device. Throws
 // qjit::Error("tuner", ...) for an op with no workload.

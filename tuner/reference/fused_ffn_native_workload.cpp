@@ -92,6 +92,7 @@ class FusedFfnNativeWorkload final : public Workload {
       const auto& w = dense_[copy % dense_.size()];
       path_->run(dense_x_.ptr(), w[0].ptr(), w[1].ptr(), xt_ == st_ ? y_.ptr() : dense_y_.ptr(), stream);
     };
+    b.checked = xt_ == st_;
     return {b};
   }
 

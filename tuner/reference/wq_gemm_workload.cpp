@@ -113,7 +113,8 @@ class WqGemmWorkload final : public Workload {
     Baseline b;
     b.name = std::string("cublas_") + st_ + "_dense";
     // Into y itself where cuBLAS can write y's type and nothing follows the
-    // GEMM (then the tuner verifies the baseline too), else into a scratch y.
+    // GEMM (then the tuner verifies the baseline too), else into a scratch y
+    // (timed only: Baseline::checked).
     // Decided here, not per launch: run() is called inside the timing loop.
     const bool into_y = spec_.get_str("bias") == "no" && spec_.get_str("act") == "none" &&
                         spec_.get_str("residual") == "no" && (xt_ == "fp32" || xt_ == st_);
@@ -126,6 +127,7 @@ class WqGemmWorkload final : public Workload {
                                                    into_y ? y_.ptr() : dense_y_.ptr(), into_y ? yt : wt);
       if (st != CUBLAS_STATUS_SUCCESS) throw Error("tuner", "cublasGemmEx failed with status " + std::to_string(st));
     };
+    b.checked = into_y;
     return {b};
   }
 
