@@ -844,7 +844,7 @@ __device__ __forceinline__ void ws_run(const TX* __restrict__ x, const WsMaps& m
   __shared__ __align__(8) unsigned long long barriers[2 * kStages];
   const WsBarriers bars{smem_address(barriers), smem_address(barriers + kStages)};
   if (threadIdx.x == 0)
-    for (int i = 0; i < kStages; ++i) mbarrier_init(bars.full + 8 * i, 128), mbarrier_init(bars.empty + 8 * i, kMmaThreads);
+    for (int i = 0; i < kStages; ++i) mbarrier_init(bars.full + 8 * i, kFullArrivals), mbarrier_init(bars.empty + 8 * i, kMmaThreads);
   QJIT_WS_BLOCK(0);
   __syncthreads();  // the barriers are initialised before anyone uses them
   unsigned seq = 0;  // the block's stages so far
@@ -881,6 +881,7 @@ __device__ __forceinline__ void ws_run(const TX* __restrict__ x, const WsMaps& m
     QJIT_WS_START(8);
     if constexpr (kWsMovesRegisters) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kWsProducerRegs));
     QJIT_WS_START(10);
+    if (kOneProducerThread && copy_thread() != 0) return;  // after the register move, which takes the whole warpgroup
     for_each_tile(M, [&](int m0, int first_tile, int begin, int count, int) {
       ws_produce_tile(x, maps, qweight, scales, zeros, M, m0, first_tile, begin, count, seq, ring, sb, bars);
       seq += count;

@@ -11,9 +11,9 @@
 // Here the producer warpgroup alone copies, and nothing is shared by a
 // barrier of the whole block. Ring slot i has two mbarriers (PTX ISA,
 // "Parallel Synchronization and Communication Instructions: mbarrier"):
-//   full[i]   128 arrivals, one per producer thread, each made by the
-//             hardware when that thread's copies of the stage have landed
-//             (cp.async.mbarrier.arrive.noinc);
+//   full[i]   kFullArrivals arrivals, one per producer thread that copies,
+//             each made by the hardware when that thread's copies of the
+//             stage have landed (cp.async.mbarrier.arrive.noinc);
 //   empty[i]  kMmaThreads arrivals, one per consumer thread, once its
 //             warpgroup's wgmma reading the slot have completed.
 // A block numbers its stages q = 0, 1, ... over all its tiles: stage q uses
@@ -123,6 +123,20 @@ __device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
 __device__ __forceinline__ void arrive_when_copied(unsigned bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
+
+// One producer thread. Where the tensor copy engine brings x and the
+// weights, scales and zeros (kTmaX and kTmaW), producer thread 0 issues
+// every copy and counts every byte on the full barriers, and the other 127
+// threads have nothing to copy. They used to walk the ring beside it all the
+// same, waiting on each empty barrier and arriving on each full one. They
+// now leave after the register move, and full barriers take thread 0's
+// arrival alone. Their polls shared the SMs' schedulers with the consumers:
+// without them the 256-row stage ran ~1060 cycles instead of ~1090, the
+// producer's issue ~450 instead of ~570, and 30 launches back to back ran
+// 1.2-1.9% faster at M = 512 (4096 x 11008 and 11008 x 4096) and 5% at
+// M = 64 (4096 x 11008; qjit_ws_probe, H100, session 31).
+constexpr bool kOneProducerThread = kTmaX && kTmaW;
+constexpr unsigned kFullArrivals = kOneProducerThread ? 1 : 128;
 
 // The probe marks (QJIT_WS_CLOCK and the rest) are in wq_ws_marks.cuh, which the includer
 // includes first: the stream schedule's finish marks its steps too.
