@@ -17,7 +17,7 @@ Verification check_baseline(Workload& work, const Baseline& b, CUstream stream) 
   if (!b.checked) {
     Verification v;
     v.rel_error = std::numeric_limits<double>::quiet_NaN();
-    v.message = "timed only: it writes a scratch output (no bias, clamp or residual, or y in another type)";
+    v.message = "timed only: it writes a scratch output, not the op's (it lacks the op's epilogue or output type)";
     return v;
   }
   work.poison_output(stream);
