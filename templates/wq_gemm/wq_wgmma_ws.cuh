@@ -138,6 +138,25 @@ __device__ __forceinline__ void arrive_when_copied(unsigned bar) {
 constexpr bool kOneProducerThread = kTmaX && kTmaW;
 constexpr unsigned kFullArrivals = kOneProducerThread ? 1 : 128;
 
+// The producer's arrival on a stage's full barrier, after its copies are
+// issued. With one producer thread every copy is a bulk copy counted in
+// bytes (expect_tx), and the arrival is a plain one, made by the thread in
+// program order after its expect_tx. The hardware-made arrival
+// (arrive_when_copied) gave wrong results there: one-warpgroup configs of
+// 128 rows and one chunk a stage, 8 verifications each at 4096 x 11008,
+// M = 1024 and 11008 x 4096, M = 512, failed 10 of 288 times (up to 7 of 8
+// for one config in other runs); 0 of 192 with 128 producer threads
+// (tma_w = 0); 0 of 288 with the plain arrival (H100, session 34; stage_y
+// and the stream schedule's 2 blocks per SM made it likelier). The likely
+// reading: with no cp.async in flight, that arrival can count before the
+// stage's last expect_tx (x's), so once the weights' boxes are in the phase
+// completes without x's bytes and the consumers multiply the slot's
+// previous x.
+__device__ __forceinline__ void arrive_full(unsigned bar) {
+  if constexpr (kOneProducerThread) mbarrier_arrive(bar);
+  else arrive_when_copied(bar);
+}
+
 // The probe marks (QJIT_WS_CLOCK and the rest) are in wq_ws_marks.cuh, which the includer
 // includes first: the stream schedule's finish marks its steps too.
 
@@ -259,7 +278,7 @@ __device__ __forceinline__ void ws_produce_tile(const TX* __restrict__ x, const 
 #pragma unroll 1
     for (int s = 0; s < head; ++s) {
       stage_x(begin + s, s % kStages, bars.full_of(s));
-      arrive_when_copied(bars.full_of(s));
+      arrive_full(bars.full_of(s));
     }
     QJIT_WS_START(6);
   }
@@ -273,7 +292,7 @@ __device__ __forceinline__ void ws_produce_tile(const TX* __restrict__ x, const 
     stage_w(begin + s, slot, bars.full_of(q));
     QJIT_WS_CLOCK(q, 3);
     stage_x(begin + s, slot, bars.full_of(q));
-    arrive_when_copied(bars.full_of(q));
+    arrive_full(bars.full_of(q));
     QJIT_WS_CLOCK(q, 2);
   }
 }
@@ -402,7 +421,7 @@ __device__ __forceinline__ void ws_produce_parts(int M, void* workspace, unsigne
         bulk_load(smem_address(sb + (seq % kStages) * kSbStage), piece_of(workspace, v) + s * kPartSlotQuads * kMmaThreads,
                   kPartSlotBytes, bars.full_of(seq));
       }
-      arrive_when_copied(bars.full_of(seq));
+      arrive_full(bars.full_of(seq));
     }
 }
 
