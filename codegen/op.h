@@ -89,6 +89,10 @@ struct LaunchGeometry {
     bool swizzle_128 = false;  // the 128-byte swizzle (box[0] · element size = 128 bytes)
   };
   std::vector<TensorMap> tensor_maps;
+  // The most maps a launch passes: the runtime holds them in a fixed array
+  // (wq_gemm's wgmma kernel with x, the weights, scales and zeros by the
+  // tensor copy engine uses all four).
+  static constexpr size_t kMaxTensorMaps = 4;
   int tensor_map_param(size_t i) const { return workspace_param + 1 + static_cast<int>(i); }
   // A cuBLAS GEMM after the kernel (wq_gemm's "cublas" family: the kernel
   // writes a dense W[n][k] at the start of the workspace). With `on`, a

@@ -234,7 +234,7 @@ CUresult launch_kernel(const LoadedKernel& k, void** args, CUstream stream, CUde
     args = with_workspace;
   }
   if (workspace_out) *workspace_out = workspace;
-  constexpr size_t kMaxMaps = 4;
+  constexpr size_t kMaxMaps = codegen::LaunchGeometry::kMaxTensorMaps;
   CUtensorMap maps[kMaxMaps];
   if (!g.tensor_maps.empty()) {
     // args is with_workspace here: the maps follow the workspace.

@@ -828,6 +828,11 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   CHECK_THROWS_WITH(op.validate_config(big, with_key(tma, "tma_w", 2)), Catch::Contains("tma_w must be 0 or 1"));
   const auto gw = op.launch_geometry(big, tma_w);
   REQUIRE(gw.tensor_maps.size() == 4);
+  // The most maps a launch passes is the runtime's fixed array (kMaxTensorMaps): past it every
+  // launch failed with CUDA_ERROR_INVALID_VALUE after a clean compile (a fifth map, session 33).
+  size_t most_maps = 0;
+  for (const auto& cfg : space) most_maps = std::max(most_maps, op.launch_geometry(big, cfg).tensor_maps.size());
+  CHECK(most_maps == codegen::LaunchGeometry::kMaxTensorMaps);
   CHECK(gw.tensor_map_param(1) == gw.workspace_param + 2);
   const Map& wm = gw.tensor_maps[1];
   CHECK((wm.source == 1 && wm.rows_param < 0 && wm.rank == 3 && wm.element == Map::Element::u32 && !wm.swizzle_128));
