@@ -615,3 +615,35 @@ TEST_CASE("qjit tune --only: the candidates holding every key of the filter", "[
   CHECK_THROWS_WITH(tuner::select_configs(space, {{"ws", "1"}}), Catch::Contains("matches none of the"));
   CHECK_THROWS_WITH(tuner::select_configs(space, nlohmann::json::array()), Catch::Contains("JSON object"));
 }
+
+TEST_CASE("tuner: the winner is the fastest ok trial, or a simpler one within 1%; excluded configs are passed over",
+          "[cli]") {
+  using namespace qjit;
+  const auto trial = [](nlohmann::json config, double us, cache::TrialStatus st = cache::TrialStatus::ok) {
+    cache::TrialRecord t;
+    t.config = std::move(config);
+    t.median_us = us;
+    t.status = st;
+    return t;
+  };
+  const std::vector<cache::TrialRecord> trials = {
+      trial({{"warps", 8}, {"stages", 4}}, 10.00),                                   // fastest, complexity 32
+      trial({{"warps", 4}, {"stages", 2}}, 10.09),                                   // within 1%, complexity 8
+      trial({{"warps", 2}, {"stages", 2}}, 10.20),                                   // 2% slower
+      trial({{"warps", 1}, {"stages", 1}}, 9.00, cache::TrialStatus::wrong_result),  // fastest, but wrong
+      trial({{"baseline", "cublas_fp16_dense"}}, 8.00),                              // faster, not a kernel
+  };
+  const cache::TrialRecord* w = tuner::choose_winner(trials);
+  REQUIRE(w != nullptr);
+  CHECK(w->config == nlohmann::json{{"warps", 4}, {"stages", 2}});
+  // With the winner excluded (it failed the repeated launches), the rule applies to the rest: the
+  // fastest is 10.00, and 10.09 is gone, so 10.00 wins over 10.20 (2% slower).
+  w = tuner::choose_winner(trials, {trials[1].config.dump()});
+  REQUIRE(w != nullptr);
+  CHECK(w->config == nlohmann::json{{"warps", 8}, {"stages", 4}});
+  w = tuner::choose_winner(trials, {trials[0].config.dump(), trials[1].config.dump()});
+  REQUIRE(w != nullptr);
+  CHECK(w->median_us == 10.20);
+  CHECK(tuner::choose_winner(trials, {trials[0].config.dump(), trials[1].config.dump(), trials[2].config.dump()}) ==
+        nullptr);
+}

@@ -2,11 +2,13 @@
 // space, statically pruned (compile report: spills) → compiled in parallel →
 // loaded → verified against the CPU reference on fresh random inputs → timed
 // with CUDA events on weights rotated beyond L2 → every trial stored; the
-// fastest verified candidate (ties within noise → the simpler config) becomes
-// the cached kernel. Library baselines are measured in the same run.
+// fastest verified candidate (ties within noise → the simpler config),
+// verified again on kWinnerLaunches more launches, becomes the cached
+// kernel. Library baselines are measured in the same run.
 #pragma once
 #include <cstdint>
 #include <iosfwd>
+#include <set>
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
@@ -61,5 +63,18 @@ inline constexpr const char* kUnfinishedTrial =
 
 // How complex a config is, for tie-breaking: the product of its integer values.
 double config_complexity(const nlohmann::json& config);
+
+// The winner among a key's trials: the fastest ok trial that is not a
+// baseline and whose config is not in `excluded`, except that any within 1%
+// of it (the noise) that is simpler (config_complexity, then the config's
+// text) wins instead. Null when none is left.
+const cache::TrialRecord* choose_winner(const std::vector<cache::TrialRecord>& trials,
+                                        const std::set<std::string>& excluded = {});
+
+// Launches of the winner, each verified, before it is cached: a race that
+// shows once in 8 launches slips past one verification 7 times in 8, but
+// past 16 more only 12% of the time. (Session 34 found such a race, seen in
+// 1 to 7 of 8 single verifications per config; BENCHMARKS.md.)
+inline constexpr int kWinnerLaunches = 16;
 
 }  // namespace qjit::tuner
