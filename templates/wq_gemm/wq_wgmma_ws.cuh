@@ -151,7 +151,11 @@ constexpr unsigned kFullArrivals = kOneProducerThread ? 1 : 128;
 // reading: with no cp.async in flight, that arrival can count before the
 // stage's last expect_tx (x's), so once the weights' boxes are in the phase
 // completes without x's bytes and the consumers multiply the slot's
-// previous x.
+// previous x. With 128 producer threads the hardware arrival stays: their
+// own cp.async copies of the weights must land first. (The stream
+// schedule's parts, ws_produce_parts, are bulk copies only, so there all
+// 128 arrivals could be plain ones; no failure showed there, and that is
+// untried.)
 __device__ __forceinline__ void arrive_full(unsigned bar) {
   if constexpr (kOneProducerThread) mbarrier_arrive(bar);
   else arrive_when_copied(bar);
