@@ -616,7 +616,7 @@ TEST_CASE("qjit tune --only: the candidates holding every key of the filter", "[
   CHECK_THROWS_WITH(tuner::select_configs(space, nlohmann::json::array()), Catch::Contains("JSON object"));
 }
 
-TEST_CASE("tuner: the winner is the fastest ok trial, or a simpler one within 1%; excluded configs are passed over",
+TEST_CASE("tuner: the winner is the fastest ok trial, or a simpler one within 1%; wrong ones are passed over",
           "[cli]") {
   using namespace qjit;
   const auto trial = [](nlohmann::json config, double us, cache::TrialStatus st = cache::TrialStatus::ok) {
@@ -626,7 +626,7 @@ TEST_CASE("tuner: the winner is the fastest ok trial, or a simpler one within 1%
     t.status = st;
     return t;
   };
-  const std::vector<cache::TrialRecord> trials = {
+  std::vector<cache::TrialRecord> trials = {
       trial({{"warps", 8}, {"stages", 4}}, 10.00),                                   // fastest, complexity 32
       trial({{"warps", 4}, {"stages", 2}}, 10.09),                                   // within 1%, complexity 8
       trial({{"warps", 2}, {"stages", 2}}, 10.20),                                   // 2% slower
@@ -636,14 +636,16 @@ TEST_CASE("tuner: the winner is the fastest ok trial, or a simpler one within 1%
   const cache::TrialRecord* w = tuner::choose_winner(trials);
   REQUIRE(w != nullptr);
   CHECK(w->config == nlohmann::json{{"warps", 4}, {"stages", 2}});
-  // With the winner excluded (it failed the repeated launches), the rule applies to the rest: the
-  // fastest is 10.00, and 10.09 is gone, so 10.00 wins over 10.20 (2% slower).
-  w = tuner::choose_winner(trials, {trials[1].config.dump()});
+  // The winner failed its repeated launches (stored as wrong_result): the rule applies to the rest,
+  // so 10.00 wins over 10.20 (2% slower).
+  trials[1].status = cache::TrialStatus::wrong_result;
+  w = tuner::choose_winner(trials);
   REQUIRE(w != nullptr);
   CHECK(w->config == nlohmann::json{{"warps", 8}, {"stages", 4}});
-  w = tuner::choose_winner(trials, {trials[0].config.dump(), trials[1].config.dump()});
+  trials[0].status = cache::TrialStatus::wrong_result;
+  w = tuner::choose_winner(trials);
   REQUIRE(w != nullptr);
   CHECK(w->median_us == 10.20);
-  CHECK(tuner::choose_winner(trials, {trials[0].config.dump(), trials[1].config.dump(), trials[2].config.dump()}) ==
-        nullptr);
+  trials[2].status = cache::TrialStatus::wrong_result;
+  CHECK(tuner::choose_winner(trials) == nullptr);
 }

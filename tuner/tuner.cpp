@@ -66,22 +66,29 @@ std::string first_lines(const std::string& s, int n) {
   return s.substr(0, pos);
 }
 
-// Launches the record's kernel kWinnerLaunches times, each on a poisoned
-// output and verified; "" when every launch verified, else what failed.
+// Unloads a loaded kernel's module when it goes out of scope.
+struct ModuleGuard {
+  CUmodule m;
+  ~ModuleGuard() { runtime::driver().cuModuleUnload(m); }
+};
+
+// One launch of k on copy 0 of the inputs, its output poisoned first, waited for.
+CUresult launch_on_poisoned_output(const runtime::LoadedKernel& k, Workload& work, CUstream stream) {
+  work.poison_output(stream);
+  const CUresult r = runtime::try_launch(k, work.args(0), stream);
+  return r == CUDA_SUCCESS ? runtime::driver().cuStreamSynchronize(stream) : r;
+}
+
+// Launches the record's kernel kWinnerLaunches times, each verified; "" when
+// every launch verified, else what failed.
 std::string verify_repeatedly(const cache::KernelRecord& rec, const codegen::OpSpec& spec, Workload& work,
                               CUstream stream) {
-  runtime::LoadedKernel k = runtime::load_record(rec, spec);
-  struct ModuleGuard {
-    CUmodule m;
-    ~ModuleGuard() { runtime::driver().cuModuleUnload(m); }
-  } guard{k.module};
+  const runtime::LoadedKernel k = runtime::load_record(rec, spec);
+  const ModuleGuard guard{k.module};
   int wrong = 0;
   std::string first;
   for (int i = 0; i < kWinnerLaunches; ++i) {
-    work.poison_output(stream);
-    CUresult r = runtime::try_launch(k, work.args(0), stream);
-    if (r == CUDA_SUCCESS) r = runtime::driver().cuStreamSynchronize(stream);
-    if (r != CUDA_SUCCESS)
+    if (const CUresult r = launch_on_poisoned_output(k, work, stream); r != CUDA_SUCCESS)
       throw Error("driver", "the winner " + rec.config.dump() + " failed on a repeat launch: " + runtime::describe(r));
     const Verification v = work.verify();
     if (!v.ok && wrong++ == 0) first = v.message;
@@ -100,10 +107,9 @@ double config_complexity(const nlohmann::json& config) {
   return c;
 }
 
-const cache::TrialRecord* choose_winner(const std::vector<cache::TrialRecord>& trials,
-                                        const std::set<std::string>& excluded) {
-  const auto eligible = [&](const cache::TrialRecord& t) {
-    return t.status == cache::TrialStatus::ok && !t.config.contains("baseline") && !excluded.count(t.config.dump());
+const cache::TrialRecord* choose_winner(const std::vector<cache::TrialRecord>& trials) {
+  const auto eligible = [](const cache::TrialRecord& t) {
+    return t.status == cache::TrialStatus::ok && !t.config.contains("baseline");
   };
   double fastest = INFINITY;
   for (const auto& t : trials)
@@ -284,10 +290,7 @@ TuneReport tune(const codegen::OpSpec& spec, cache::Store& store, const TuneOpti
       ++rep.failed_now;
       continue;
     }
-    struct ModuleGuard {
-      CUmodule m;
-      ~ModuleGuard() { runtime::driver().cuModuleUnload(m); }
-    } mguard{k.module};
+    const ModuleGuard mguard{k.module};
     // A candidate that multiplies with cuBLAS (wq_gemm's "cublas" family)
     // cannot run without it: a resource error, as a kernel too big for this GPU.
     if (k.geometry.dense_gemm.on) {
@@ -313,9 +316,7 @@ TuneReport tune(const codegen::OpSpec& spec, cache::Store& store, const TuneOpti
     Timing tm;
     try {
       // Verify on copy 0, output poisoned first.
-      work->poison_output(stream);
-      CUresult r = runtime::try_launch(k, work->args(0), stream);
-      if (r == CUDA_SUCCESS) r = runtime::driver().cuStreamSynchronize(stream);
+      const CUresult r = launch_on_poisoned_output(k, *work, stream);
       if (r == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES || r == CUDA_ERROR_INVALID_VALUE) {
         record(c.config, cache::TrialStatus::resource_error, runtime::describe(r), &c.compiled);
         ++rep.failed_now;
@@ -377,12 +378,12 @@ TuneReport tune(const codegen::OpSpec& spec, cache::Store& store, const TuneOpti
 
   // 4. Winner over every ok trial of this key, this run's and earlier ones',
   //    launched kWinnerLaunches more times, each verified: one that fails any
-  //    is stored as wrong_result with the count, and the next one is tried.
-  std::set<std::string> rejected;
+  //    is stored as wrong_result with the count (replacing its ok trial), and
+  //    the next one is tried.
   cache::KernelRecord rec;
   for (;;) {
     const auto all = store.trials(key);
-    const cache::TrialRecord* best = choose_winner(all, rejected);
+    const cache::TrialRecord* best = choose_winner(all);
     if (!best) throw Error("tuner", "no candidate of " + spec.label() + " compiled, ran and verified; see `qjit show`");
     // The winner was usually compiled in this run; one measured in an earlier run is compiled again.
     const auto it = verified_now.find(best->config.dump());
@@ -404,7 +405,6 @@ TuneReport tune(const codegen::OpSpec& spec, cache::Store& store, const TuneOpti
     t.status = cache::TrialStatus::wrong_result;
     t.message = wrong;
     store.put_trials({t});
-    rejected.insert(best->config.dump());
     ++rep.failed_now;
   }
   rep.trials = store.trials(key);

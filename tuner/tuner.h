@@ -8,7 +8,6 @@
 #pragma once
 #include <cstdint>
 #include <iosfwd>
-#include <set>
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
@@ -65,11 +64,10 @@ inline constexpr const char* kUnfinishedTrial =
 double config_complexity(const nlohmann::json& config);
 
 // The winner among a key's trials: the fastest ok trial that is not a
-// baseline and whose config is not in `excluded`, except that any within 1%
-// of it (the noise) that is simpler (config_complexity, then the config's
-// text) wins instead. Null when none is left.
-const cache::TrialRecord* choose_winner(const std::vector<cache::TrialRecord>& trials,
-                                        const std::set<std::string>& excluded = {});
+// baseline, except that any within 1% of it (the noise) that is simpler
+// (config_complexity, then the config's text) wins instead. Null when no
+// ok trial is left.
+const cache::TrialRecord* choose_winner(const std::vector<cache::TrialRecord>& trials);
 
 // Launches of the winner, each verified, before it is cached: a race that
 // shows once in 8 launches slips past one verification 7 times in 8, but
