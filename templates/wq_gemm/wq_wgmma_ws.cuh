@@ -152,10 +152,11 @@ constexpr unsigned kFullArrivals = kOneProducerThread ? 1 : 128;
 // stage's last expect_tx (x's), so once the weights' boxes are in the phase
 // completes without x's bytes and the consumers multiply the slot's
 // previous x. With 128 producer threads the hardware arrival stays: their
-// own cp.async copies of the weights must land first. (The stream
-// schedule's parts, ws_produce_parts, are bulk copies only, so there all
-// 128 arrivals could be plain ones; no failure showed there, and that is
-// untried.)
+// own cp.async copies of the weights must land first. The stream
+// schedule's parts (ws_produce_parts) are bulk copies only, so there every
+// producer thread arrives with a plain arrival whatever the path: thread 0,
+// whose bulk copy the part is, may have no cp.async in flight, which is the
+// case above.
 __device__ __forceinline__ void arrive_full(unsigned bar) {
   if constexpr (kOneProducerThread) mbarrier_arrive(bar);
   else arrive_when_copied(bar);
@@ -425,7 +426,7 @@ __device__ __forceinline__ void ws_produce_parts(int M, void* workspace, unsigne
         bulk_load(smem_address(sb + (seq % kStages) * kSbStage), piece_of(workspace, v) + s * kPartSlotQuads * kMmaThreads,
                   kPartSlotBytes, bars.full_of(seq));
       }
-      arrive_full(bars.full_of(seq));
+      mbarrier_arrive(bars.full_of(seq));  // a bulk copy only: plain, after the expect_tx (see arrive_full)
     }
 }
 
