@@ -2,7 +2,7 @@
 // Equal runs of work units over a persistent grid, and the flag through
 // which pieces of one output split between blocks are counted: shared by the
 // small-M balanced schedule (wq_balanced.cuh) and the wgmma kernel's stream
-// schedule (wq_gemm_wgmma.cu).
+// schedule (wq_stream_schedule.cuh).
 //
 // Worker w of `workers` takes units [w·U/W, (w+1)·U/W) of U = `units`. The
 // blocks that do not complete a split output store their piece, then

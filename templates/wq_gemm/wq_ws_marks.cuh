@@ -1,6 +1,6 @@
 #pragma once
 // Probe marks of the warp-specialised wgmma kernel (wq_wgmma_ws.cuh and the
-// stream schedule's finish in wq_gemm_wgmma.cu). Empty unless the kernel is
+// stream schedule's finish in wq_stream_schedule.cuh). Empty unless the kernel is
 // compiled with QJIT_WS_CLOCKS, as tests/probe/ws_probe.cpp does.
 //
 // Stage clocks: lane 0 of the first warp of warpgroup r (consumers 0 .. kGroups - 1, then the producer) records

@@ -54,7 +54,7 @@ __device__ __forceinline__ void mma_ss(float (&d)[128], unsigned long long da, u
 constexpr bool kASmem = VARIANT & 1, kProd = VARIANT & 2;
 constexpr int kB = 32768, kA = 8192, kLand = 36864;
 
-// Start address >> 4, leading offset 1, stride 1024 bytes, 128-byte swizzle (as wq_gemm_wgmma.cu).
+// Start address >> 4, leading offset 1, stride 1024 bytes, 128-byte swizzle (as wq_wgmma_instr.cuh).
 __device__ __forceinline__ unsigned long long desc(unsigned addr) {
   return static_cast<unsigned long long>((1024u >> 4) | 1u << 30) << 32 | (((addr & 0x3ffff) >> 4) | 1u << 16);
 }
