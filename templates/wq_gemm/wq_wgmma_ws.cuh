@@ -156,7 +156,12 @@ constexpr unsigned kFullArrivals = kOneProducerThread ? 1 : 128;
 // schedule's parts (ws_produce_parts) are bulk copies only, so there every
 // producer thread arrives with a plain arrival whatever the path: thread 0,
 // whose bulk copy the part is, may have no cp.async in flight, which is the
-// case above.
+// case above. (The same question, open: in the 128-thread prologue thread 0
+// issues its cp.async copies of the first stages, waits for the previous grid,
+// and only then sets x's expect_tx before its hardware arrival; by then its
+// copies may have landed. No failure has shown there (0 of 1110 verifications
+// with tma_w = 0, sessions 34-35); setting x's expect_tx before the copies are
+// issued would close it, and is untested.)
 __device__ __forceinline__ void arrive_full(unsigned bar) {
   if constexpr (kOneProducerThread) mbarrier_arrive(bar);
   else arrive_when_copied(bar);
