@@ -278,7 +278,10 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   REQUIRE(tma_ptx.ok);
   CHECK(tma_ptx.ptx.find(".param .align 64 .b8 qjit_wq_gemm_param_9[128]") != std::string::npos);
   CHECK(tma_ptx.ptx.find("cp.async.bulk.tensor.2d") != std::string::npos);
-  CHECK(tma_ptx.ptx.find("mbarrier.expect_tx") != std::string::npos);
+  // 128 producer threads (no tma_w): thread 0 counts x's bytes with an arrival of its own, one more
+  // than the threads' cp.async arrivals, so the phase cannot complete before the bytes are counted.
+  CHECK(tma_ptx.ptx.find("mbarrier.arrive.expect_tx") != std::string::npos);
+  CHECK(tma_ptx.ptx.find("cp.async.mbarrier.arrive.noinc") != std::string::npos);
   CHECK(tma_ptx.ptx.find("fence.proxy.async") == std::string::npos);  // x never passes the generic proxy
   CHECK(tma_ptx.spill_bytes == 0);
   CHECK(tma_ptx.ptx.find("cp.async.bulk.tensor.3d") == std::string::npos);
@@ -317,6 +320,10 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   CHECK(tma_w_ptx.ptx.find(".param .align 64 .b8 qjit_wq_gemm_param_12[128]") != std::string::npos);
   CHECK(tma_w_ptx.ptx.find("cp.async.bulk.tensor.3d") != std::string::npos);
   CHECK(tma_w_ptx.ptx.find("cp.async.cg.shared.global") == std::string::npos);  // no 16-byte copies left
+  // One producer thread: its bytes by expect_tx, then its plain arrival in program order (arrive_full).
+  CHECK(tma_w_ptx.ptx.find("mbarrier.expect_tx") != std::string::npos);
+  CHECK(tma_w_ptx.ptx.find("mbarrier.arrive.expect_tx") == std::string::npos);
+  CHECK(tma_w_ptx.ptx.find("cp.async.mbarrier.arrive") == std::string::npos);
   // The consumers read a slot's words with ordinary loads: a proxy fence comes before the boxes refill it.
   CHECK(tma_w_ptx.ptx.find("fence.proxy.async.shared::cta") != std::string::npos);
   CHECK(tma_w_ptx.spill_bytes == 0);

@@ -13,7 +13,8 @@
 // "Parallel Synchronization and Communication Instructions: mbarrier"):
 //   full[i]   kFullArrivals arrivals, one per producer thread that copies,
 //             each made by the hardware when that thread's copies of the
-//             stage have landed (cp.async.mbarrier.arrive.noinc);
+//             stage have landed (cp.async.mbarrier.arrive.noinc), and the
+//             bytes of the bulk copies (see arrive_full for their arrival);
 //   empty[i]  kMmaThreads arrivals, one per consumer thread, once its
 //             warpgroup's wgmma reading the slot have completed.
 // A block numbers its stages q = 0, 1, ... over all its tiles: stage q uses
@@ -48,7 +49,8 @@
 // 16-bit values, boxes of 64 k × kBlockRows rows, the 128-byte swizzle: the
 // layout the cp.async copies wrote, so nothing else changes; rows past M and
 // chunks past k arrive as zeros). It counts its bytes on the slot's full
-// barrier (expect_tx) beside the 128 arrivals of the weights' copies. The
+// barrier (expect_tx) beside the 128 arrivals of the weights' copies
+// (announce_bytes). The
 // 16-byte copies of x took the producer about 1000 cycles a stage at 256
 // rows (qjit_ws_probe, H100), as long as the tensor cores' work.
 //
@@ -136,7 +138,6 @@ __device__ __forceinline__ void arrive_when_copied(unsigned bar) {
 // 1.2-1.9% faster at M = 512 (4096 x 11008 and 11008 x 4096) and 5% at
 // M = 64 (4096 x 11008; qjit_ws_probe, H100, session 31).
 constexpr bool kOneProducerThread = kTmaX && kTmaW;
-constexpr unsigned kFullArrivals = kOneProducerThread ? 1 : 128;
 
 // The producer's arrival on a stage's full barrier, after its copies are
 // issued. With one producer thread every copy is a bulk copy counted in
@@ -145,23 +146,26 @@ constexpr unsigned kFullArrivals = kOneProducerThread ? 1 : 128;
 // (arrive_when_copied) gave wrong results there: one-warpgroup configs of
 // 128 rows and one chunk a stage, 8 verifications each at 4096 x 11008,
 // M = 1024 and 11008 x 4096, M = 512, failed 10 of 288 times (up to 7 of 8
-// for one config in other runs); 0 of 192 with 128 producer threads
-// (tma_w = 0); 0 of 288 with the plain arrival (H100, session 34; stage_y
-// and the stream schedule's 2 blocks per SM made it likelier). The likely
-// reading: with no cp.async in flight, that arrival can count before the
-// stage's last expect_tx (x's), so once the weights' boxes are in the phase
-// completes without x's bytes and the consumers multiply the slot's
-// previous x. With 128 producer threads the hardware arrival stays: their
-// own cp.async copies of the weights must land first. The stream
-// schedule's parts (ws_produce_parts) are bulk copies only, so there every
-// producer thread arrives with a plain arrival whatever the path: thread 0,
-// whose bulk copy the part is, may have no cp.async in flight, which is the
-// case above. (The same question, open: in the 128-thread prologue thread 0
-// issues its cp.async copies of the first stages, waits for the previous grid,
-// and only then sets x's expect_tx before its hardware arrival; by then its
-// copies may have landed. No failure has shown there (0 of 1110 verifications
-// with tma_w = 0, sessions 34-35); setting x's expect_tx before the copies are
-// issued would close it, and is untested.)
+// for one config in other runs); 0 of 288 with the plain arrival (H100,
+// session 34; stage_y and the stream schedule's 2 blocks per SM made it
+// likelier). The likely reading: with no cp.async in flight, that arrival
+// can count before the stage's last expect_tx (x's), so once the weights'
+// boxes are in the phase completes without x's bytes and the consumers
+// multiply the slot's previous x.
+//
+// With 128 producer threads the hardware arrival stays: their own cp.async
+// copies must land first. Thread 0's may have landed before it announces
+// its bulk copies' bytes (in the prologue it waits for the previous grid
+// between the two), which is the case above. So there thread 0 announces
+// the bytes with an arrival of its own (mbarrier.arrive.expect_tx: the
+// bytes and the arrival in one operation), one more than the 128 hardware
+// arrivals (kBulkArrival): the phase cannot complete before the bytes are
+// counted, whatever order the arrivals come in. The stream schedule's parts
+// (ws_produce_parts) are bulk copies only: there thread 0 announces them
+// the same way and every producer thread arrives with a plain arrival.
+constexpr bool kBulkArrival = !kOneProducerThread && (kTmaX || kTmaW);
+constexpr unsigned kFullArrivals = kOneProducerThread ? 1 : 128 + (kBulkArrival ? 1 : 0);
+
 __device__ __forceinline__ void arrive_full(unsigned bar) {
   if constexpr (kOneProducerThread) mbarrier_arrive(bar);
   else arrive_when_copied(bar);
@@ -179,6 +183,18 @@ struct alignas(64) TensorMapParam {
 // The copies of stage q will bring `bytes` more through the async proxy.
 __device__ __forceinline__ void mbarrier_expect_bytes(unsigned bar, unsigned bytes) {
   asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// Thread 0's announcement of its bulk copies' bytes on a full barrier: with
+// one producer thread the bytes alone (its plain arrival follows, arrive_full);
+// with 128, the bytes and thread 0's own arrival at once (kBulkArrival).
+__device__ __forceinline__ void announce_bytes(unsigned bar, unsigned bytes) {
+  if constexpr (kBulkArrival)
+    asm volatile("{.reg .b64 state;\n mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 state, [%0], %1;\n}" ::"r"(bar),
+                 "r"(bytes)
+                 : "memory");
+  else
+    mbarrier_expect_bytes(bar, bytes);
 }
 
 // The box at (column k, row) of the tensor map into dst (1024-byte aligned
@@ -229,7 +245,7 @@ __device__ __forceinline__ void ws_produce_tile(const TX* __restrict__ x, const 
   const auto stage_x = [&](int stage_index, int slot, unsigned full) {
     if constexpr (kTmaX) {
       if (copy_thread() == 0) {
-        mbarrier_expect_bytes(full, kSbStage);
+        announce_bytes(full, kSbStage);
         const unsigned dst = smem_address(sb + slot * kSbStage);
 #pragma unroll
         for (int kk = 0; kk < kChunksPerStage; ++kk)
@@ -255,7 +271,7 @@ __device__ __forceinline__ void ws_produce_tile(const TX* __restrict__ x, const 
         // One chunk's words, scales and zeros: the boxes of the three maps (the scales and zeros
         // once a stage where its chunks share a group, kStageSharesGroup).
         constexpr unsigned kSZChunks = kStageSharesGroup ? 1 : kChunksPerStage;
-        mbarrier_expect_bytes(full, (kChunksPerStage * kWPieces + kSZChunks * (kSPieces + kZPieces)) * 16);
+        announce_bytes(full, (kChunksPerStage * kWPieces + kSZChunks * (kSPieces + kZPieces)) * 16);
 #pragma unroll
         for (int kk = 0; kk < kChunksPerStage; ++kk) {
           const int kc = stage_index * kChunksPerStage + kk;
@@ -427,11 +443,11 @@ __device__ __forceinline__ void ws_produce_parts(int M, void* workspace, unsigne
         // land first: 3-stage configs, whose parts reuse the ring, summed a later slot's part in
         // 2 of 216 verifications, 0 of 216 with it (12 configs, H100, session 20).
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        mbarrier_expect_bytes(bars.full_of(seq), kPartSlotBytes);
+        announce_bytes(bars.full_of(seq), kPartSlotBytes);
         bulk_load(smem_address(sb + (seq % kStages) * kSbStage), piece_of(workspace, v) + s * kPartSlotQuads * kMmaThreads,
                   kPartSlotBytes, bars.full_of(seq));
       }
-      mbarrier_arrive(bars.full_of(seq));  // a bulk copy only: plain, after the expect_tx (see arrive_full)
+      mbarrier_arrive(bars.full_of(seq));  // a bulk copy only: plain (see arrive_full)
     }
 }
 
