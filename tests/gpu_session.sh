@@ -199,9 +199,11 @@ for f in sorted(glob.glob(f"{out}/bench_*.json"), key=lambda p: int(p.split("_")
         for d in ('act=silu ', 'cuts=default ', 'act=none ', 'bias=no ', 'layout=native ', 'scales=fp16 ', 'x=fp16 ',
                   'zero=int ', 'dtype=fp16 ', 'g=128 '):
             label = label.replace(d, '')
+        # A column with nothing measured (no baseline, no peer, not tuned in this call) shows "-".
+        num = lambda v, w, fmt, unit="": f"{format(v, fmt) + unit if v else '-':>{w}}"
         print(f"{label[:44]:<44} {q['median_us']:>8.2f} {q['pct_of_floor']:>6.1f}% "
-              f"{(base['median_us'] if base else float('nan')):>8.2f} {(base['median_us']/q['median_us'] if base else float('nan')):>7.2f}x "
-              f"{(t if t else float('nan')):>8.2f} {((t/q['median_us']) if t else float('nan')):>7.2f}x {tunes.get(b['spec'], float('nan')):>7.1f}")
+              f"{num(base and base['median_us'], 8, '.2f')} {num(base and base['median_us'] / q['median_us'], 8, '.2f', 'x')} "
+              f"{num(t, 8, '.2f')} {num(t and t / q['median_us'], 8, '.2f', 'x')} {num(tunes.get(b['spec']), 7, '.1f')}")
         if extra: print(extra)
 print("copy GB/s (each bench run):", ", ".join(str(round(b["copy_gbps"])) for rows in benches for b in rows))
 PY
