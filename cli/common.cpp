@@ -2,15 +2,20 @@
 #include <cstdarg>
 #include <cstdio>
 #include "codegen/error.h"
+#include "codegen/registry.h"
 
 namespace qjit::cli {
 
 void SpecOptions::add_to(CLI::App* app, bool shape_required) {
-  app->add_option("--op", op, "operation (fused_ffn)")->capture_default_str();
+  std::string ops;
+  for (const auto* o : codegen::all_ops()) ops += (ops.empty() ? "" : ", ") + o->name();
+  app->add_option("--op", op, "operation: " + ops)->capture_default_str();
   auto* s = app->add_option("--shape", shape, "parameters as key=value,... e.g. d=4096,h=11008 (m, dtype may go here too)");
   if (shape_required) s->required();
   app->add_option("--dtype", dtype, "element types: fp16|bf16|fp32|mixed (same as dtype= in --shape)");
-  app->add_option("--m", m, "rows of x: one value, a list 1,2,4 or a range 1-8 (one kernel each)");
+  app->add_option("--m", m,
+                  "rows of x: one value, a list 1,2,4 or a range 1-8 (one kernel each; for wq_gemm a range "
+                  "means the buckets that serve it: 1-1024 tunes all eleven)");
 }
 
 std::vector<codegen::OpSpec> SpecOptions::specs() const {
@@ -28,8 +33,8 @@ std::vector<codegen::OpSpec> SpecOptions::specs() const {
       if (dash != std::string::npos) {
         size_t p1 = 0, p2 = 0;
         int64_t a = std::stoll(m.substr(0, dash), &p1), b = std::stoll(m.substr(dash + 1), &p2);
-        if (p1 != dash || p2 != m.size() - dash - 1 || a > b) throw bad();
-        for (int64_t i = a; i <= b; ++i) ms.push_back(i);
+        if (p1 != dash || p2 != m.size() - dash - 1 || a < 1 || a > b) throw bad();
+        ms = codegen::find_op(op).m_values_for_rows(a, b);
       } else {
         size_t pos = 0;
         while (pos <= m.size()) {

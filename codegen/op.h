@@ -137,6 +137,14 @@ class OpDef {
   // Cross-parameter checks after each parameter passed its own; throw
   // qjit::Error("spec", ...) naming the value.
   virtual void validate(const nlohmann::json& params) const { (void)params; }
+  // The values of spec key m that serve launches of lo..hi rows of x, one
+  // spec each (`--m lo-hi`): every value by default; an op whose kernels
+  // serve buckets of rows returns the buckets covering the range.
+  virtual std::vector<int64_t> m_values_for_rows(int64_t lo, int64_t hi) const {
+    std::vector<int64_t> v;
+    for (int64_t m = lo; m <= hi; ++m) v.push_back(m);
+    return v;
+  }
 
   // "templates/<op>/<file>.cu": an op may have several kernel families.
   virtual std::string template_path(const nlohmann::json& config) const = 0;

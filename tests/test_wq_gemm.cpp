@@ -158,12 +158,22 @@ TEST_CASE("wq_gemm specs: bad values are named", "[wq_gemm]") {
   CHECK_THROWS_WITH(parse_spec("wq_gemm", "k=4096,n=4096,g=96"), Catch::Contains("g=96"));
   CHECK_THROWS_WITH(parse_spec("wq_gemm", "k=192,n=4096,g=128"), Catch::Contains("k=192 is not divisible by g=128"));
   CHECK_THROWS_WITH(parse_spec("wq_gemm", "k=4096,n=4096,layout=awq"), Catch::Contains("qjit repack --from awq"));
+  CHECK_THROWS_WITH(parse_spec("wq_gemm", "k=4096,n=4096,layout=gptq,bits=3"),
+                    Catch::Contains("layout=gptq holds 4-bit weights only, not bits=3"));
+  CHECK_THROWS_WITH(parse_spec("fused_ffn", "d=4096,h=4096,weights=awq"), Catch::Contains("qjit repack --from awq"));
   CHECK(codegen::wq_gemm_bucket(1) == 1);
   CHECK(codegen::wq_gemm_bucket(3) == 4);
   CHECK(codegen::wq_gemm_bucket(16) == 16);
   CHECK(codegen::wq_gemm_bucket(17) == 32);
   CHECK(codegen::wq_gemm_bucket(1000) == 1024);
   CHECK(codegen::wq_gemm_bucket(100000) == 1024);
+  // `--m lo-hi` tunes the buckets that serve lo..hi rows
+  const auto& op = codegen::find_op("wq_gemm");
+  CHECK(op.m_values_for_rows(1, 8) == std::vector<int64_t>{1, 2, 4, 8});
+  CHECK(op.m_values_for_rows(3, 20) == std::vector<int64_t>{4, 8, 16, 32});
+  CHECK(op.m_values_for_rows(1, 1024).size() == 11);
+  CHECK(op.m_values_for_rows(1000, 5000) == std::vector<int64_t>{1024});
+  CHECK(codegen::find_op("fused_ffn").m_values_for_rows(2, 4) == std::vector<int64_t>{2, 3, 4});
 }
 
 TEST_CASE("wq_gemm: candidates compile for sm_90 without spills", "[wq_gemm][nvrtc]") {

@@ -131,7 +131,7 @@ std::vector<ParamDef> FusedFfnOp::params() const {
                    "dense: W1/W3 [h, d] of dtype's weight type; native: group-quantized in qjit's native layout "
                    "(`qjit repack` converts awq/gptq), dtype then the type of x and y",
                    "dense",
-                   {"dense", "native"}}),
+                   {"dense", "native", "awq", "gptq"}}),
       added_later({"bits", "weights=native: bits per weight, 2, 3, 4 or 8", 4, {}, 2, 8}),
       added_later({"g", "weights=native: group size along d (32, 64, 128, or d itself)", 128, {}, 32, int64_t{1} << 20}),
       added_later({"zero", "weights=native: sym, int (one zero byte per group) or float (offsets), as wq_gemm", "int",
@@ -154,6 +154,10 @@ void FusedFfnOp::validate(const nlohmann::json& p) const {
                                 " applies to weights=native only");
     return;
   }
+  const std::string weights = p.at("weights").get<std::string>();
+  if (weights != "native")
+    throw Error("spec", "fused_ffn reads quantized W1/W3 in qjit's native layout; convert " + weights +
+                            " weights once with `qjit repack --from " + weights + "` (bit-exact) and pass weights=native");
   const std::string dtype = p.at("dtype").get<std::string>();
   if (dtype == "mixed")
     throw Error("spec", "fused_ffn dtype=mixed with weights=native: dtype names x and y there; use fp32");

@@ -38,6 +38,13 @@ int wq_gemm_bucket(int64_t m) {
   return b;
 }
 
+// The buckets from lo's to hi's: `--m 1-8` is 1, 2, 4, 8 and `--m 1-1024` all eleven.
+std::vector<int64_t> WqGemmOp::m_values_for_rows(int64_t lo, int64_t hi) const {
+  std::vector<int64_t> v;
+  for (int64_t b = wq_gemm_bucket(lo); b <= wq_gemm_bucket(hi); b *= 2) v.push_back(b);
+  return v;
+}
+
 std::vector<ParamDef> WqGemmOp::params() const {
   return {
       {"k", "input features (multiple of 64 and of g)", nullptr, {}, 64, int64_t{1} << 20},
@@ -62,6 +69,9 @@ void WqGemmOp::validate(const nlohmann::json& p) const {
   if (m & (m - 1)) throw Error("spec", "wq_gemm m=" + s(m) + " is not a bucket; expected 1, 2, 4, ..., 1024");
   if (bits != 2 && bits != 3 && bits != 4 && bits != 8)
     throw Error("spec", "wq_gemm bits=" + s(bits) + "; expected 2, 3, 4 or 8");
+  if (p.at("layout") != "native" && bits != 4)
+    throw Error("spec", "wq_gemm layout=" + p.at("layout").get<std::string>() + " holds 4-bit weights only, not bits=" +
+                            s(bits) + " (the native layout takes 2, 3, 4 or 8)");
   if (p.at("layout") != "native")
     throw Error("spec", "wq_gemm runs on the native layout; convert " + p.at("layout").get<std::string>() +
                             " weights once with `qjit repack --from " + p.at("layout").get<std::string>() + "`");

@@ -21,6 +21,7 @@ class WqGemmOp final : public OpDef {
   std::string summary() const override { return "Y = X·Wᵀ (+bias, relu/relu6), W 2/3/4/8-bit group-quantized"; }
   std::vector<ParamDef> params() const override;
   void validate(const nlohmann::json& params) const override;
+  std::vector<int64_t> m_values_for_rows(int64_t lo, int64_t hi) const override;
   std::string template_path(const nlohmann::json& config) const override;
   std::string kernel_name() const override { return "qjit_wq_gemm"; }
   bool needs_sm90a(const nlohmann::json& config) const override;
