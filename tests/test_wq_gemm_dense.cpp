@@ -32,6 +32,12 @@ TEST_CASE("wq_gemm cublas family: configs, errors, and never the untuned default
   CHECK(dense_count("k=4096,n=11008,m=1024,bits=3,zero=float,scales=bf16,x=bf16,g=64") == 4);
   CHECK(dense_count("k=4096,n=11008,m=256,x=fp32") == 0);
   CHECK(dense_count("k=4096,n=11008,m=256,x=bf16") == 0);
+  // ... and first, so a tune cut short by --budget still measures it.
+  for (const char* s : {"k=4096,n=11008,m=1", "k=4096,n=11008,m=512"}) {
+    const auto space = op.tunable_space(parse_spec("wq_gemm", s));
+    REQUIRE(space.size() > 4);
+    for (size_t i = 0; i < 4; ++i) CHECK(space[i].value("family", "") == "cublas");
+  }
   for (const char* s : {"k=4096,n=11008,m=1", "k=4096,n=11008,m=256", "k=64,n=16,m=1024,bits=2,g=32"})
     CHECK(op.default_config(parse_spec("wq_gemm", s)).value("family", "") != "cublas");
   const auto spec = parse_spec("wq_gemm", "k=4096,n=11008,m=64");

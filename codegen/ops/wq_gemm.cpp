@@ -92,11 +92,13 @@ std::string WqGemmOp::template_path(const nlohmann::json& config) const {
 bool WqGemmOp::needs_sm90a(const nlohmann::json& config) const { return wgmma(config); }
 
 std::vector<nlohmann::json> WqGemmOp::tunable_space(const OpSpec& spec) const {
+  // Dequantise + cuBLAS first: a tune cut short by --budget still measures
+  // the path a user has without qjit, so its winner is never slower than it.
   std::vector<nlohmann::json> out;
+  for (const auto& c : wq_dense_space(shape_of(spec))) out.push_back(c.to_json());
   for (const auto& c : wq_tunable_space(shape_of(spec))) out.push_back(c.to_json());
   for (const auto& c : wq_tiled_space(shape_of(spec))) out.push_back(c.to_json());
   for (const auto& c : wq_wgmma_space(shape_of(spec))) out.push_back(c.to_json());
-  for (const auto& c : wq_dense_space(shape_of(spec))) out.push_back(c.to_json());
   return out;
 }
 
