@@ -58,6 +58,14 @@ TEST_CASE("dequant reference: hand-computed values, one rounding", "[awq]") {
   p.s.assign(8, float_to_bf16(-0.75f));
   out = dequant_reference(p, false, "bf16");
   CHECK(bf16_to_float(out[0]) == -6.75f);
+  // The result in the other type: one rounding of the exact product, where
+  // rounding to the scales' type first would give another value.
+  p.s.assign(8, float_to_bf16(1.0f + 1.0f / 128));
+  out = dequant_reference(p, false, "bf16", "fp16");
+  CHECK(half_to_float(out[0]) == 9.0703125f);  // 9·s, exact in fp16 (bf16 first: 9.0625)
+  p.s.assign(8, float_to_half(1.0f + 4.0f / 1024));
+  out = dequant_reference(p, false, "fp16", "bf16");
+  CHECK(bf16_to_float(out[0]) == 9.0625f);  // 9·s = 9.03515625 (fp16 first: the tie 9.03125, then 9.0)
   // Extremes: q = 0, z = 15 and q = 15, z = 0 with the largest fp16 scale overflow to ±inf in fp16.
   p.q.assign(64, 0);
   p.z.assign(8, 15);
@@ -80,12 +88,14 @@ TEST_CASE("awq_dequant specs and configs: errors name the value", "[awq][spec]")
 
 TEST_CASE("awq_dequant: constants in the source; every candidate compiles for sm_80 and sm_90", "[awq][nvrtc]") {
   const auto& op = codegen::find_op("awq_dequant");
-  for (const char* shape : {"k=4096,n=11008,g=128", "k=4096,n=11008,g=64,layout=gptq,zero=sym,scales=bf16",
-                            "k=264,n=24,g=264,layout=gptq"}) {
+  for (const char* shape : {"k=4096,n=11008,g=128", "k=4096,n=11008,g=64,layout=gptq,zero=sym,scales=bf16,out=fp16",
+                            "k=264,n=24,g=264,layout=gptq,out=bf16"}) {
     const auto spec = codegen::parse_spec("awq_dequant", shape);
     const auto src = codegen::generate_source(spec, op.default_config(spec));
     CHECK_THAT(src.text, Catch::Contains("constexpr int kK = " + std::to_string(spec.get_int("k")) + ";"));
     CHECK_THAT(src.text, Catch::Contains("constexpr int kGroup = " + std::to_string(spec.get_int("g")) + ";"));
+    const std::string out = spec.get_str("out") == "scales" ? spec.get_str("scales") : spec.get_str("out");
+    CHECK_THAT(src.text, Catch::Contains(out == "bf16" ? "using TO = qjit::bf16_t;" : "using TO = qjit::half_t;"));
     const auto space = op.tunable_space(spec);
     REQUIRE(space.size() == 24);
     for (size_t i = 0; i < space.size(); ++i) {

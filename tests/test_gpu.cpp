@@ -272,6 +272,13 @@ TEST_CASE("awq_dequant: every layout, zero mode, scale type and group, bit-exact
                                                          {"zero", zero}, {"scales", scales}});
           expect_every_candidate_verifies(store, spec, /*allow_pruned=*/false);
         }
+  // The result in the other 16-bit type (out=): one rounding, bit-exact too.
+  for (std::string layout : {"awq", "gptq"})
+    for (auto [scales, out] : {std::pair{"fp16", "bf16"}, std::pair{"bf16", "fp16"}}) {
+      auto spec = codegen::make_spec("awq_dequant", {{"k", 384}, {"n", 40}, {"g", 64}, {"layout", layout},
+                                                     {"scales", scales}, {"out", out}});
+      expect_every_candidate_verifies(store, spec, /*allow_pruned=*/false);
+    }
   // Large shapes with every group size, through the tuner's verification.
   for (int g : {32, 64, 128, 4096}) {
     auto spec = codegen::make_spec("awq_dequant", {{"k", 4096}, {"n", 1024}, {"g", g}});

@@ -45,7 +45,9 @@ std::vector<ParamDef> AwqDequantOp::params() const {
       {"g", "group size along k (32, 64, 128, or k itself)", 128, {}, 8, int64_t{1} << 20},
       {"layout", "awq: qweight int32 [K, N/8] interleaved; gptq: qweight int32 [K/8, N]", "awq", {"awq", "gptq"}},
       {"zero", "int: packed int4 zero points; sym: zero = 8 (gptq only)", "int", {"int", "sym"}},
-      {"scales", "type of the scales and of the result", "fp16", {"fp16", "bf16"}},
+      {"scales", "type of the scales (and, with out=scales, of the result)", "fp16", {"fp16", "bf16"}},
+      added_later({"out", "type of the result: scales (the scales' type), fp16 or bf16", "scales",
+                   {"scales", "fp16", "bf16"}}),
   };
 }
 
@@ -79,9 +81,12 @@ void AwqDequantOp::validate_config(const OpSpec& spec, const nlohmann::json& con
 std::vector<Constant> AwqDequantOp::constants(const OpSpec& spec, const nlohmann::json& config) const {
   const Config c = Config::from(config);
   const std::string t = spec.get_str("scales") == "bf16" ? "qjit::bf16_t" : "qjit::half_t";
+  const std::string out = spec.get_str("out");
+  const std::string to = out == "scales" ? t : out == "bf16" ? "qjit::bf16_t" : "qjit::half_t";
   auto num = [](int64_t v) { return std::to_string(v); };
   return {
-      {"using", "TS", t, "scale type, also the result type"},
+      {"using", "TS", t, "scale type"},
+      {"using", "TO", to, "result type"},
       {"int", "kK", num(spec.get_int("k")), "rows of the dense result (input features)"},
       {"int", "kN", num(spec.get_int("n")), "columns of the dense result (output features)"},
       {"int", "kGroup", num(spec.get_int("g")), "rows of k sharing one scale / zero"},
@@ -107,7 +112,8 @@ LaunchGeometry AwqDequantOp::launch_geometry(const OpSpec& spec, const nlohmann:
 std::vector<PointerArg> AwqDequantOp::pointer_args(const OpSpec& spec, const nlohmann::json&) const {
   // awq reads one int32 per unit; gptq 8 consecutive int32 (32 bytes).
   const int q_align = spec.get_str("layout") == "awq" ? 4 : 16;
-  return {{"qweight", q_align}, {"qzeros", 4}, {"scales", 16}, {"out", 16}};
+  // Symmetric gptq reads no zeros: qzeros may be null.
+  return {{"qweight", q_align}, {"qzeros", 4, spec.get_str("zero") == "sym"}, {"scales", 16}, {"out", 16}};
 }
 
 Traffic AwqDequantOp::traffic(const OpSpec& spec) const {

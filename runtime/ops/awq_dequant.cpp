@@ -10,15 +10,16 @@ void awq_dequant(const AwqDequantShape& s, const void* qweight, const void* qzer
   if (s.scales != DType::fp16 && s.scales != DType::bf16)
     throw Error("argument", std::string("awq_dequant: scales ") + to_string(s.scales) + " (expected fp16 or bf16)");
   char fast_key[128];
-  std::snprintf(fast_key, sizeof fast_key, "awq_dequant|%d|%d|%d|%s|%d|%d", s.k, s.n, s.g, s.layout.c_str(),
-                s.symmetric ? 1 : 0, static_cast<int>(s.scales));
+  std::snprintf(fast_key, sizeof fast_key, "awq_dequant|%d|%d|%d|%s|%d|%d|%s", s.k, s.n, s.g, s.layout.c_str(),
+                s.symmetric ? 1 : 0, static_cast<int>(s.scales), s.out.c_str());
   const auto& k = runtime::KernelCache::instance().get(fast_key, [&] {
     return codegen::make_spec("awq_dequant", {{"k", s.k},
                                               {"n", s.n},
                                               {"g", s.g},
                                               {"layout", s.layout},
                                               {"zero", s.symmetric ? "sym" : "int"},
-                                              {"scales", to_string(s.scales)}});
+                                              {"scales", to_string(s.scales)},
+                                              {"out", s.out}});
   });
   runtime::launch_checked(k, "awq_dequant", {qweight, qzeros, scales, out}, reinterpret_cast<CUstream>(stream));
 }

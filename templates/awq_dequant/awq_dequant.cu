@@ -1,4 +1,4 @@
-// awq_dequant: w[k][n] = (q[k][n] - z[k/g][n]) * s[k/g][n], rounded once to TS.
+// awq_dequant: w[k][n] = (q[k][n] - z[k/g][n]) * s[k/g][n], rounded once to TO.
 // (q - z) is an exact small integer and its product with a 16-bit scale is
 // exact in fp32, so the only rounding is the final one: results equal the CPU
 // reference bit for bit. Layouts (tuner/reference/awq_dequant.h):
@@ -7,7 +7,7 @@
 //   gptq: qweight int32 [K/8, N]; nibble i of word (r, n) holds row 8r + i;
 //         qzeros int32 [K/g, N/8] packed along n in plain order (nibble i ->
 //         column 8c + i); kSymmetric: every zero point is 8.
-//   scales [K/g, N] of TS; out [K, N] of TS, row-major.
+//   scales [K/g, N] of TS; out [K, N] of TO (fp16 or bf16, either way), row-major.
 // One unit of work: awq, one qweight word -> 8 consecutive outputs of a row
 // (one 16-byte store); gptq, an 8x8 block: 8 words (32 contiguous bytes) of
 // a packed row -> 8 rows of 8 outputs. Each thread handles kItems units, all
@@ -26,11 +26,11 @@ __device__ __forceinline__ uint4 dequant8(const int (&q)[8], const int (&z)[8], 
   uint4 out;
   unsigned short* o = reinterpret_cast<unsigned short*>(&out);
 #pragma unroll
-  for (int j = 0; j < 8; ++j) o[j] = qjit::from_f32<TS>(static_cast<float>(q[j] - z[j]) * qjit::to_f32(s[j])).bits;
+  for (int j = 0; j < 8; ++j) o[j] = qjit::from_f32<TO>(static_cast<float>(q[j] - z[j]) * qjit::to_f32(s[j])).bits;
   return out;
 }
 
-__device__ __forceinline__ void store16(TS* p, uint4 v) {
+__device__ __forceinline__ void store16(TO* p, uint4 v) {
   if constexpr (kStreamStores) __stcs(reinterpret_cast<uint4*>(p), v);
   else *reinterpret_cast<uint4*>(p) = v;
 }
@@ -68,7 +68,7 @@ __device__ __forceinline__ Packed load_unit(const unsigned* __restrict__ qweight
   return p;
 }
 
-__device__ __forceinline__ void store_unit(TS* __restrict__ out, long long unit, const Packed& p) {
+__device__ __forceinline__ void store_unit(TO* __restrict__ out, long long unit, const Packed& p) {
   const int r = unit_row(unit), c = unit_col(unit);
   int q[8], z[8];
   TS s[8];
@@ -94,7 +94,7 @@ __device__ __forceinline__ void store_unit(TS* __restrict__ out, long long unit,
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
 qjit_awq_dequant(const unsigned* __restrict__ qweight, const unsigned* __restrict__ qzeros,
-                 const TS* __restrict__ scales, TS* __restrict__ out) {
+                 const TS* __restrict__ scales, TO* __restrict__ out) {
   const long long first = (static_cast<long long>(blockIdx.x) * kItems) * kThreads + threadIdx.x;
   // Programmatic dependent launch (qjit_common.cuh): the next kernel may
   // start now; this one reads its packed units before waiting for the

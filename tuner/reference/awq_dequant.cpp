@@ -45,9 +45,11 @@ std::vector<uint8_t> unpack_gptq_qweight(const std::vector<uint32_t>& w, int64_t
   return q;
 }
 
-std::vector<uint16_t> dequant_reference(const PlainQuant& p, bool symmetric, const std::string& scales_type) {
+std::vector<uint16_t> dequant_reference(const PlainQuant& p, bool symmetric, const std::string& scales_type,
+                                        const std::string& out_type) {
   std::vector<uint16_t> out(p.k * p.n);
   const bool bf16 = scales_type == "bf16";
+  const bool out_bf16 = out_type == "scales" || out_type.empty() ? bf16 : out_type == "bf16";
   for (int64_t k = 0; k < p.k; ++k)
     for (int64_t n = 0; n < p.n; ++n) {
       const int64_t grp = (k / p.g) * p.n + n;
@@ -55,7 +57,7 @@ std::vector<uint16_t> dequant_reference(const PlainQuant& p, bool symmetric, con
       const float s = bf16 ? bf16_to_float(p.s[grp]) : half_to_float(p.s[grp]);
       // (q - z) is exact and so is its product with a 16-bit scale in fp32: one rounding, at the end.
       const float v = static_cast<float>(static_cast<int>(p.q[k * p.n + n]) - z) * s;
-      out[k * p.n + n] = bf16 ? float_to_bf16(v) : float_to_half(v);
+      out[k * p.n + n] = out_bf16 ? float_to_bf16(v) : float_to_half(v);
     }
   return out;
 }

@@ -39,7 +39,9 @@ std::vector<uint8_t> unpack_awq_qweight(const std::vector<uint32_t>& w, int64_t 
 std::vector<uint8_t> unpack_gptq_qweight(const std::vector<uint32_t>& w, int64_t k, int64_t n);
 std::vector<uint8_t> unpack_along_n(const std::vector<uint32_t>& w, int64_t rows, int64_t n, bool interleaved);
 
-// w[k][n] = round_to(scales type)((q - z) * s), as 16-bit patterns; z = 8 when symmetric.
-std::vector<uint16_t> dequant_reference(const PlainQuant& p, bool symmetric, const std::string& scales_type);
+// w[k][n] = round_to(out_type)((q - z) * s), as 16-bit patterns; z = 8 when symmetric.
+// out_type "fp16" or "bf16"; "scales" (or empty): the scales' type.
+std::vector<uint16_t> dequant_reference(const PlainQuant& p, bool symmetric, const std::string& scales_type,
+                                        const std::string& out_type = "scales");
 
 }  // namespace qjit::tuner

@@ -20,6 +20,7 @@ class AwqDequantWorkload final : public Workload {
     awq_ = spec.get_str("layout") == "awq";
     sym_ = spec.get_str("zero") == "sym";
     stype_ = spec.get_str("scales");
+    otype_ = spec.get_str("out");
     SplitMix64 rng{seed};
     auto next = [&] { return rng.next(); };
     const int64_t groups = p_.k / p_.g;
@@ -62,7 +63,7 @@ class AwqDequantWorkload final : public Workload {
     QJIT_CU(cuCtxSynchronize());
     std::vector<uint16_t> got(p_.k * p_.n);
     out_.download(got.data(), got.size() * 2);
-    const auto want = dequant_reference(p_, sym_, stype_);
+    const auto want = dequant_reference(p_, sym_, stype_, otype_);
     Verification v;
     int64_t bad = 0, first = -1;
     for (size_t i = 0; i < want.size(); ++i)
@@ -87,7 +88,7 @@ class AwqDequantWorkload final : public Workload {
  private:
   PlainQuant p_;
   bool awq_ = true, sym_ = false;
-  std::string stype_;
+  std::string stype_, otype_;
   std::vector<DeviceBuffer> q_;
   DeviceBuffer z_, s_, out_;
   std::vector<std::array<CUdeviceptr, 4>> params_;

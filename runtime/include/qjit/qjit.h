@@ -51,15 +51,17 @@ struct FpLutShape {
 void fp_lut(const FpLutShape& shape, const void* x, void* y, CUstream_st* stream = nullptr);
 
 // Packed 4-bit weights -> dense out[k][n] = (q - z) * s, rounded once to the
-// scales' type. layout "awq": qweight int32 [K, N/8] (AWQ's interleaved
-// nibbles), qzeros int32 [K/g, N/8]; layout "gptq": qweight int32 [K/8, N],
-// qzeros int32 [K/g, N/8] in plain order, or symmetric (zero 8, qzeros unused
-// but must be a valid pointer). scales [K/g, N] fp16 or bf16.
+// type `out` ("fp16", "bf16", or "scales": the scales' type). layout "awq":
+// qweight int32 [K, N/8] (AWQ's interleaved nibbles), qzeros int32 [K/g, N/8];
+// layout "gptq": qweight int32 [K/8, N], qzeros int32 [K/g, N/8] in plain
+// order, or symmetric (zero 8, qzeros unused and may be null). scales
+// [K/g, N] fp16 or bf16.
 struct AwqDequantShape {
   int k = 0, n = 0, g = 128;
   std::string layout = "awq";  // "awq" | "gptq"
   bool symmetric = false;      // gptq only
   DType scales = DType::fp16;  // fp16 | bf16
+  std::string out = "scales";  // "scales" | "fp16" | "bf16"
 };
 void awq_dequant(const AwqDequantShape& shape, const void* qweight, const void* qzeros, const void* scales, void* out,
                  CUstream_st* stream = nullptr);
