@@ -325,21 +325,30 @@ void launch(const LoadedKernel& k, void** args, CUstream stream) {
   if (r != CUDA_SUCCESS) throw Error("driver", "kernel launch failed: " + describe(r));
 }
 
+void check_pointers(const std::vector<codegen::PointerArg>& want, const LaunchPointers& p) {
+  if (p.values.size() != want.size())
+    throw Error("argument", std::string(p.op) + ": expected " + std::to_string(want.size()) + " pointers");
+  size_t i = 0;
+  for (const void* v : p.values) {
+    const auto& w = want[i++];
+    const auto addr = reinterpret_cast<uintptr_t>(v);
+    if (!v && !w.optional) throw Error("argument", std::string(p.op) + ": " + w.name + " is null");
+    if (addr % w.align)
+      throw Error("argument", std::string(p.op) + ": " + w.name + " = " + std::to_string(addr) + " is not aligned to " +
+                                  std::to_string(w.align) + " bytes (the kernel's vector access)");
+  }
+}
+
 void launch_checked(const LoadedKernel& k, const char* op, std::initializer_list<const void*> pointers,
                     CUstream stream, std::initializer_list<int> ints) {
-  if (pointers.size() != k.pointers.size() || pointers.size() + ints.size() > 12)
-    throw Error("argument", std::string(op) + ": expected " + std::to_string(k.pointers.size()) + " pointers");
+  if (pointers.size() + ints.size() > 12)
+    throw Error("argument", std::string(op) + ": " + std::to_string(pointers.size() + ints.size()) + " parameters");
+  check_pointers(k.pointers, {op, pointers});
   const void* values[12];
   int int_values[12];
   void* args[12];
   size_t i = 0;
   for (const void* p : pointers) {
-    const auto& want = k.pointers[i];
-    const auto addr = reinterpret_cast<uintptr_t>(p);
-    if (!p && !want.optional) throw Error("argument", std::string(op) + ": " + want.name + " is null");
-    if (addr % want.align)
-      throw Error("argument", std::string(op) + ": " + want.name + " = " + std::to_string(addr) +
-                                  " is not aligned to " + std::to_string(want.align) + " bytes (the kernel's vector access)");
     values[i] = p;
     args[i] = &values[i];
     ++i;
@@ -374,13 +383,19 @@ cache::Store& KernelCache::store() {
   return *store_;
 }
 
-const LoadedKernel& KernelCache::get_slow(const std::string& fast_key, const codegen::OpSpec& spec) {
+const LoadedKernel& KernelCache::get_slow(const std::string& fast_key, const codegen::OpSpec& spec,
+                                          const LaunchPointers* check) {
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = loaded_.find(fast_key); it != loaded_.end()) return *it->second;
+  const auto& op = codegen::find_op(spec.op);
+  const auto check_for = [&](const nlohmann::json& config) {
+    if (check) check_pointers(op.pointer_args(spec, config), *check);
+  };
   const std::string key = fingerprint(spec).key();
   std::optional<cache::KernelRecord> rec = store().lookup(key);
   std::unique_ptr<LoadedKernel> k;
   if (rec) {
+    check_for(rec->config);
     try {
       k = std::make_unique<LoadedKernel>(load_record(*rec, spec));
     } catch (const Error& e) {
@@ -392,8 +407,9 @@ const LoadedKernel& KernelCache::get_slow(const std::string& fast_key, const cod
     }
   }
   if (!rec) {
-    const auto& op = codegen::find_op(spec.op);
-    cache::KernelRecord fresh = build_record(spec, op.default_config(spec), /*tuned=*/false);
+    const nlohmann::json config = op.default_config(spec);
+    check_for(config);
+    cache::KernelRecord fresh = build_record(spec, config, /*tuned=*/false);
     store().put(fresh);
     k = std::make_unique<LoadedKernel>(load_record(fresh, spec));
     rec = std::move(fresh);

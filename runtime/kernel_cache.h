@@ -6,6 +6,7 @@
 //                 for this GPU and stored marked untuned.
 #pragma once
 #include <cuda.h>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -103,6 +104,15 @@ std::string dense_gemm_unavailable(CUstream stream);
 void launch_checked(const LoadedKernel& k, const char* op, std::initializer_list<const void*> pointers,
                     CUstream stream, std::initializer_list<int> ints = {});
 
+// An entry point's pointer arguments, in launch order, with its name for errors.
+struct LaunchPointers {
+  const char* op;
+  std::initializer_list<const void*> values;
+};
+// launch_checked's checks of the pointers against a config's pointer
+// arguments: qjit::Error("argument", ...) naming the first bad one.
+void check_pointers(const std::vector<codegen::PointerArg>& want, const LaunchPointers& p);
+
 class KernelCache {
  public:
   // The process-wide cache on Store::default_path() (or set_path()).
@@ -111,19 +121,23 @@ class KernelCache {
   std::string path();
 
   // fast_key: a cheap string unique per spec, built by the typed entry point
-  // without JSON; make_spec runs only on the first call per fast_key.
+  // without JSON; make_spec runs only on the first call per fast_key. With
+  // `check`, a kernel not loaded yet has the launch's pointers checked
+  // against the config it would load before anything is compiled or stored:
+  // bad input leaves the cache as it was (launch_checked checks them again
+  // on every launch).
   template <typename MakeSpec>
-  const LoadedKernel& get(const std::string& fast_key, MakeSpec&& make_spec) {
+  const LoadedKernel& get(const std::string& fast_key, MakeSpec&& make_spec, const LaunchPointers* check = nullptr) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = loaded_.find(fast_key);
       if (it != loaded_.end()) return *it->second;
     }
-    return get_slow(fast_key, make_spec());
+    return get_slow(fast_key, make_spec(), check);
   }
 
  private:
-  const LoadedKernel& get_slow(const std::string& fast_key, const codegen::OpSpec& spec);
+  const LoadedKernel& get_slow(const std::string& fast_key, const codegen::OpSpec& spec, const LaunchPointers* check);
   cache::Store& store();
 
   std::mutex mu_;

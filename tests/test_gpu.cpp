@@ -286,6 +286,39 @@ TEST_CASE("awq_dequant: every layout, zero mode, scale type and group, bit-exact
   }
 }
 
+TEST_CASE("awq_dequant: the typed API, bit-exact; bad pointers launch and cache nothing", "[gpu]") {
+  test::TempDir dir;
+  set_cache_path(dir.file("api.db"));
+  struct Case {
+    std::string layout, zero, scales, out;
+    int k, n, g;
+  };
+  for (const Case& c : {Case{"awq", "int", "fp16", "scales", 384, 40, 32}, Case{"gptq", "sym", "bf16", "fp16", 512, 24, 512},
+                        Case{"gptq", "int", "fp16", "scales", 4096, 1024, 128}}) {
+    const uint64_t seed = fresh_seed();
+    auto spec = codegen::make_spec("awq_dequant", {{"k", c.k}, {"n", c.n}, {"g", c.g}, {"layout", c.layout},
+                                                   {"zero", c.zero}, {"scales", c.scales}, {"out", c.out}});
+    INFO(spec.label() << " seed " << seed);
+    auto work = tuner::make_workload(spec, seed, 0);
+    void** a = work->args(0);
+    auto ptr = [&](int i) { return reinterpret_cast<char*>(*static_cast<CUdeviceptr*>(a[i])); };
+    const AwqDequantShape s{c.k, c.n, c.g, c.layout, c.zero == "sym", wq_type(c.scales), c.out};
+    const std::string key = runtime::fingerprint(spec).key();
+    work->poison_output(nullptr);
+    CHECK_THROWS_WITH(awq_dequant(s, ptr(0), ptr(1), ptr(2) + 2, ptr(3)),
+                      Catch::Contains("scales") && Catch::Contains("not aligned to 16"));
+    CHECK_THROWS_WITH(awq_dequant(s, nullptr, ptr(1), ptr(2), ptr(3)), Catch::Contains("qweight is null"));
+    if (c.zero == "int") CHECK_THROWS_WITH(awq_dequant(s, ptr(0), nullptr, ptr(2), ptr(3)), Catch::Contains("qzeros is null"));
+    CHECK_FALSE(work->verify(1.0).ok);  // still poisoned: nothing ran
+    CHECK_FALSE(cache::Store(dir.file("api.db")).lookup(key));  // nothing cached
+    awq_dequant(s, ptr(0), c.zero == "sym" ? nullptr : ptr(1), ptr(2), ptr(3));
+    auto v = work->verify(0.0);
+    INFO(v.message);
+    CHECK(v.ok);
+    CHECK(cache::Store(dir.file("api.db")).lookup(key));
+  }
+}
+
 namespace {
 
 // Runs fused_ffn on quantized weights through the typed API on fresh random

@@ -122,10 +122,14 @@ TEST_CASE("wq_gemm: every candidate verifies (tuner); bad arguments launch nothi
                     Catch::Contains("residual is given"));
   CHECK_THROWS_WITH(wq_gemm(s, -1, ptr(0), ptr(1), ptr(2), ptr(3), nullptr, nullptr, ptr(6)), Catch::Contains("m=-1"));
   CHECK_FALSE(work->verify(1.0).ok);  // still poisoned: nothing ran
+  // ... and nothing cached: the pointers are checked before the cold cache's default is compiled.
+  const std::string key = runtime::fingerprint(spec).key();
+  CHECK_FALSE(cache::Store(dir.file("api.db")).lookup(key));
   wq_gemm(s, 3, ptr(0), ptr(1), ptr(2), ptr(3), nullptr, nullptr, ptr(6));
   auto v = work->verify(1.0);
   INFO(v.message);
   CHECK(v.ok);
+  CHECK(cache::Store(dir.file("api.db")).lookup(key));
 }
 
 TEST_CASE("wq_gemm balanced schedule: split row groups summed right launch after launch, and on two streams", "[gpu]") {

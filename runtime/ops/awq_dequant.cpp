@@ -12,7 +12,9 @@ void awq_dequant(const AwqDequantShape& s, const void* qweight, const void* qzer
   char fast_key[128];
   std::snprintf(fast_key, sizeof fast_key, "awq_dequant|%d|%d|%d|%s|%d|%d|%s", s.k, s.n, s.g, s.layout.c_str(),
                 s.symmetric ? 1 : 0, static_cast<int>(s.scales), s.out.c_str());
-  const auto& k = runtime::KernelCache::instance().get(fast_key, [&] {
+  const std::initializer_list<const void*> pointers = {qweight, qzeros, scales, out};
+  const runtime::LaunchPointers check{"awq_dequant", pointers};
+  const auto make_spec = [&] {
     return codegen::make_spec("awq_dequant", {{"k", s.k},
                                               {"n", s.n},
                                               {"g", s.g},
@@ -20,8 +22,9 @@ void awq_dequant(const AwqDequantShape& s, const void* qweight, const void* qzer
                                               {"zero", s.symmetric ? "sym" : "int"},
                                               {"scales", to_string(s.scales)},
                                               {"out", s.out}});
-  });
-  runtime::launch_checked(k, "awq_dequant", {qweight, qzeros, scales, out}, reinterpret_cast<CUstream>(stream));
+  };
+  const auto& k = runtime::KernelCache::instance().get(fast_key, make_spec, &check);
+  runtime::launch_checked(k, "awq_dequant", pointers, reinterpret_cast<CUstream>(stream));
 }
 
 }  // namespace qjit

@@ -11,11 +11,14 @@ void fp_lut(const FpLutShape& s, const void* x, void* y, CUstream_st* stream) {
     throw Error("argument", "fp_lut: in/out must be fp16, bf16 or fp32, not mixed");
   const std::string fast_key = "fp_lut|" + s.fn + "|" + std::to_string(s.n) + "|" + to_string(s.in) + "|" +
                                to_string(s.out) + "|" + s.cuts;
-  const auto& k = runtime::KernelCache::instance().get(fast_key, [&] {
+  const std::initializer_list<const void*> pointers = {x, y};
+  const runtime::LaunchPointers check{"fp_lut", pointers};
+  const auto make_spec = [&] {
     return codegen::make_spec(
         "fp_lut", {{"fn", s.fn}, {"n", s.n}, {"in", to_string(s.in)}, {"out", to_string(s.out)}, {"cuts", s.cuts}});
-  });
-  runtime::launch_checked(k, "fp_lut", {x, y}, reinterpret_cast<CUstream>(stream));
+  };
+  const auto& k = runtime::KernelCache::instance().get(fast_key, make_spec, &check);
+  runtime::launch_checked(k, "fp_lut", pointers, reinterpret_cast<CUstream>(stream));
 }
 
 }  // namespace qjit

@@ -33,14 +33,17 @@ void fused_ffn(const FusedFfnShape& s, const void* x, const void* w1, const void
   char fast_key[96];
   std::snprintf(fast_key, sizeof(fast_key), "fused_ffn|%d|%d|%d|%d|%d", s.d, s.h, s.m, static_cast<int>(s.dtype),
                 static_cast<int>(s.act));
-  const auto& k = runtime::KernelCache::instance().get(fast_key, [&] {
+  const std::initializer_list<const void*> pointers = {x, w1, w3, y};
+  const runtime::LaunchPointers check{"fused_ffn", pointers};
+  const auto make_spec = [&] {
     return codegen::make_spec("fused_ffn", {{"d", s.d},
                                             {"h", s.h},
                                             {"m", s.m},
                                             {"dtype", to_string(s.dtype)},
                                             {"act", to_string(s.act)}});
-  });
-  runtime::launch_checked(k, "fused_ffn", {x, w1, w3, y}, reinterpret_cast<CUstream>(stream));
+  };
+  const auto& k = runtime::KernelCache::instance().get(fast_key, make_spec, &check);
+  runtime::launch_checked(k, "fused_ffn", pointers, reinterpret_cast<CUstream>(stream));
 }
 
 void fused_ffn(const QuantFfnShape& s, const void* x, const QuantMatrix& w1, const QuantMatrix& w3, void* y,
@@ -54,7 +57,10 @@ void fused_ffn(const QuantFfnShape& s, const void* x, const QuantMatrix& w1, con
   char fast_key[160];
   std::snprintf(fast_key, sizeof(fast_key), "fused_ffn|native|%d|%d|%d|%d|%d|%s|%d|%d|%d", s.d, s.h, s.m, s.bits, s.g,
                 s.zero.c_str(), static_cast<int>(s.scales), static_cast<int>(s.x), static_cast<int>(s.act));
-  const auto& k = runtime::KernelCache::instance().get(fast_key, [&] {
+  const std::initializer_list<const void*> pointers = {x, w1.qweight, w1.scales, w1.zeros,
+                                                       w3.qweight, w3.scales, w3.zeros, y};
+  const runtime::LaunchPointers check{"fused_ffn", pointers};
+  const auto make_spec = [&] {
     return codegen::make_spec("fused_ffn", {{"d", s.d},
                                             {"h", s.h},
                                             {"m", s.m},
@@ -65,9 +71,9 @@ void fused_ffn(const QuantFfnShape& s, const void* x, const QuantMatrix& w1, con
                                             {"g", s.g},
                                             {"zero", s.zero},
                                             {"scales", to_string(s.scales)}});
-  });
-  runtime::launch_checked(k, "fused_ffn", {x, w1.qweight, w1.scales, w1.zeros, w3.qweight, w3.scales, w3.zeros, y},
-                          reinterpret_cast<CUstream>(stream));
+  };
+  const auto& k = runtime::KernelCache::instance().get(fast_key, make_spec, &check);
+  runtime::launch_checked(k, "fused_ffn", pointers, reinterpret_cast<CUstream>(stream));
 }
 
 void set_cache_path(const std::string& path) { runtime::KernelCache::instance().set_path(path); }

@@ -25,7 +25,9 @@ void wq_gemm(const WqGemmShape& s, int m, const void* x, const void* qweight, co
   std::snprintf(fast_key, sizeof fast_key, "wq_gemm|%d|%d|%d|%d|%d|%s|%d|%d|%d|%s|%d", s.k, s.n, bucket, s.bits,
                 s.g, s.zero.c_str(), static_cast<int>(s.scales), static_cast<int>(s.x), s.bias ? 1 : 0, s.act.c_str(),
                 s.residual ? 1 : 0);
-  const auto& k = runtime::KernelCache::instance().get(fast_key, [&] {
+  const std::initializer_list<const void*> pointers = {x, qweight, scales, zeros, bias, residual, y};
+  const runtime::LaunchPointers check{"wq_gemm", pointers};
+  const auto make_spec = [&] {
     return codegen::make_spec("wq_gemm", {{"k", s.k},
                                           {"n", s.n},
                                           {"m", bucket},
@@ -37,9 +39,9 @@ void wq_gemm(const WqGemmShape& s, int m, const void* x, const void* qweight, co
                                           {"bias", s.bias ? "yes" : "no"},
                                           {"act", s.act},
                                           {"residual", s.residual ? "yes" : "no"}});
-  });
-  runtime::launch_checked(k, "wq_gemm", {x, qweight, scales, zeros, bias, residual, y},
-                          reinterpret_cast<CUstream>(stream), {m});
+  };
+  const auto& k = runtime::KernelCache::instance().get(fast_key, make_spec, &check);
+  runtime::launch_checked(k, "wq_gemm", pointers, reinterpret_cast<CUstream>(stream), {m});
 }
 
 }  // namespace qjit
