@@ -59,19 +59,24 @@ Shape parse_shape(const std::string& text) {
 
 std::string dims(int64_t a, int64_t b) { return "[" + std::to_string(a) + ", " + std::to_string(b) + "]"; }
 
-// A raw little-endian int32 file of exactly `words` words.
-std::vector<uint32_t> read_words(const std::string& option, const std::string& path, int64_t words,
-                                 const std::string& what) {
+// Throws unless `path` is a regular file of exactly `want` bytes (`what` says what it should hold).
+void expect_file_size(const std::string& option, const std::string& path, uintmax_t want, const std::string& what) {
   std::error_code ec;
   const auto st = fs::status(path, ec);
   if (ec || !fs::exists(st)) throw Error("argument", option + " " + path + ": no such file");
   if (!fs::is_regular_file(st)) throw Error("argument", option + " " + path + ": not a regular file");
   const uintmax_t size = fs::file_size(path, ec);
   if (ec) throw Error("io", option + " " + path + ": cannot stat: " + ec.message());
-  const uintmax_t want = static_cast<uintmax_t>(words) * 4;
   if (size != want)
     throw Error("argument", option + " " + path + " is " + std::to_string(size) + " bytes; expected " +
-                                std::to_string(want) + " (" + what + " int32)");
+                                std::to_string(want) + " (" + what + ")");
+}
+
+// A raw little-endian int32 file of exactly `words` words.
+std::vector<uint32_t> read_words(const std::string& option, const std::string& path, int64_t words,
+                                 const std::string& what) {
+  const uintmax_t want = static_cast<uintmax_t>(words) * 4;
+  expect_file_size(option, path, want, what + " int32");
   std::vector<unsigned char> bytes(want);
   std::ifstream f(path, std::ios::binary);
   if (!f || !f.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(want)))
@@ -135,7 +140,8 @@ void add_repack(CLI::App& app, int& rc) {
                   "  gptq: qweight [K/8, N], qzeros [K/g, N/8] (not read with --sym: every zero is 8)\n"
                   "Outputs: the native qweight as raw uint32 words (bits=4), and, unless --sym, the zero points\n"
                   "as one byte per group and column [K/g][N] (wq_gemm zero=int). Scales are not touched: wq_gemm\n"
-                  "takes scales [K/g][N] exactly as awq/gptq store them, so pass the checkpoint's scales as they are.\n"
+                  "takes scales [K/g][N] exactly as awq/gptq store them, so pass the checkpoint's scales as they are\n"
+                  "(--scales checks their length against the shape before anything is written).\n"
                   "qzeros nibbles are read as the zero points themselves (as awq_dequant layout=gptq reads them;\n"
                   "GPTQ's checkpoint_format gptq_v2), or with --gptq-v1 as zero - 1 (the original GPTQ format:\n"
                   "w = (q - (nibble + 1))·s, zero points 1..16, which the one-byte zeros hold exactly);\n"
@@ -144,7 +150,7 @@ void add_repack(CLI::App& app, int& rc) {
                   "fsynced and renamed into place; an output path may not be an input path. No GPU needed.\n") +
               kExitCodesHelp);
   struct Opts {
-    std::string from, shape, qweight, qzeros, out_qweight, out_zeros;
+    std::string from, shape, qweight, qzeros, scales, out_qweight, out_zeros;
     bool sym = false, v1 = false, json = false;
   };
   auto o = std::make_shared<Opts>();
@@ -153,6 +159,7 @@ void add_repack(CLI::App& app, int& rc) {
   cmd->add_flag("--sym", o->sym, "gptq symmetric: every zero point is 8 (no --qzeros, no --out-zeros; zero=sym)");
   cmd->add_option("--qweight", o->qweight, "input qweight (raw int32)")->required();
   cmd->add_option("--qzeros", o->qzeros, "input qzeros (raw int32); required unless --sym");
+  cmd->add_option("--scales", o->scales, "the checkpoint's scales (fp16 or bf16 [K/g][N]): only checked for their length");
   cmd->add_option("--out-qweight", o->out_qweight, "output: native qweight (raw uint32)")->required();
   cmd->add_option("--out-zeros", o->out_zeros, "output: zero points, one byte each [K/g][N]; required unless --sym");
   cmd->add_flag("--gptq-v1", o->v1, "gptq qzeros store zero - 1 (checkpoint_format gptq, not gptq_v2)");
@@ -182,6 +189,7 @@ void add_repack(CLI::App& app, int& rc) {
     // No output may be an input, nor the other output.
     std::vector<std::pair<std::string, std::string>> inputs = {{"--qweight", o->qweight}};
     if (!o->qzeros.empty()) inputs.push_back({"--qzeros", o->qzeros});
+    if (!o->scales.empty()) inputs.push_back({"--scales", o->scales});
     std::vector<std::pair<std::string, std::string>> outputs = {{"--out-qweight", o->out_qweight}};
     if (!o->out_zeros.empty()) outputs.push_back({"--out-zeros", o->out_zeros});
     for (auto& [oname, opath] : outputs)
@@ -199,6 +207,9 @@ void add_repack(CLI::App& app, int& rc) {
     const auto qweight = read_words("--qweight", o->qweight, awq ? s.k * (s.n / 8) : (s.k / 8) * s.n, qw_what);
     std::vector<uint32_t> qzeros;
     if (!o->sym) qzeros = read_words("--qzeros", o->qzeros, (s.k / s.g) * (s.n / 8), qz_what);
+    if (!o->scales.empty())
+      expect_file_size("--scales", o->scales, static_cast<uintmax_t>((s.k / s.g) * s.n) * 2,
+                       "scales " + dims(s.k / s.g, s.n) + " of 2 bytes each");
     tuner::PlainQuant p = awq ? tuner::unpack_awq(qweight, qzeros, s.k, s.n, s.g)
                               : tuner::unpack_gptq(qweight, qzeros, s.k, s.n, s.g, o->sym);
     p.bits = 4;

@@ -471,7 +471,10 @@ TEST_CASE("cli: repack converts awq and gptq tensors to the native layout bit-ex
   write_le32(aq, pack_awq_qweight(p));
   write_le32(az, pack_along_n(p.z, k / g, n, true));
   const std::string oq = td.file("native_qweight.bin"), oz = td.file("native_zeros.bin");
-  auto r = run_qjit("repack --from awq" + shape + " --qweight '" + aq + "' --qzeros '" + az + "' --out-qweight '" + oq +
+  const std::string sc = td.file("scales.bin");  // the right length: --scales passes
+  write_le32(sc, std::vector<uint32_t>(k / g * n / 2, 0x3c003c00u));
+  auto r = run_qjit("repack --from awq" + shape + " --qweight '" + aq + "' --qzeros '" + az + "' --scales '" + sc +
+                        "' --out-qweight '" + oq +
                         "' --out-zeros '" + oz + "'",
                     cache);
   INFO(describe(r));
@@ -557,6 +560,8 @@ TEST_CASE("cli: repack converts awq and gptq tensors to the native layout bit-ex
   const std::vector<Case> cases = {
       {"repack --from awq" + shape + " --qweight '" + short_q + "' --qzeros '" + az + "'" + outs,
        {short_q, std::to_string(k * n / 2 - 4) + " bytes", "expected " + std::to_string(k * n / 2)}},
+      {"repack --from awq" + shape + " --qweight '" + aq + "' --qzeros '" + az + "' --scales '" + az + "'" + outs,
+       {"--scales", std::to_string(k / g * n / 2) + " bytes", "expected " + std::to_string(k / g * n * 2)}},
       {"repack --from awq --shape k=256,n=40,g=64 --qweight '" + aq + "' --qzeros '" + az + "'" + outs,
        {"n=40", "multiple of 16"}},
       {"repack --from awq --shape k=256,n=48,g=48 --qweight '" + aq + "' --qzeros '" + az + "'" + outs, {"g=48"}},
