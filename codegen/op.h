@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
+#include "codegen/error.h"
 #include "codegen/spec.h"
 
 namespace qjit::codegen {
@@ -141,6 +142,9 @@ class OpDef {
   // spec each (`--m lo-hi`): every value by default; an op whose kernels
   // serve buckets of rows returns the buckets covering the range.
   virtual std::vector<int64_t> m_values_for_rows(int64_t lo, int64_t hi) const {
+    if (hi - lo >= 4096)
+      throw Error("spec", name() + " m=" + std::to_string(lo) + "-" + std::to_string(hi) + " is " +
+                              std::to_string(hi - lo + 1) + " specs, one kernel each; give at most 4096");
     std::vector<int64_t> v;
     for (int64_t m = lo; m <= hi; ++m) v.push_back(m);
     return v;

@@ -130,6 +130,7 @@ TEST_CASE("cli: bad arguments exit 2 and name the bad value", "[cli]") {
       {"tune --op fused_ffn --shape d=4096,h=64 --m 9", "m=9"},
       {"tune --op fused_ffn --shape d=4096,h=64 --m 1-x", "1-x"},
       {"tune --op wq_gemm --shape k=4096,n=11008 --m 0-8", "0-8"},
+      {"tune --op fused_ffn --shape d=4096,h=64 --m 1-1000000000000", "at most 4096"},
       {"tune --op fused_ffn --shape d=4096,h=64,m=2 --m 3", "m given both"},
       {"tune --op fused_ffn --shape d=4096,h=64 --budget xyz", "xyz"},
       {"tune --op fused_ffn --shape d=4096,h=64 --only '{bad'", "{bad"},
