@@ -339,17 +339,16 @@ void check_pointers(const std::vector<codegen::PointerArg>& want, const LaunchPo
   }
 }
 
-void launch_checked(const LoadedKernel& k, const char* op, std::initializer_list<const void*> pointers,
-                    CUstream stream, std::initializer_list<int> ints) {
-  if (pointers.size() + ints.size() > 12)
-    throw Error("argument", std::string(op) + ": " + std::to_string(pointers.size() + ints.size()) + " parameters");
-  check_pointers(k.pointers, {op, pointers});
+void launch_checked(const LoadedKernel& k, const LaunchPointers& p, CUstream stream, std::initializer_list<int> ints) {
+  if (p.values.size() + ints.size() > 12)
+    throw Error("argument", std::string(p.op) + ": " + std::to_string(p.values.size() + ints.size()) + " parameters");
+  check_pointers(k.pointers, p);
   const void* values[12];
   int int_values[12];
   void* args[12];
   size_t i = 0;
-  for (const void* p : pointers) {
-    values[i] = p;
+  for (const void* v : p.values) {
+    values[i] = v;
     args[i] = &values[i];
     ++i;
   }

@@ -97,21 +97,20 @@ CUresult try_launch(const LoadedKernel& k, void** args, CUstream stream);
 // Why a kernel whose geometry has a dense_gemm cannot run here (no
 // libcublas, or no handle), or "" when it can.
 std::string dense_gemm_unavailable(CUstream stream);
-// The entry points' launch: every pointer non-null and aligned as the kernel's
-// config needs (qjit::Error("argument", ...) naming it otherwise, nothing
-// launched; null only where the spec does not read it), then launch with the
-// pointers, then `ints`, as the kernel's parameters.
-void launch_checked(const LoadedKernel& k, const char* op, std::initializer_list<const void*> pointers,
-                    CUstream stream, std::initializer_list<int> ints = {});
-
 // An entry point's pointer arguments, in launch order, with its name for errors.
 struct LaunchPointers {
   const char* op;
   std::initializer_list<const void*> values;
 };
-// launch_checked's checks of the pointers against a config's pointer
-// arguments: qjit::Error("argument", ...) naming the first bad one.
+// Every pointer non-null and aligned as a config's pointer arguments need
+// (null only where the spec does not read it): qjit::Error("argument", ...)
+// naming the first bad one otherwise.
 void check_pointers(const std::vector<codegen::PointerArg>& want, const LaunchPointers& p);
+
+// The entry points' launch: check_pointers against the kernel's config
+// (nothing launched when one is bad), then launch with the pointers, then
+// `ints`, as the kernel's parameters.
+void launch_checked(const LoadedKernel& k, const LaunchPointers& p, CUstream stream, std::initializer_list<int> ints = {});
 
 class KernelCache {
  public:

@@ -24,7 +24,7 @@ void awq_dequant(const AwqDequantShape& s, const void* qweight, const void* qzer
                                               {"out", s.out}});
   };
   const auto& k = runtime::KernelCache::instance().get(fast_key, make_spec, &check);
-  runtime::launch_checked(k, "awq_dequant", pointers, reinterpret_cast<CUstream>(stream));
+  runtime::launch_checked(k, check, reinterpret_cast<CUstream>(stream));
 }
 
 }  // namespace qjit

@@ -18,7 +18,7 @@ void fp_lut(const FpLutShape& s, const void* x, void* y, CUstream_st* stream) {
         "fp_lut", {{"fn", s.fn}, {"n", s.n}, {"in", to_string(s.in)}, {"out", to_string(s.out)}, {"cuts", s.cuts}});
   };
   const auto& k = runtime::KernelCache::instance().get(fast_key, make_spec, &check);
-  runtime::launch_checked(k, "fp_lut", pointers, reinterpret_cast<CUstream>(stream));
+  runtime::launch_checked(k, check, reinterpret_cast<CUstream>(stream));
 }
 
 }  // namespace qjit

@@ -43,7 +43,7 @@ void fused_ffn(const FusedFfnShape& s, const void* x, const void* w1, const void
                                             {"act", to_string(s.act)}});
   };
   const auto& k = runtime::KernelCache::instance().get(fast_key, make_spec, &check);
-  runtime::launch_checked(k, "fused_ffn", pointers, reinterpret_cast<CUstream>(stream));
+  runtime::launch_checked(k, check, reinterpret_cast<CUstream>(stream));
 }
 
 void fused_ffn(const QuantFfnShape& s, const void* x, const QuantMatrix& w1, const QuantMatrix& w3, void* y,
@@ -73,7 +73,7 @@ void fused_ffn(const QuantFfnShape& s, const void* x, const QuantMatrix& w1, con
                                             {"scales", to_string(s.scales)}});
   };
   const auto& k = runtime::KernelCache::instance().get(fast_key, make_spec, &check);
-  runtime::launch_checked(k, "fused_ffn", pointers, reinterpret_cast<CUstream>(stream));
+  runtime::launch_checked(k, check, reinterpret_cast<CUstream>(stream));
 }
 
 void set_cache_path(const std::string& path) { runtime::KernelCache::instance().set_path(path); }

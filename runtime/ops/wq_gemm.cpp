@@ -41,7 +41,7 @@ void wq_gemm(const WqGemmShape& s, int m, const void* x, const void* qweight, co
                                           {"residual", s.residual ? "yes" : "no"}});
   };
   const auto& k = runtime::KernelCache::instance().get(fast_key, make_spec, &check);
-  runtime::launch_checked(k, "wq_gemm", pointers, reinterpret_cast<CUstream>(stream), {m});
+  runtime::launch_checked(k, check, reinterpret_cast<CUstream>(stream), {m});
 }
 
 }  // namespace qjit
