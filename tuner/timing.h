@@ -48,7 +48,7 @@ Timing time_launches(const std::function<void(int)>& launch, CUstream stream, in
 // steady clock its power limit allows: statistics over the batches of the
 // second half. A dense fp16 GEMM looped for seconds on a 700 W H100 ran
 // 15-17% slower than timed in bursts, at a median SM clock of ~1330 MHz
-// against 1980 at rest (BENCHMARKS.md, session 30).
+// against 1980 at rest (docs/measuring.md).
 Timing time_sustained(const std::function<void(int)>& launch, CUstream stream, double seconds, double expected_us);
 
 // Device-to-device copy of 1 GiB, counting bytes read + written (GB/s = 1e9 B/s).

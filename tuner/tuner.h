@@ -71,8 +71,9 @@ const cache::TrialRecord* choose_winner(const std::vector<cache::TrialRecord>& t
 
 // Launches of the winner, each verified, before it is cached: a race that
 // shows once in 8 launches slips past one verification 7 times in 8, but
-// past 16 more only 12% of the time. (Session 34 found such a race, seen in
-// 1 to 7 of 8 single verifications per config; BENCHMARKS.md.)
+// past 16 more only 12% of the time. (Such a race existed in the wgmma
+// producer's arrival: 1 to 7 of 8 single verifications per config failed;
+// docs/wq_gemm_wgmma.md.)
 inline constexpr int kWinnerLaunches = 16;
 
 }  // namespace qjit::tuner

@@ -6,7 +6,7 @@
 // run of units, a unit being one chunk of 64 k of one row group (kTiles
 // tiles of 16 rows of n). With a block per row group, SMs ran 1, 2 or 3 of
 // 4096 × 11008's 344 blocks and finished 5.5, 7 and 10 µs into a launch
-// (qjit_timeline_probe, BENCHMARKS.md session 9); equal runs end together.
+// (qjit_timeline_probe, H100; docs/wq_gemm_small_m.md); equal runs end together.
 // The price: row groups split between blocks are summed through global
 // memory.
 //

@@ -38,7 +38,7 @@
 //     Costs 16 KB of sA per warpgroup and chunk of a stage (two buffers:
 //     the warps dequantise stage it + 1 while the tensor cores read stage it)
 //     and a warpgroup barrier per iteration. It wins at 256 rows, where the
-//     4-byte copies of x cost more than the wgmma work (H100, session 7).
+//     4-byte copies of x cost more than the wgmma work (H100).
 //   - Registers in natural k order (kAQuad = 1, 4-bit): each lane reads the
 //     words of its quad's lanes that hold its natural fragments with one
 //     ldmatrix (dequant_lane_quad below), so x is copied in natural order as
@@ -91,8 +91,8 @@ constexpr int kChunkAlign = kTmaW ? 8 : 1;  // the weights' tensor copies land o
 // A stage of two chunks starts at an even chunk, so with groups of 128 k or more its chunks share their
 // scales and zeros: under kTmaW the producer copies them once, into the stage's first chunk, and the
 // consumers read them there for both: one box less per stage for each of the scales and zeros, which
-// took the producer's issue from ~750 to ~600 cycles a stage and the 64-row winners ~1% faster (H100,
-// session 21). A in natural order (kAQuad) only, the path measured.
+// took the producer's issue from ~750 to ~600 cycles a stage and the 64-row winners ~1% faster
+// (H100). A in natural order (kAQuad) only, the path measured.
 constexpr bool kStageSharesGroup = kTmaW && kAQuad && kChunksPerStage == 2 && kGroup >= 128;
 #include "qjit/wq_gemm/wq_stage_ring.cuh"
 #include "qjit/wq_gemm/wq_gemm_epilogue.cuh"
@@ -123,8 +123,8 @@ using qjit::allow_next_grid;
 // kDst, both offsets immediates of the instruction. Written as pointers plus
 // constants, ptxas formed every 64-bit source address with its own IADD3 +
 // IMAD.X and every destination with two more: five integer instructions per
-// 4-byte copy of x, a third of the 64-row kernel's instructions (H100 SASS,
-// session 8). The _row forms copy only when row r of x exists (r < live);
+// 4-byte copy of x, a third of the 64-row kernel's instructions (H100
+// SASS). The _row forms copy only when row r of x exists (r < live);
 // otherwise ignore-src writes zeros (rows of x past M). The comparison sits
 // in the asm so the compiler does not hoist one per row out of the main loop
 // (they would hold registers the accumulators need).
@@ -235,7 +235,7 @@ __device__ __forceinline__ void copy_x_natural(const TX* __restrict__ x, int m0,
 // address of row g of matrix S; the layout's slot XOR puts the 8 rows of a
 // matrix in 8 distinct 16-byte bank groups. (It replaced an exchange of the
 // words across each quad by two rounds of shuffles, 8-9% of the 64-row
-// kernel, BENCHMARKS.md session 22.) Step S covers k 16S .. 16S + 15 of the
+// kernel on an H100; docs/wq_gemm_wgmma.md.) Step S covers k 16S .. 16S + 15 of the
 // chunk, so its group is (16S) / kGroup. A template only so that it is
 // compiled for 4-bit kernels alone.
 template <int kB = kBits>
@@ -290,7 +290,7 @@ __device__ __forceinline__ void store_a(unsigned char* chunk, int w, int lane, c
 // Only a split (kMine stages a block, the last past k) or a last stage with
 // fewer chunks than kChunksPerStage has chunks past k. Elsewhere the check is
 // left out: ptxas zeroed an A buffer for it (16 CS2R in the loop of two
-// stages, in the SASS of the M = 64 winner, H100, session 22).
+// stages, in the SASS of the M = 64 winner, H100).
 constexpr bool kMaybePastK = kSplit > 1 || kChunks % kChunksPerStage != 0;
 template <int B>
 __device__ __forceinline__ void dequant_stage(const uint4* at, int stage, int bt, int lane, ABuffers& a) {
@@ -506,7 +506,7 @@ __device__ __forceinline__ void ws_run(const TX* __restrict__ x, const WsMaps& m
     // Only now: waiting before the barrier above held the producer there too, so it could not copy
     // the first stages' weights while the previous grid ran out (they read nothing it writes).
     // Moving the wait here took 30 back-to-back launches from 47.9 to 46.2 us at 4096 × 11008,
-    // M = 256, and from 24.8 to 23.1 us at M = 64 (H100, qjit_ws_probe, session 16).
+    // M = 256, and from 24.8 to 23.1 us at M = 64 (H100, qjit_ws_probe).
     qjit::wait_for_previous_grid();
     if constexpr (kWsMovesRegisters) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kWsConsumerRegs));
     float acc[kAcc];

@@ -199,10 +199,10 @@ constexpr int kChains = kMTiles >= 2 || kTiles >= 2 ? 1 : 2;  // partial-sum cha
 // chunk (the M = 1 ring of two tiles: about 168 PTX instructions a chunk
 // instead of 229). At M = 1 issuing instructions sets the pace on an H200:
 // without its dequantisation (64 instructions a chunk) the winner at
-// 4096 × 11008 ran 7.15 µs instead of 8.82 (BENCHMARKS.md session 25). A
+// 4096 × 11008 ran 7.15 µs instead of 8.82 (docs/wq_gemm_small_m.md). A
 // pair also travels in one ring slot (stream_chunks): its scales and zeros
 // copied once, one wait (311 -> 269 SASS instructions a pair in that ring;
-// 8.13 -> 7.73 µs, and 9.33 -> 8.18 at 11008 × 4096, H200, session 26).
+// 8.13 -> 7.73 µs, and 9.33 -> 8.18 at 11008 × 4096, H200).
 constexpr bool kPairMode = kPair != 0;
 static_assert(!kPairMode || (kScaleAfter && kGroup % 128 == 0 && kStages > 0 && kBalance == 0),
               "chunk pairs share one group's scale, applied after the mma (128 | g), in the cp.async ring of a block "
@@ -337,7 +337,7 @@ __device__ __forceinline__ int tile_of(const int (&tile)[kTiles], int i) {
 // The pipelines call it kL2Ahead chunks ahead of their own loads, so loads
 // find their bytes on chip: more bytes in flight per SM than registers or
 // shared memory hold (a tuning key: it wins some small-M shapes on an H100
-// and loses others, BENCHMARKS.md session 9).
+// and loses others, docs/wq_gemm_small_m.md).
 __device__ __forceinline__ void prefetch_chunk_l2(const Operands& op, const int (&tile)[kTiles], int kc, int lane) {
   const int i = lane % kTiles, what = lane / kTiles;
   const int t = tile_of(tile, i);

@@ -6,7 +6,7 @@
 // Stored from the accumulators, a warp's store writes 2 bytes per lane to 4
 // rows of y (lane (gq, t): n = gq, m = 2t + e % 2): 4 partial sectors per
 // instruction, 4096 requests for a 256-row tile, whose epilogue took ~8000
-// cycles (qjit_ws_probe, H100, session 15). Here the threads that multiply
+// cycles (qjit_ws_probe, H100). Here the threads that multiply
 // pass y through shared memory, kStageRows rows of x at a time, and store
 // whole rows of the tile: a warp's 16-byte stores cover 2 rows of 256 bytes
 // (2 warpgroups), 8 times fewer requests.

@@ -8,7 +8,7 @@
 // Output tiles (kBlockRows rows of x × 64·kGroups rows of n) number 4096 ×
 // 11008's 86 at M = 256 (rows 256, 2 warpgroups), two thirds of an H100's
 // 132 SMs; splitting k over clusters left SMs idle too (a GPC runs whole
-// clusters) and refilled each block's ring (BENCHMARKS.md, sessions 6-7).
+// clusters) and refilled each block's ring (docs/wq_gemm_wgmma.md).
 // Here a persistent grid of kStream blocks per SM (the runtime gives each
 // 1/kStream of the SM's shared memory) shares the work evenly: a unit is
 // one stage of one output tile, U = tiles · kIters with the tile's m-block
@@ -137,7 +137,7 @@ __device__ __forceinline__ void finish_piece(const StreamRun& r, int p, bool mma
     // Every thread's stores before thread 0's release, which is cumulative:
     // it publishes what the barrier ordered before it. (A fence in each
     // thread, as before, made this stage cost about 7700 cycles at 256 rows:
-    // qjit_ws_probe, H100, session 14.)
+    // qjit_ws_probe, H100.)
     finishers_sync();
     QJIT_WS_PIECE(p, 7, QJIT_WS_NOW());
     if (threadIdx.x == 0) release_piece(flag);

@@ -95,8 +95,8 @@ __device__ __forceinline__ const char* weight_param_src(const Operands& op, cons
 // every warp ran in turn (the M = 1 ring: 215 -> 199 instructions per chunk,
 // 10.0 -> 9.45 us at 4096 x 11008 on an H100). With kXRegs the slot has no
 // x; the plain x_regs ring keeps copy_chunk's per-chunk branches (this change
-// made it 1 us slower at M = 8 and 16 in A/Bs on one H100, BENCHMARKS.md
-// session 12), while the pair ring with kXRegs takes these pieces (its loop
+// made it 1 us slower at M = 8 and 16 in A/Bs on one H100,
+// docs/wq_gemm_small_m.md), while the pair ring with kXRegs takes these pieces (its loop
 // at M = 16: 673 -> 639 SASS instructions per two pairs).
 // Every row of x a slot holds is copied, a row past M - 1 from row M - 1
 // (read_slot reads it as it reads a valid row: no zeroing, no branch).

@@ -15,7 +15,7 @@
 // since every shared address is below 2^18 (228 KB). Formed from scratch for
 // every step, the descriptor was a chain of five uniform instructions before
 // each wgmma: 80 of the ~600 instructions of the 64-row consumers' loop of
-// two stages (Nsight Compute's SASS of the M = 64 winner, H100, session 22).
+// two stages (Nsight Compute's SASS of the M = 64 winner, H100).
 constexpr unsigned kDescriptorHigh = (1024u >> 4) | 1u << 30;  // bits 32-63: stride 1024 bytes, 128-byte swizzle
 __device__ __forceinline__ unsigned smem_descriptor_lo(const unsigned char* base) {
   return ((static_cast<unsigned>(__cvta_generic_to_shared(base)) & 0x3ffff) >> 4) | 1u << 16;

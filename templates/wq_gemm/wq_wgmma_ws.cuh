@@ -6,7 +6,7 @@
 // its share of the copies, the next stage's dequantisation, the next wgmma.
 // At M = 256 on the H100 that chain took about 2100 cycles per stage against
 // 1024 of tensor-core work (2 warps per scheduler, issue slots 24% busy;
-// BENCHMARKS.md, session 13).
+// docs/wq_gemm_wgmma.md).
 //
 // Here the producer warpgroup alone copies, and nothing is shared by a
 // barrier of the whole block. Ring slot i has two mbarriers (PTX ISA,
@@ -23,8 +23,8 @@
 // before refilling the slot with stage q >= kStages, for empty's phase of
 // stage q - kStages. The two consumer warpgroups may drift apart by up to
 // the ring's depth; measured, they stay within ~40 cycles of each other
-// (qjit_ws_probe), and making them take turns did not help (BENCHMARKS.md,
-// session 14).
+// (qjit_ws_probe), and making them take turns did not help
+// (docs/wq_gemm_wgmma.md).
 //
 // Registers (setmaxnreg, sm_90a): the producer drops to 56 per thread, which
 // frees the registers for consumers to hold 256 rows of accumulators beside
@@ -67,13 +67,13 @@
 // like x. Boxes land on 128-byte boundaries: the ring pads each chunk
 // (kChunkAlign). The consumers read them with ordinary loads once the
 // barrier's phase completes, which makes the copy engine's writes visible
-// to them. The weights' box alone gained 0.3-0.7% (H100, session 16): the
+// to them. The weights' box alone gained 0.3-0.7% (H100): the
 // producer still spent ~930 cycles a stage issuing, and what held it was the
 // 16-byte cp.async of the scales and zeros, a handful of instructions that
-// took ~560 of them (qjit_ws_probe, session 19; issued from another warp
+// took ~560 of them (qjit_ws_probe; issued from another warp
 // they still cost half of that). With their boxes the producer issues a
 // stage in ~380-500 cycles, and tma_w wins by 2.5-4.7% in one tuner run
-// (M = 64 to 512 at 4096 × 11008 and 11008 × 4096; BENCHMARKS.md).
+// (M = 64 to 512 at 4096 × 11008 and 11008 × 4096, H100; docs/wq_gemm_wgmma.md).
 //
 // The includer defines kWs, kStages, kMmaThreads and kGroups, and the
 // mainloop pieces (dequant_stage, multiply_stage, fence_acc, copy_x_natural,
@@ -136,7 +136,7 @@ __device__ __forceinline__ void arrive_when_copied(unsigned bar) {
 // without them the 256-row stage ran ~1060 cycles instead of ~1090, the
 // producer's issue ~450 instead of ~570, and 30 launches back to back ran
 // 1.2-1.9% faster at M = 512 (4096 x 11008 and 11008 x 4096) and 5% at
-// M = 64 (4096 x 11008; qjit_ws_probe, H100, session 31).
+// M = 64 (4096 x 11008; qjit_ws_probe, H100).
 constexpr bool kOneProducerThread = kTmaX && kTmaW;
 
 // The producer's arrival on a stage's full barrier, after its copies are
@@ -146,8 +146,8 @@ constexpr bool kOneProducerThread = kTmaX && kTmaW;
 // (arrive_when_copied) gave wrong results there: one-warpgroup configs of
 // 128 rows and one chunk a stage, 8 verifications each at 4096 x 11008,
 // M = 1024 and 11008 x 4096, M = 512, failed 10 of 288 times (up to 7 of 8
-// for one config in other runs); 0 of 288 with the plain arrival (H100,
-// session 34; stage_y and the stream schedule's 2 blocks per SM made it
+// for one config in other runs); 0 of 288 with the plain arrival (H100;
+// stage_y and the stream schedule's 2 blocks per SM made it
 // likelier). The likely reading: with no cp.async in flight, that arrival
 // can count before the stage's last expect_tx (x's), so once the weights'
 // boxes are in the phase completes without x's bytes and the consumers
@@ -266,7 +266,7 @@ __device__ __forceinline__ void ws_produce_tile(const TX* __restrict__ x, const 
         // proxy) before their arrival on its empty barrier; the boxes write through the async
         // proxy, so the proxy fence orders the two (as for the parts, ws_produce_parts, where
         // the race showed). Here a whole stage separates them and none showed; the fence cost
-        // 0.2-0.7% on six 64-row configs (H100, session 20).
+        // 0.2-0.7% on six 64-row configs (H100).
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         // One chunk's words, scales and zeros: the boxes of the three maps (the scales and zeros
         // once a stage where its chunks share a group, kStageSharesGroup).
@@ -397,7 +397,7 @@ __device__ __forceinline__ void ws_consume_tile(int begin, int count, unsigned s
 // completing block's finish, and the kernel's end waits for the blocks that
 // complete. Through the ring a part takes ~1900, and 30 launches back to
 // back ran 7.7-9.2% faster at M = 256 (4096 x 11008 and 11008 x 4096) and
-// 6.3% at M = 512 (4096 x 11008; qjit_ws_probe, H100, session 20).
+// 6.3% at M = 512 (4096 x 11008; qjit_ws_probe, H100).
 //
 // A part ([kAcc / 4][kMmaThreads] float4, piece_of) fills kPartSlots slots
 // of kPartSlotBytes, each the float4 rows j of a contiguous range.
@@ -441,7 +441,7 @@ __device__ __forceinline__ void ws_produce_parts(int M, void* workspace, unsigne
         // their arrival; the bulk copy writes it through the async proxy, and only a proxy fence
         // orders the two (PTX ISA, memory consistency model: proxies). Without it the copy could
         // land first: 3-stage configs, whose parts reuse the ring, summed a later slot's part in
-        // 2 of 216 verifications, 0 of 216 with it (12 configs, H100, session 20).
+        // 2 of 216 verifications, 0 of 216 with it (12 configs, H100).
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         announce_bytes(bars.full_of(seq), kPartSlotBytes);
         bulk_load(smem_address(sb + (seq % kStages) * kSbStage), piece_of(workspace, v) + s * kPartSlotQuads * kMmaThreads,

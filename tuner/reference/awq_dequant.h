@@ -1,5 +1,5 @@
 // Reference packers and dequantisation for 4-bit group-quantized weights.
-// Written from the layout descriptions (qjit issue 3; the AWQ order is a fact
+// Written from the layout descriptions (the AWQ order is a fact
 // of the AWQ project's packer, ../shared/seeds/001_* describes the kernel):
 //
 //   plain: q[k][n], z[k/g][n] in 0..15, s[k/g][n]; w[k][n] = (q - z) * s.
