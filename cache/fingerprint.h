@@ -19,7 +19,7 @@ struct Fingerprint {
   std::string spec_json;           // canonical spec JSON (sorted keys)
   DeviceIdentity device;
   std::string nvrtc_version;       // "13.0"
-  std::string templates_hash;      // SHA-256 over every embedded template + header
+  std::string templates_hash;      // SHA-256 over the templates and headers the op includes
   std::string qjit_version;        // QJIT_VERSION
   int codegen_version = 0;         // bumped when generated code changes meaning
 

@@ -5,6 +5,7 @@
 #include "codegen/error.h"
 #include "codegen/nvrtc.h"
 #include "runtime/device.h"
+#include "codegen/registry.h"
 #include "runtime/kernel_cache.h"
 #include "tuner/timing.h"
 
@@ -27,7 +28,7 @@ void add_doctor(CLI::App& app, int& rc) {
     j["nvrtc_version"] = codegen::nvrtc_version();
     j["nvrtc_sm_80"] = codegen::nvrtc_supports_arch("sm_80");
     j["nvrtc_sm_90"] = codegen::nvrtc_supports_arch("sm_90");
-    j["templates_hash"] = runtime::templates_hash();
+    for (const auto* op : codegen::all_ops()) j["templates_hash"][op->name()] = runtime::templates_hash(op->name());
     std::string why;
     const bool gpu = runtime::gpu_available(&why);
     j["gpu"] = gpu;

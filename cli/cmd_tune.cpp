@@ -3,6 +3,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include "cache/sha256.h"
 #include "cli/common.h"
 #include "codegen/error.h"
 #include "codegen/nvrtc.h"
@@ -53,8 +54,12 @@ int gpu_free_part(const std::vector<codegen::OpSpec>& specs, const std::string& 
     auto src = codegen::generate_source(spec, config);
     auto res = codegen::compile(src, arch);
     if (!res.ok) throw Error("nvrtc", "the default kernel of " + spec.label() + " did not compile", res.log);
+    // The spec's own parameters name the file; a long one (a custom table) by its key instead.
     std::string name = spec.op;
-    for (auto& [k, v] : spec.params.items()) name += "_" + k + (v.is_string() ? v.get<std::string>() : v.dump());
+    const nlohmann::json named = spec.key_params();  // items() would not keep a temporary alive
+    for (auto& [k, v] : named.items())
+      name += "_" + k + (v.is_string() ? v.get<std::string>() : v.dump());
+    if (name.size() > 120) name = spec.op + "_" + cache::sha256_hex(spec.canonical_json()).substr(0, 16);
     const auto file = dir / (name + ".cu");
     std::ofstream out(file);
     out << src.text;

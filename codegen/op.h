@@ -1,10 +1,13 @@
 // The interface every op implements, once, in codegen/ops/<op>.{h,cpp}:
-// parameters → validated spec, the tunable space, the heuristic default, the
-// named constants of the generated preamble, launch geometry, and the byte/flop
-// model the tuner reports against. Adding an op = one OpDef + one registration.
+// parameters → validated spec, the call's arguments, the tunable space, the
+// heuristic default, the named constants of the generated preamble, the plan
+// (kernels of the module and the steps of one call), and the byte/flop model
+// the tuner reports against. Adding an op: README.md "Adding an op".
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 #include <nlohmann/json.hpp>
 #include "codegen/error.h"
@@ -23,11 +26,20 @@ struct ParamDef {
   // Left out of the canonical JSON, shape string and label while it holds its
   // default: for keys added to an op later, so earlier specs keep their cache keys.
   bool omit_default = false;
+  // Applies only while parameter applies_if.first is applies_if.second (e.g.
+  // fused_ffn's bits with weights=native): left out of the canonical JSON,
+  // shape string and label otherwise, whatever its value.
+  std::pair<std::string, std::string> applies_if{};
 };
 
 // `p` marked omit_default.
 inline ParamDef added_later(ParamDef p) {
   p.omit_default = true;
+  return p;
+}
+// `p`, applying only while parameter `key` is `value`.
+inline ParamDef only_if(const std::string& key, const std::string& value, ParamDef p) {
+  p.applies_if = {key, value};
   return p;
 }
 
@@ -39,6 +51,16 @@ struct Constant {
   std::string name;     // kD, TX, Lut, ...
   std::string value;    // "4096", "qjit::half_t", member lines
   std::string comment;  // what it means
+};
+
+// An argument of an op's call: one field of the op's argument struct
+// (qjit/qjit.h), a device pointer or an int such as M, in the struct's order.
+// Kernels, tensor maps, pointer checks and library steps name arguments;
+// runtime::ArgPack (runtime/plan.h) holds their values for one call.
+struct ArgDef {
+  enum class Kind { pointer, int32 };
+  std::string name;
+  Kind kind = Kind::pointer;
 };
 
 struct LaunchGeometry {
@@ -55,6 +77,7 @@ struct LaunchGeometry {
   // the runtime loads the kernel; grid[0] is ignored). Each block takes
   // 1/grid_per_sm of the SM's shared memory, or dynamic_smem if that is more.
   unsigned grid_per_sm = 0;
+  unsigned max_grid = 0;  // with grid_per_sm: at most this many blocks (0: no cap)
   // At most ceil(blocks / SMs) blocks on any SM: each block takes that share
   // of the SM's shared memory (the runtime pads dynamic_smem up to it, never
   // down). Under PDL the block scheduler fills the SMs that the previous
@@ -62,64 +85,125 @@ struct LaunchGeometry {
   // whose blocks fit 4 to an SM ran 4 on 52 SMs of an H100 and 1 or 2 on the
   // rest (qjit_timeline_probe), and the SMs with 4 set its time.
   bool spread = false;
-  // Scratch memory the runtime owns for the kernel: workspace_fixed +
-  // workspace_per_block × blocks bytes, zeroed once when allocated, one per
-  // stream the kernel runs on (the kernel leaves it zeroed again: e.g.
-  // counters that the last block to use them resets). Passed as kernel
-  // parameter `workspace_param`, the last one (null when the size is 0);
-  // callers pass the ones before it.
-  size_t workspace_fixed = 0, workspace_per_block = 0;
-  int workspace_param = -1;
-  // Bulk-tensor-copy descriptors (CUtensorMap, 128 bytes each), made by the
-  // runtime at each launch and passed by value as the kernel's last
-  // parameters, in this order, after the workspace (so workspace_param must
-  // be set). Map i views caller parameter `source` (a device pointer) as a
-  // tensor of `rank` dimensions, innermost first: dims[d] elements, pitches
-  // [d - 1] bytes between consecutive indices of dimension d ≥ 1. With
-  // rows_param ≥ 0 the outermost dimension is caller parameter rows_param
-  // (an int, e.g. M) and its pitch is dims[0] elements (a row-major
-  // matrix). The kernel copies boxes of box[0] × box[1] (× box[2])
-  // elements; elements outside the tensor arrive as zeros.
-  struct TensorMap {
-    enum class Element { f16, bf16, u32, u8 };
-    int source = 0, rows_param = -1, rank = 2;
-    Element element = Element::f16;
-    long long dims[3] = {0, 0, 0};
-    long long pitches[2] = {0, 0};
-    unsigned box[3] = {1, 1, 1};
-    bool swizzle_128 = false;  // the 128-byte swizzle (box[0] · element size = 128 bytes)
-  };
-  std::vector<TensorMap> tensor_maps;
-  // The most maps a launch passes: the runtime holds them in a fixed array
-  // (wq_gemm's wgmma kernel with x, the weights, scales and zeros by the
-  // tensor copy engine uses all four).
-  static constexpr size_t kMaxTensorMaps = 4;
-  int tensor_map_param(size_t i) const { return workspace_param + 1 + static_cast<int>(i); }
-  // A cuBLAS GEMM after the kernel (wq_gemm's "cublas" family: the kernel
-  // writes a dense W[n][k] at the start of the workspace). With `on`, a
-  // launch is: the kernel; then y[rows][n] = x[rows][k]·Wᵀ, rows = the int
-  // parameter rows_param, x, residual and y caller pointer parameters, all
-  // of one 16-bit type. slab_rows 0: the GEMM writes y (β = 1 over y holding
-  // the residual, copied in first unless residual is y). slab_rows > 0: per
-  // slab of that many rows, the GEMM writes fp32 sums into the workspace
-  // after W and the module's `<kernel>_epilogue(sums, bias, residual, y,
-  // rows, m0)` stores y from them (bias_param names the bias; -1: none).
-  struct DenseGemm {
-    bool on = false;
-    int x_param = 0, bias_param = -1, residual_param = -1, y_param = 0, rows_param = 0;
-    long long k = 0, n = 0;
-    bool bf16 = false;  // x, W and y in bf16 (else fp16)
-    long long slab_rows = 0;
-  } dense_gemm;
+  // Workspace bytes per block of this kernel (Plan::workspace_bytes adds
+  // them, once the grid is known on the device, to the plan's fixed part).
+  size_t workspace_per_block = 0;
 };
 
-// A pointer parameter of the kernel, in launch order, and the alignment the
-// config's vector accesses need. The runtime checks these before launching.
-// optional: the spec does not read it (e.g. no bias), so null is allowed.
+// A bulk-tensor-copy descriptor (CUtensorMap, 128 bytes), made by the runtime
+// at each launch and passed by value. It views pointer argument `source` as a
+// tensor of `rank` dimensions, innermost first: dims[d] elements, pitches
+// [d - 1] bytes between consecutive indices of dimension d ≥ 1. With
+// rows_arg set, the outermost dimension is that int argument (e.g. m) and its
+// pitch is dims[0] elements (a row-major matrix). The kernel copies boxes of
+// box[0] × box[1] (× box[2]) elements; elements outside the tensor arrive as
+// zeros.
+struct TensorMap {
+  enum class Element { f16, bf16, u32, u8 };
+  std::string source;
+  std::string rows_arg;
+  int rank = 2;
+  Element element = Element::f16;
+  long long dims[3] = {0, 0, 0};
+  long long pitches[2] = {0, 0};
+  unsigned box[3] = {1, 1, 1};
+  bool swizzle_128 = false;  // the 128-byte swizzle (box[0] · element size = 128 bytes)
+};
+
+// One parameter of a kernel, in the kernel's order: an argument of the call,
+// or a pointer into the call's workspace (scratch memory the runtime owns:
+// one buffer per stream, zeroed once when allocated; kernels leave it zeroed
+// again where they need zeros, e.g. counters the last block resets; null
+// when the plan needs none).
+struct KernelParam {
+  enum class Kind { arg, workspace };
+  Kind kind = Kind::arg;
+  std::string arg;    // Kind::arg
+  size_t offset = 0;  // Kind::workspace: bytes into the workspace
+};
+inline KernelParam arg_param(std::string name) { return {KernelParam::Kind::arg, std::move(name), 0}; }
+inline KernelParam workspace_param(size_t offset = 0) { return {KernelParam::Kind::workspace, "", offset}; }
+
+// A kernel of the op's module (an extern "C" symbol of its template).
+// init: run once each time the module is loaded, before any call (e.g.
+// fp_lut's table of every fp16 input in a __device__ array); it takes no
+// parameters. step: launched by the plan's steps.
+struct KernelDef {
+  enum class Role { init, step };
+  std::string symbol;
+  Role role = Role::step;
+  LaunchGeometry geometry;
+  std::vector<KernelParam> params;
+  std::vector<TensorMap> tensor_maps;  // passed by value after params, in this order
+  // The most maps a launch passes (wq_gemm's wgmma kernel with x, the
+  // weights, scales and zeros by the tensor copy engine uses all four).
+  static constexpr size_t kMaxTensorMaps = 4;
+};
+
+// A cuBLAS GEMM step: y[rows][n] = x[rows][k]·Wᵀ with W a dense [n][k]
+// matrix at workspace offset w_offset (written by an earlier step), x, W and
+// y of one 16-bit type. Without an epilogue the GEMM writes y (β = 1 over y
+// holding the residual, copied in first unless residual is y). With one, per
+// slab of slab_rows rows the GEMM writes fp32 sums at workspace offset
+// sums_offset and kernels[epilogue] stores y from them; that kernel takes
+// (sums, bias, residual, y, int rows_of_slab, int first_row), passed by the
+// step (its KernelDef has no params of its own).
+struct CublasGemm {
+  std::string x, bias, residual, y, rows;  // arguments; bias and residual "" when the spec has none
+  long long k = 0, n = 0;
+  bool bf16 = false;  // x, W and y in bf16 (else fp16)
+  size_t w_offset = 0, sums_offset = 0;
+  long long slab_rows = 0;
+  int epilogue = -1;
+};
+
+// One step of a call: a kernel launch or a library call, on the caller's stream.
+struct PlanStep {
+  enum class Kind { kernel, cublas_gemm };
+  Kind kind = Kind::kernel;
+  int kernel = -1;  // Kind::kernel: index into Plan::kernels
+  CublasGemm gemm;  // Kind::cublas_gemm
+};
+
+// A pointer argument's requirements under a config: the alignment its
+// vector accesses need, and whether null is allowed (the spec does not read
+// it, e.g. no bias). The runtime checks these before launching anything.
 struct PointerArg {
   std::string name;
   int align = 1;
   bool optional = false;
+};
+
+// What one config launches: the module's kernels, the steps of one call in
+// order (runtime/ops/<op>.cpp composes them on the caller's stream; the
+// tuner times and verifies exactly that), the checks on the call's pointers,
+// and the workspace the steps share.
+struct Plan {
+  std::vector<KernelDef> kernels;
+  std::vector<PlanStep> steps;
+  std::vector<PointerArg> pointers;
+  size_t workspace_fixed = 0;
+
+  bool needs_cublas() const;
+  // The first step kernel: the only one of a single-kernel plan.
+  const KernelDef& main_kernel() const;
+  // One line per step: "kernel qjit_wq_gemm <<<...>>>", "cublas gemm ...".
+  std::string describe() const;
+};
+
+// A plan of one step kernel `symbol` taking `params`.
+Plan single_kernel_plan(std::string symbol, LaunchGeometry geometry, std::vector<KernelParam> params,
+                        std::vector<PointerArg> pointers);
+// arg_param of each name, in order.
+std::vector<KernelParam> arg_params(std::initializer_list<const char*> names);
+
+// What a GPU offers that bounds which configs are worth timing: read from
+// the device when tuning; an H100's or H200's (the defaults) when a space
+// is listed without a GPU.
+struct DeviceLimits {
+  int sm_count = 132;
+  int smem_per_sm = 228 * 1024;         // shared memory of one SM, bytes
+  int smem_reserved_per_block = 1024;   // what the system keeps of it per block
 };
 
 // Bytes a kernel must move at least (each input read once, output written
@@ -150,9 +234,12 @@ class OpDef {
     return v;
   }
 
-  // "templates/<op>/<file>.cu": an op may have several kernel families.
+  // The call's arguments, in the order of the op's argument struct.
+  virtual std::vector<ArgDef> args() const = 0;
+
+  // "templates/<op>/<file>.cu": the module of a config (an op may have
+  // several kernel families, one template each).
   virtual std::string template_path(const nlohmann::json& config) const = 0;
-  virtual std::string kernel_name() const = 0;    // extern "C" entry point
   // The config's kernel uses instructions of the sm_90a target only (wgmma):
   // it is compiled for sm_90a and only for compute capability 9.0.
   virtual bool needs_sm90a(const nlohmann::json& config) const {
@@ -160,16 +247,19 @@ class OpDef {
     return false;
   }
 
-  // Every candidate config that passes static pruning for this spec.
-  virtual std::vector<nlohmann::json> tunable_space(const OpSpec& spec) const = 0;
+  // Every candidate config that passes static pruning for this spec on a
+  // device with these limits.
+  std::vector<nlohmann::json> tunable_space(const OpSpec& spec, const DeviceLimits& device = {}) const {
+    return candidates(spec, device);
+  }
+  virtual std::vector<nlohmann::json> candidates(const OpSpec& spec, const DeviceLimits& device) const = 0;
   // The config used on a runtime miss before anything was tuned.
   virtual nlohmann::json default_config(const OpSpec& spec) const = 0;
   // Throws qjit::Error("config", ...) when a config is not legal for the spec.
   virtual void validate_config(const OpSpec& spec, const nlohmann::json& config) const = 0;
 
   virtual std::vector<Constant> constants(const OpSpec& spec, const nlohmann::json& config) const = 0;
-  virtual LaunchGeometry launch_geometry(const OpSpec& spec, const nlohmann::json& config) const = 0;
-  virtual std::vector<PointerArg> pointer_args(const OpSpec& spec, const nlohmann::json& config) const = 0;
+  virtual Plan plan(const OpSpec& spec, const nlohmann::json& config) const = 0;
   virtual Traffic traffic(const OpSpec& spec) const = 0;
 };
 

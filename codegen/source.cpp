@@ -1,5 +1,7 @@
 #include "codegen/source.h"
 #include <algorithm>
+#include <deque>
+#include <mutex>
 #include <sstream>
 #include "codegen/error.h"
 #include "codegen/registry.h"
@@ -7,10 +9,35 @@
 
 namespace qjit::codegen {
 
+namespace {
+std::mutex registered_mu;
+std::deque<EmbeddedFile>& registered_templates() {  // a deque: references stay valid as it grows
+  static std::deque<EmbeddedFile> files;
+  return files;
+}
+}  // namespace
+
 const std::string& embedded_template(const std::string& path) {
   for (const auto& f : embedded_templates())
     if (f.path == path) return f.text;
+  std::lock_guard<std::mutex> lock(registered_mu);
+  for (const auto& f : registered_templates())
+    if (f.path == path) return f.text;
   throw Error("codegen", "no embedded template '" + path + "' (was it added under templates/?)");
+}
+
+std::vector<EmbeddedFile> all_templates() {
+  std::vector<EmbeddedFile> out = embedded_templates();
+  std::lock_guard<std::mutex> lock(registered_mu);
+  out.insert(out.end(), registered_templates().begin(), registered_templates().end());
+  return out;
+}
+
+void register_template(const std::string& path, const std::string& text) {
+  for (const auto& f : all_templates())
+    if (f.path == path) throw Error("codegen", "template '" + path + "' exists already");
+  std::lock_guard<std::mutex> lock(registered_mu);
+  registered_templates().push_back({path, text});
 }
 
 const std::vector<std::pair<std::string, std::string>>& nvrtc_headers() {
@@ -22,6 +49,14 @@ const std::vector<std::pair<std::string, std::string>>& nvrtc_headers() {
     return h;
   }();
   return headers;
+}
+
+// The plan of one call, as comment lines: what the module's kernels are for.
+static std::string plan_comment(const Plan& plan) {
+  std::istringstream in(plan.describe());
+  std::string out = "// plan (one call):\n";
+  for (std::string l; std::getline(in, l);) out += "//   " + l + "\n";
+  return out;
 }
 
 static int count_lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
@@ -42,6 +77,7 @@ GeneratedSource generate_source(const OpSpec& spec, const nlohmann::json& config
       << "// op:     " << spec.op << "\n"
       << "// spec:   " << spec.canonical_json() << "\n"
       << "// config: " << config.dump() << "\n"
+      << plan_comment(op.plan(spec, config))
       << "// Regenerate: qjit source --op " << spec.op << " --shape " << spec.shape_string() << " --config '"
       << config.dump() << "'\n"
       << includes << "\n"
@@ -66,7 +102,7 @@ GeneratedSource generate_source(const OpSpec& spec, const nlohmann::json& config
 
   GeneratedSource out;
   out.file_name = spec.op + ".cu";
-  out.kernel_name = op.kernel_name();
+  out.kernel_name = op.plan(spec, config).main_kernel().symbol;
   out.template_path = op.template_path(config);
   out.needs_sm90a = op.needs_sm90a(config);
   out.text = pre.str();

@@ -122,11 +122,15 @@ OpSpec spec_from_json(const nlohmann::json& j) {
 
 // The parameters that name the spec: all of them, less those marked
 // omit_default that hold their default (keys added to an op later leave the
-// specs written before them, and their cache keys, as they were).
+// specs written before them, and their cache keys, as they were) and those
+// that do not apply to it (ParamDef::applies_if).
 nlohmann::json OpSpec::key_params() const {
   nlohmann::json j = params;
-  for (const auto& d : find_op(op).params())
+  for (const auto& d : find_op(op).params()) {
     if (d.omit_default && j.contains(d.name) && j[d.name] == d.default_value) j.erase(d.name);
+    const auto& [key, value] = d.applies_if;
+    if (!key.empty() && !(params.contains(key) && params[key] == value)) j.erase(d.name);
+  }
   return j;
 }
 

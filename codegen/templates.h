@@ -12,7 +12,12 @@ struct EmbeddedFile {
 };
 
 const std::vector<EmbeddedFile>& embedded_templates();
-// Throws qjit::Error("codegen", ...) when no such file was embedded.
+// The embedded files, then those a program registered (register_template).
+std::vector<EmbeddedFile> all_templates();
+// Throws qjit::Error("codegen", ...) when no such file was embedded or registered.
 const std::string& embedded_template(const std::string& path);
+// A template the build does not embed, for an op a program registers itself
+// (a test's toy op): `path` must be new ("templates/<op>/<file>.cu").
+void register_template(const std::string& path, const std::string& text);
 
 }  // namespace qjit::codegen

@@ -11,6 +11,11 @@ std::string Device::key() const {
 
 bool gpu_available(std::string* why) { return try_driver(why) != nullptr; }
 
+codegen::DeviceLimits device_limits() {
+  const Device& d = current_device();
+  return {d.identity.sm_count, d.smem_per_sm, d.smem_reserved_per_block};
+}
+
 static Device open_device() {
   Device d;
   if (const char* env = std::getenv("QJIT_DEVICE")) d.ordinal = std::atoi(env);

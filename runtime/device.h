@@ -4,6 +4,7 @@
 #include <cuda.h>
 #include <string>
 #include "cache/fingerprint.h"
+#include "codegen/op.h"
 
 namespace qjit::runtime {
 
@@ -24,6 +25,8 @@ struct Device {
 // The process-wide device; retains its primary context on first use and makes
 // it current on the calling thread. Throws qjit::Error("driver", ...) without a GPU.
 const Device& current_device();
+// The current device's limits that bound a config (codegen::DeviceLimits).
+codegen::DeviceLimits device_limits();
 // False (with the reason) when no usable GPU/driver is present.
 bool gpu_available(std::string* why = nullptr);
 

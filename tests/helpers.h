@@ -6,9 +6,25 @@
 #include <vector>
 #include <nlohmann/json.hpp>
 #include "codegen/nvrtc.h"
+#include "codegen/op.h"
 #include "codegen/spec.h"
 
 namespace qjit::test {
+
+// The first step kernel of a config's plan (the only one of a single-kernel
+// plan), and its geometry.
+inline codegen::KernelDef main_kernel(const codegen::OpDef& op, const codegen::OpSpec& spec,
+                                      const nlohmann::json& config) {
+  return op.plan(spec, config).main_kernel();
+}
+// Whether parameter i of a kernel is the plan's workspace.
+inline bool is_workspace(const codegen::KernelDef& k, size_t i) {
+  return i < k.params.size() && k.params[i].kind == codegen::KernelParam::Kind::workspace;
+}
+inline codegen::LaunchGeometry geometry_of(const codegen::OpDef& op, const codegen::OpSpec& spec,
+                                           const nlohmann::json& config) {
+  return main_kernel(op, spec, config).geometry;
+}
 
 // A fresh folder under the system temp dir, removed when the object dies.
 struct TempDir {

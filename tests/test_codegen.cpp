@@ -20,6 +20,7 @@
 #include "codegen/source.h"
 #include "codegen/spec.h"
 #include "codegen/templates.h"
+#include "tests/helpers.h"
 
 using namespace qjit::codegen;
 using json = nlohmann::json;
@@ -381,7 +382,7 @@ TEST_CASE("launch_geometry: the grid covers every row of h exactly once", "[code
     const OpSpec spec = ffn(4096, h, 1 + rng() % 8, kDtypes[rng() % 4]);
     for (const auto& c : op.tunable_space(spec)) {
       INFO(spec.label() << " " << c.dump());
-      const auto g = op.launch_geometry(spec, c);
+      const auto g = qjit::test::geometry_of(op, spec, c);
       const int64_t rows = rows_per_block(c);
       CHECK(static_cast<int64_t>(g.grid[0]) * rows >= h);
       CHECK(static_cast<int64_t>(g.grid[0] - 1) * rows < h);

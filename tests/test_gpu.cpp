@@ -36,8 +36,8 @@ struct Pointers {
   void *x, *w1, *w3, *y;
 };
 Pointers pointers(tuner::Workload& w) {
-  void** a = w.args(0);
-  auto p = [&](int i) { return reinterpret_cast<void*>(*static_cast<CUdeviceptr*>(a[i])); };
+  const ArgPack& a = w.args(0);
+  auto p = [&](int i) { return reinterpret_cast<void*>(a.values[i].ptr); };
   return {p(0), p(1), p(2), p(3)};
 }
 
@@ -300,8 +300,8 @@ TEST_CASE("awq_dequant: the typed API, bit-exact; bad pointers launch and cache 
                                                    {"zero", c.zero}, {"scales", c.scales}, {"out", c.out}});
     INFO(spec.label() << " seed " << seed);
     auto work = tuner::make_workload(spec, seed, 0);
-    void** a = work->args(0);
-    auto ptr = [&](int i) { return reinterpret_cast<char*>(*static_cast<CUdeviceptr*>(a[i])); };
+    const ArgPack& a = work->args(0);
+    auto ptr = [&](int i) { return reinterpret_cast<char*>(a.values[i].ptr); };
     const AwqDequantShape s{c.k, c.n, c.g, c.layout, c.zero == "sym", wq_type(c.scales), c.out};
     const std::string key = runtime::fingerprint(spec).key();
     work->poison_output(nullptr);
@@ -329,8 +329,8 @@ void check_fused_native(const std::string& shape) {
   INFO(spec.label() << " seed " << seed);
   auto work = tuner::make_workload(spec, seed, 0);
   work->poison_output(nullptr);
-  void** a = work->args(0);
-  auto ptr = [&](int i) { return reinterpret_cast<void*>(*static_cast<CUdeviceptr*>(a[i])); };
+  const ArgPack& a = work->args(0);
+  auto ptr = [&](int i) { return reinterpret_cast<void*>(a.values[i].ptr); };
   QuantFfnShape s;
   s.d = static_cast<int>(spec.get_int("d")), s.h = static_cast<int>(spec.get_int("h"));
   s.m = static_cast<int>(spec.get_int("m"));
@@ -375,13 +375,13 @@ TEST_CASE("fused_ffn on quantized weights: every candidate verifies (tuner); bad
   }
   set_cache_path(dir.file("api.db"));
   auto work = tuner::make_workload(codegen::parse_spec("fused_ffn", "d=256,h=64,m=2,weights=native"), fresh_seed(), 0);
-  void** a = work->args(0);
-  auto ptr = [&](int i) { return reinterpret_cast<char*>(*static_cast<CUdeviceptr*>(a[i])); };
+  const ArgPack& a = work->args(0);
+  auto ptr = [&](int i) { return reinterpret_cast<char*>(a.values[i].ptr); };
   QuantFfnShape s;
   s.d = 256, s.h = 64, s.m = 2;
   work->poison_output(nullptr);
   CHECK_THROWS_WITH(fused_ffn(s, ptr(0), {ptr(1), ptr(2), ptr(3)}, {ptr(4) + 4, ptr(5), ptr(6)}, ptr(7)),
-                    Catch::Contains("qweight3") && Catch::Contains("not aligned to 16"));
+                    Catch::Contains("w3") && Catch::Contains("not aligned to 16"));
   CHECK_THROWS_WITH(fused_ffn(s, ptr(0), {ptr(1), ptr(2), nullptr}, {ptr(4), ptr(5), ptr(6)}, ptr(7)),
                     Catch::Contains("zeros1 is null"));
   s.m = 9;
@@ -406,9 +406,9 @@ TEST_CASE("full FFN chain: fused_ffn then wq_gemm on its output, back to back, e
       codegen::parse_spec("fused_ffn", "d=1024,h=2816,m=3,weights=native"), fresh_seed(), 0);
   auto w2 = tuner::make_wq_gemm_workload(codegen::parse_spec("wq_gemm", "k=2816,n=1024,m=4,residual=yes"), fresh_seed(),
                                          0, m);
-  auto dev = [](void** a, int i) { return *static_cast<CUdeviceptr*>(a[i]); };
-  void** fa = ffn->args(0);
-  void** wa = w2->args(0);
+  auto dev = [](const ArgPack& a, int i) { return CUdeviceptr{a.values[i].ptr}; };
+  const ArgPack& fa = ffn->args(0);
+  const ArgPack& wa = w2->args(0);
   auto p = [](CUdeviceptr v) { return reinterpret_cast<void*>(v); };
   const CUdeviceptr hbuf = dev(fa, 7), ybuf = dev(wa, 6);
   QuantFfnShape fs;

@@ -9,6 +9,7 @@
 #include "runtime/device.h"
 #include "runtime/driver.h"
 #include "runtime/kernel_cache.h"
+#include "runtime/ops/run.h"
 #include "tests/gpu_helpers.h"
 #include "tests/helpers.h"
 #include "tuner/tuner.h"
@@ -32,8 +33,8 @@ void check_wq_gemm(const nlohmann::json& params, int rows, bool in_place = false
   INFO(spec.label() << " M=" << rows << " seed " << seed);
   auto work = tuner::make_wq_gemm_workload(spec, seed, 0, rows);
   work->poison_output(nullptr);
-  void** a = work->args(0);
-  auto ptr = [&](int i) { return reinterpret_cast<void*>(*static_cast<CUdeviceptr*>(a[i])); };
+  const ArgPack& a = work->args(0);
+  auto ptr = [&](int i) { return reinterpret_cast<void*>(a.values[i].ptr); };
   WqGemmShape s;
   s.k = static_cast<int>(spec.get_int("k")), s.n = static_cast<int>(spec.get_int("n"));
   s.bits = static_cast<int>(spec.get_int("bits")), s.g = static_cast<int>(spec.get_int("g"));
@@ -43,7 +44,7 @@ void check_wq_gemm(const nlohmann::json& params, int rows, bool in_place = false
   if (in_place) {
     REQUIRE(s.residual);
     const size_t bytes = static_cast<size_t>(rows) * s.n * (s.x == DType::fp32 ? 4 : 2);
-    QJIT_CU(cuMemcpyDtoD(*static_cast<CUdeviceptr*>(a[6]), *static_cast<CUdeviceptr*>(a[5]), bytes));
+    QJIT_CU(cuMemcpyDtoD(a.values[6].ptr, a.values[5].ptr, bytes));
     residual = ptr(6);
   }
   wq_gemm(s, rows, ptr(0), ptr(1), ptr(2), ptr(3), ptr(4), residual, ptr(6), nullptr);
@@ -108,8 +109,8 @@ TEST_CASE("wq_gemm: every candidate verifies (tuner); bad arguments launch nothi
   set_cache_path(dir.file("api.db"));
   auto spec = codegen::parse_spec("wq_gemm", "k=256,n=64,m=4");
   auto work = tuner::make_wq_gemm_workload(spec, fresh_seed(), 0, 3);
-  void** a = work->args(0);
-  auto ptr = [&](int i) { return reinterpret_cast<char*>(*static_cast<CUdeviceptr*>(a[i])); };
+  const ArgPack& a = work->args(0);
+  auto ptr = [&](int i) { return reinterpret_cast<char*>(a.values[i].ptr); };
   WqGemmShape s{256, 64};
   work->poison_output(nullptr);
   CHECK_THROWS_WITH(wq_gemm(s, 3, ptr(0), ptr(1) + 4, ptr(2), ptr(3), nullptr, nullptr, ptr(6)),
@@ -159,7 +160,7 @@ TEST_CASE("wq_gemm balanced schedule: split row groups summed right launch after
       // predecessor reset (a stale count would complete a row group early).
       for (int round = 0; round < 3; ++round) {
         work->poison_output(streams[0]);
-        for (int i = 0; i < 5; ++i) runtime::launch(kernel, work->args(0), streams[0]);
+        for (int i = 0; i < 5; ++i) runtime::run_checked(runtime::run_wq_gemm, kernel, work->args(0), streams[0]);
         QJIT_CU(cuStreamSynchronize(streams[0]));
         const auto v = work->verify(1.0);
         INFO("round " << round << ": " << v.message);
@@ -168,7 +169,7 @@ TEST_CASE("wq_gemm balanced schedule: split row groups summed right launch after
       // Two streams at once, each on its own workspace (they write the same y).
       work->poison_output(nullptr);
       QJIT_CU(cuCtxSynchronize());
-      for (int i = 0; i < 6; ++i) runtime::launch(kernel, work->args(0), streams[i % 2]);
+      for (int i = 0; i < 6; ++i) runtime::run_checked(runtime::run_wq_gemm, kernel, work->args(0), streams[i % 2]);
       QJIT_CU(cuCtxSynchronize());
       const auto v = work->verify(1.0);
       INFO(v.message);
@@ -397,7 +398,7 @@ TEST_CASE("wq_gemm wgmma family: M inside the bucket, the last block partly past
 }
 
 TEST_CASE("wq_gemm cublas family: dequantise, then cuBLAS; M inside the bucket and past 1024 (typed API)", "[gpu]") {
-  if (const std::string why = runtime::dense_gemm_unavailable(nullptr); !why.empty()) {
+  if (const std::string why = runtime::cublas_unavailable(nullptr); !why.empty()) {
     WARN("not run: " << why);
     return;
   }

@@ -57,58 +57,70 @@ TEST_CASE("wq_gemm cublas family: configs, errors, and never the untuned default
                     Catch::Contains("x (fp32) must be the scales' type (fp16)"));
 }
 
-TEST_CASE("wq_gemm cublas family: the launch (grid, workspace, the GEMM's operands)", "[wq_gemm]") {
+TEST_CASE("wq_gemm cublas family: the plan (dequantise, cuBLAS, epilogue; workspace, the GEMM's operands)",
+          "[wq_gemm]") {
   const auto& op = codegen::find_op("wq_gemm");
-  // Nothing after the GEMM: the workspace holds the dense W alone.
+  using Step = codegen::PlanStep::Kind;
+  // Nothing after the GEMM: the dequantisation kernel, then cuBLAS; the workspace holds the dense W alone.
   {
-    const auto g = op.launch_geometry(parse_spec("wq_gemm", "k=4096,n=11008,m=64"), kDense);
+    const auto p = op.plan(parse_spec("wq_gemm", "k=4096,n=11008,m=64"), kDense);
+    REQUIRE(p.steps.size() == 2);
+    REQUIRE(p.kernels.size() == 1);
+    CHECK((p.steps[0].kind == Step::kernel && p.steps[0].kernel == 0 && p.steps[1].kind == Step::cublas_gemm));
+    CHECK(p.needs_cublas());
+    const auto& g = p.kernels[0].geometry;
+    CHECK(p.kernels[0].symbol == "qjit_wq_gemm");
     CHECK(g.grid[0] == (11008 / 16) * (4096 / 64) / 4);
     CHECK(g.block[0] == 128);
     CHECK(g.programmatic);
-    CHECK(g.workspace_param == 8);
-    CHECK(g.workspace_fixed == size_t{4096} * 11008 * 2);
-    const auto& d = g.dense_gemm;
-    CHECK(d.on);
-    CHECK(d.x_param == 0);
-    CHECK(d.bias_param == -1);
-    CHECK(d.residual_param == -1);
-    CHECK(d.y_param == 6);
-    CHECK(d.rows_param == 7);
+    CHECK(test::is_workspace(p.kernels[0], 8));
+    CHECK(p.workspace_fixed == size_t{4096} * 11008 * 2);
+    const auto& d = p.steps[1].gemm;
+    CHECK((d.x == "x" && d.y == "y" && d.rows == "m"));
+    CHECK(d.bias.empty());
+    CHECK(d.residual.empty());
     CHECK(d.k == 4096);
     CHECK(d.n == 11008);
     CHECK_FALSE(d.bf16);
-    CHECK(d.slab_rows == 0);
+    CHECK(d.epilogue == -1);
+    CHECK(d.w_offset == 0);
   }
-  // The residual alone is the GEMM's β: still no sums in the workspace.
+  // The residual alone is the GEMM's β: still no sums in the workspace, no epilogue.
   {
-    const auto g = op.launch_geometry(parse_spec("wq_gemm", "k=11008,n=4096,m=8,residual=yes,scales=bf16,x=bf16"),
-                                      {{"family", "cublas"}, {"warps", 8}, {"tiles", 4}});
-    CHECK(g.grid[0] == (4096 / 16) * (11008 / 64) / 32);
-    CHECK(g.block[0] == 256);
-    CHECK(g.dense_gemm.residual_param == 5);
-    CHECK(g.dense_gemm.bf16);
-    CHECK(g.dense_gemm.slab_rows == 0);
-    CHECK(g.workspace_fixed == size_t{11008} * 4096 * 2);
+    const auto p = op.plan(parse_spec("wq_gemm", "k=11008,n=4096,m=8,residual=yes,scales=bf16,x=bf16"),
+                           {{"family", "cublas"}, {"warps", 8}, {"tiles", 4}});
+    CHECK(p.kernels[0].geometry.grid[0] == (4096 / 16) * (11008 / 64) / 32);
+    CHECK(p.kernels[0].geometry.block[0] == 256);
+    const auto& d = p.steps.at(1).gemm;
+    CHECK(d.residual == "residual");
+    CHECK(d.bf16);
+    CHECK(d.epilogue == -1);
+    CHECK(p.workspace_fixed == size_t{11008} * 4096 * 2);
   }
-  // A bias or a clamp: fp32 sums of a slab of rows after W, the bucket's rows, 1024 in the open bucket.
+  // A bias or a clamp: fp32 sums of a slab of rows after W, the bucket's rows, 1024 in the open bucket,
+  // each slab stored by the epilogue kernel.
   {
-    const auto g = op.launch_geometry(parse_spec("wq_gemm", "k=256,n=48,m=16,act=relu"), kDense);
-    CHECK(g.grid[0] == 3);  // 3 × 4 tiles, a block of 4 warps of one tile each
-    CHECK(g.dense_gemm.slab_rows == 16);
-    CHECK(g.workspace_fixed == size_t{256} * 48 * 2 + 16 * 48 * 4);
-    const auto open = op.launch_geometry(parse_spec("wq_gemm", "k=256,n=48,m=1024,bias=yes,residual=yes"), kDense);
-    CHECK(open.dense_gemm.slab_rows == 1024);
-    CHECK(open.dense_gemm.bias_param == 4);
-    CHECK(open.dense_gemm.residual_param == 5);
+    const auto p = op.plan(parse_spec("wq_gemm", "k=256,n=48,m=16,act=relu"), kDense);
+    CHECK(p.kernels[0].geometry.grid[0] == 3);  // 3 × 4 tiles, a block of 4 warps of one tile each
+    const auto& d = p.steps.at(1).gemm;
+    CHECK(d.slab_rows == 16);
+    REQUIRE(d.epilogue == 1);
+    CHECK(p.kernels[1].symbol == "qjit_wq_gemm_epilogue");
+    CHECK(d.sums_offset == size_t{256} * 48 * 2);
+    CHECK(p.workspace_fixed == size_t{256} * 48 * 2 + 16 * 48 * 4);
+    const auto open = op.plan(parse_spec("wq_gemm", "k=256,n=48,m=1024,bias=yes,residual=yes"), kDense);
+    CHECK(open.steps.at(1).gemm.slab_rows == 1024);
+    CHECK(open.steps.at(1).gemm.bias == "bias");
+    CHECK(open.steps.at(1).gemm.residual == "residual");
     CHECK(open.workspace_fixed == size_t{256} * 48 * 2 + 1024 * 48 * 4);
   }
   // Pointers: the native words by vector loads; cuBLAS takes x and y at any element; no zeros when symmetric.
-  const auto ptrs = op.pointer_args(parse_spec("wq_gemm", "k=256,n=48,m=16,bits=3,zero=sym"), kDense);
+  const auto ptrs = op.plan(parse_spec("wq_gemm", "k=256,n=48,m=16,bits=3,zero=sym"), kDense).pointers;
   REQUIRE(ptrs.size() == 7);
   CHECK(ptrs[0].align == 2);
   CHECK(ptrs[1].align == 4);
   CHECK(ptrs[3].optional);
-  CHECK(op.pointer_args(parse_spec("wq_gemm", "k=256,n=48,m=16,bits=4"), kDense)[1].align == 16);
+  CHECK(op.plan(parse_spec("wq_gemm", "k=256,n=48,m=16,bits=4"), kDense).pointers[1].align == 16);
 }
 
 TEST_CASE("wq_gemm cublas family: both kernels compile for every bit width, zero mode and type", "[wq_gemm][nvrtc]") {

@@ -6,6 +6,7 @@
 #include "codegen/ops/wq_gemm.h"
 #include "codegen/registry.h"
 #include "codegen/source.h"
+#include "tests/helpers.h"
 #include "tests/wq_gemm_configs.h"
 
 using namespace qjit;
@@ -34,7 +35,7 @@ TEST_CASE("wq_gemm tiled family: configs, errors, grid and shared memory", "[wq_
   const nlohmann::json c = {{"family", "tiled"}, {"warps_n", 2}, {"warps_m", 2}, {"warps_k", 2},
                             {"wn", 2},           {"wm", 4},      {"stages", 3}};
   op.validate_config(big, c);
-  const auto g = op.launch_geometry(big, c);
+  const auto g = test::geometry_of(op, big, c);
   CHECK(g.grid[0] == 256 / 64);
   CHECK(g.grid[1] == (11008 + 63) / 64);
   CHECK(g.block[0] == 8 * 32);
@@ -82,7 +83,7 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   // Grid: x over blocks of `rows` rows of x, y over 64·groups rows of n.
   // Shared memory: per stage the ring's weights, scales and zeros (35 pieces
   // per tile and chunk) and two chunks of sB, plus 1024 bytes of alignment.
-  const auto g = op.launch_geometry(big, c);
+  const auto g = test::geometry_of(op, big, c);
   CHECK(g.grid[0] == 2);
   CHECK(g.grid[1] == (11008 + 127) / 128);
   CHECK(g.block[0] == 256);
@@ -100,7 +101,7 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   producer["chunks"] = 1;
   CHECK(std::find(space.begin(), space.end(), producer) != space.end());
   CHECK(std::find(space.begin(), space.end(), bad("producer", 0)) == space.end());
-  CHECK(op.launch_geometry(big, producer).block[0] == 384);
+  CHECK(test::geometry_of(op, big, producer).block[0] == 384);
   CHECK(codegen::generate_source(big, producer).text.find("kProducer = 1;") != std::string::npos);
   CHECK_THROWS_WITH(op.validate_config(parse_spec("wq_gemm", "k=256,n=11008,m=256"), bad("split", 3)),
                     Catch::Contains("split × chunks exceeds"));
@@ -109,18 +110,18 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   const auto split = bad("split", 3);
   CHECK(std::find(space.begin(), space.end(), split) != space.end());
   CHECK(std::find(space.begin(), space.end(), bad("split", 1)) == space.end());
-  const auto gs = op.launch_geometry(big, split);
+  const auto gs = test::geometry_of(op, big, split);
   CHECK(gs.grid[2] == 3);
   CHECK(gs.dynamic_smem == g.dynamic_smem);  // the ring (126 KB) outgrows the sums (256 threads × 64 floats)
   const nlohmann::json wide = {{"family", "wgmma"}, {"groups", 2}, {"rows", 256}, {"stages", 3}, {"chunks", 1}, {"split", 2}};
-  CHECK(op.launch_geometry(big, wide).dynamic_smem == 256 * 128 * 4);  // the sums outgrow the ring
+  CHECK(test::geometry_of(op, big, wide).dynamic_smem == 256 * 128 * 4);  // the sums outgrow the ring
   // a_smem: two stages of sA per warpgroup (64 rows × 128 bytes per chunk)
   // on top of the ring; absent when 0. With A out of registers, one
   // warpgroup holds 256 rows of accumulators.
   const auto a_smem = without(bad("a_smem", 1), "a_quad");
   CHECK(std::find(space.begin(), space.end(), a_smem) != space.end());
   CHECK(std::find(space.begin(), space.end(), with_key(a_smem, "a_smem", 0)) == space.end());
-  CHECK(op.launch_geometry(big, a_smem).dynamic_smem == g.dynamic_smem + 2 * 2 * 2 * 64 * 128);
+  CHECK(test::geometry_of(op, big, a_smem).dynamic_smem == g.dynamic_smem + 2 * 2 * 2 * 64 * 128);
   CHECK(codegen::generate_source(big, a_smem).text.find("kASmem = true;") != std::string::npos);
   nlohmann::json one_group_256 = {{"family", "wgmma"}, {"groups", 1}, {"rows", 256}, {"stages", 3}, {"chunks", 1}};
   CHECK_THROWS_WITH(op.validate_config(big, one_group_256), Catch::Contains("rows=256 with A in registers needs groups=2"));
@@ -139,20 +140,20 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   CHECK_THROWS_WITH(op.validate_config(big, stream_split), Catch::Contains("split must be 1"));
   const auto open_bucket = parse_spec("wq_gemm", "k=4096,n=11008,m=1024");
   CHECK_NOTHROW(op.validate_config(open_bucket, stream));
-  CHECK(op.launch_geometry(open_bucket, stream).workspace_fixed == 86 * 64 * 4);  // 64 m-blocks of 128 rows
+  CHECK(op.plan(open_bucket, stream).workspace_fixed == 86 * 64 * 4);  // 64 m-blocks of 128 rows
   CHECK(codegen::generate_source(open_bucket, stream).text.find("kStreamRows = 8192;") != std::string::npos);
   CHECK(codegen::generate_source(big, stream).text.find("kStreamRows = 256;") != std::string::npos);
-  const auto gst = op.launch_geometry(big, stream);
+  const auto gst = test::geometry_of(op, big, stream);
   CHECK(gst.grid_per_sm == 1);
   CHECK(gst.dynamic_smem == g.dynamic_smem);
-  CHECK(gst.workspace_param == 8);
-  CHECK(gst.workspace_fixed == (86 * 2 * 4 + 255) / 256 * 256);  // 86 n-blocks × 2 m-blocks of 128 rows
+  CHECK(test::is_workspace(test::main_kernel(op, big, stream), 8));
+  CHECK(op.plan(big, stream).workspace_fixed == (86 * 2 * 4 + 255) / 256 * 256);  // 86 n-blocks × 2 m-blocks of 128 rows
   CHECK(gst.workspace_per_block == 256 * 64 * 4);                 // 256 threads × 64 accumulators
-  CHECK(g.workspace_fixed + g.workspace_per_block == 0);          // the grid schedules take none
+  CHECK(op.plan(big, c).workspace_fixed + g.workspace_per_block == 0);  // the grid schedules take none
   // Two or three blocks per SM only where their shared memory fits that many.
   for (const auto& j : space)
     if (j.value("family", "") == "wgmma" && j.value("stream", 0) > 1)
-      CHECK((op.launch_geometry(big, j).dynamic_smem + 1152) * j.at("stream").get<int>() <= 228 * 1024);
+      CHECK((test::geometry_of(op, big, j).dynamic_smem + 1152) * j.at("stream").get<int>() <= 228 * 1024);
   const auto stream_src = codegen::generate_source(big, stream);
   CHECK(stream_src.text.find("kStream = 1;") != std::string::npos);
   // a_quad: A in registers traded into natural k order (4-bit only), x
@@ -168,7 +169,7 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   CHECK(std::find(space8.begin(), space8.end(), permuted) != space8.end());
   CHECK_THROWS_WITH(op.validate_config(big8, c), Catch::Contains("bits must be 4"));
   CHECK_THROWS_WITH(op.validate_config(big, with_key(c, "a_smem", 1)), Catch::Contains("a_smem must be 0"));
-  CHECK(op.launch_geometry(big, permuted).dynamic_smem == g.dynamic_smem);
+  CHECK(test::geometry_of(op, big, permuted).dynamic_smem == g.dynamic_smem);
   const auto permuted_ptx = codegen::compile(codegen::generate_source(big, permuted), "sm_90");
   REQUIRE(permuted_ptx.ok);
   CHECK(permuted_ptx.ptx.find("cp.async.ca.shared.global") != std::string::npos);  // x 4 bytes at a time
@@ -189,9 +190,10 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   // maps are the only ones, right after the workspace; x still copied 4 bytes at a time).
   const auto ws_permuted_w = with_key(ws_permuted, "tma_w", 1);
   CHECK(std::find(space.begin(), space.end(), ws_permuted_w) != space.end());
-  const auto gpw = op.launch_geometry(big, ws_permuted_w);
+  const auto gpw = test::main_kernel(op, big, ws_permuted_w);
   REQUIRE(gpw.tensor_maps.size() == 3);
-  CHECK((gpw.tensor_maps[0].source == 1 && gpw.tensor_maps[1].source == 2 && gpw.tensor_maps[2].source == 3));
+  CHECK((gpw.tensor_maps[0].source == "qweight" && gpw.tensor_maps[1].source == "scales" &&
+         gpw.tensor_maps[2].source == "zeros"));
   const auto ws_permuted_w_ptx = codegen::compile(codegen::generate_source(big, ws_permuted_w), "sm_90");
   INFO(ws_permuted_w_ptx.log);
   REQUIRE(ws_permuted_w_ptx.ok);
@@ -213,7 +215,7 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   CHECK_THROWS_WITH(op.validate_config(big, with_key(c, "ws", 1)), Catch::Contains("producer must be 1"));
   CHECK_THROWS_WITH(op.validate_config(big, with_key(ws, "split", 2)), Catch::Contains("ws takes no split"));
   CHECK_THROWS_WITH(op.validate_config(big, with_key(ws, "ws", 2)), Catch::Contains("ws must be 0 or 1"));
-  CHECK(op.launch_geometry(big, ws).block[0] == 384);
+  CHECK(test::geometry_of(op, big, ws).block[0] == 384);
   const auto ws_src = codegen::generate_source(big, ws);
   CHECK(ws_src.text.find("kWs = true;") != std::string::npos);
   CHECK(ws_src.text.find("#define QJIT_WQ_BOUNDS __launch_bounds__(kThreads, 1)") != std::string::npos);
@@ -265,14 +267,14 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   CHECK_THROWS_WITH(op.validate_config(big, with_key(c, "tma_x", 1)), Catch::Contains("ws must be 1"));
   CHECK_THROWS_WITH(op.validate_config(big, without(tma, "a_quad")), Catch::Contains("a_smem or a_quad must be 1"));
   CHECK_THROWS_WITH(op.validate_config(big, with_key(tma, "tma_x", 2)), Catch::Contains("tma_x must be 0 or 1"));
-  using Map = codegen::LaunchGeometry::TensorMap;
-  const auto gt = op.launch_geometry(big, tma);
+  using Map = codegen::TensorMap;
+  const auto gt = test::main_kernel(op, big, tma);
   REQUIRE(gt.tensor_maps.size() == 1);
-  CHECK(gt.tensor_map_param(0) == gt.workspace_param + 1);
+  CHECK((gt.params.size() == 9 && test::is_workspace(gt, 8)));  // the map is parameter 9, after the workspace
   const Map& xm = gt.tensor_maps[0];
-  CHECK((xm.source == 0 && xm.rows_param == 7 && xm.rank == 2 && xm.dims[0] == 4096));
+  CHECK((xm.source == "x" && xm.rows_arg == "m" && xm.rank == 2 && xm.dims[0] == 4096));
   CHECK((xm.box[0] == 64 && xm.box[1] == 256 && xm.element == Map::Element::f16 && xm.swizzle_128));
-  CHECK(op.launch_geometry(big, ws).tensor_maps.empty());
+  CHECK(test::main_kernel(op, big, ws).tensor_maps.empty());
   const auto tma_ptx = codegen::compile(codegen::generate_source(big, tma), "sm_90");
   INFO(tma_ptx.log);
   REQUIRE(tma_ptx.ok);
@@ -291,16 +293,15 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   CHECK(std::find(space.begin(), space.end(), tma_w) != space.end());
   CHECK_THROWS_WITH(op.validate_config(big, with_key(c, "tma_w", 1)), Catch::Contains("ws must be 1"));
   CHECK_THROWS_WITH(op.validate_config(big, with_key(tma, "tma_w", 2)), Catch::Contains("tma_w must be 0 or 1"));
-  const auto gw = op.launch_geometry(big, tma_w);
+  const auto gw = test::main_kernel(op, big, tma_w);
   REQUIRE(gw.tensor_maps.size() == 4);
   // The most maps a launch passes is the runtime's fixed array (kMaxTensorMaps): past it every
-  // launch failed with CUDA_ERROR_INVALID_VALUE after a clean compile (a fifth map, session 33).
+  // launch failed with CUDA_ERROR_INVALID_VALUE after a clean compile (a fifth map).
   size_t most_maps = 0;
-  for (const auto& cfg : space) most_maps = std::max(most_maps, op.launch_geometry(big, cfg).tensor_maps.size());
-  CHECK(most_maps == codegen::LaunchGeometry::kMaxTensorMaps);
-  CHECK(gw.tensor_map_param(1) == gw.workspace_param + 2);
+  for (const auto& cfg : space) most_maps = std::max(most_maps, test::main_kernel(op, big, cfg).tensor_maps.size());
+  CHECK(most_maps == codegen::KernelDef::kMaxTensorMaps);
   const Map& wm = gw.tensor_maps[1];
-  CHECK((wm.source == 1 && wm.rows_param < 0 && wm.rank == 3 && wm.element == Map::Element::u32 && !wm.swizzle_128));
+  CHECK((wm.source == "qweight" && wm.rows_arg.empty() && wm.rank == 3 && wm.element == Map::Element::u32 && !wm.swizzle_128));
   CHECK((wm.dims[0] == 128 && wm.dims[1] == 4096 / 64 && wm.dims[2] == 11008 / 16));
   CHECK((wm.pitches[0] == 512 && wm.pitches[1] == 4096 / 64 * 512));
   CHECK((wm.box[0] == 128 && wm.box[1] == 1 && wm.box[2] == 8));
@@ -308,10 +309,10 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   // 128 rows of n × the chunk's one group (g = 128), the ring's S and Z.
   const Map& sm = gw.tensor_maps[2];
   const Map& zm = gw.tensor_maps[3];
-  CHECK((sm.source == 2 && sm.rank == 2 && sm.element == Map::Element::f16 && sm.rows_param < 0));
+  CHECK((sm.source == "scales" && sm.rank == 2 && sm.element == Map::Element::f16 && sm.rows_arg.empty()));
   CHECK((sm.dims[0] == 11008 && sm.dims[1] == 4096 / 128 && sm.pitches[0] == 2 * 11008));
   CHECK((sm.box[0] == 128 && sm.box[1] == 1 && !sm.swizzle_128));
-  CHECK((zm.source == 3 && zm.rank == 2 && zm.element == Map::Element::u8));
+  CHECK((zm.source == "zeros" && zm.rank == 2 && zm.element == Map::Element::u8));
   CHECK((zm.dims[0] == 11008 && zm.dims[1] == 4096 / 128 && zm.pitches[0] == 11008));
   CHECK((zm.box[0] == 128 && zm.box[1] == 1));
   const auto tma_w_ptx = codegen::compile(codegen::generate_source(big, tma_w), "sm_90");
@@ -357,9 +358,9 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   // Symmetric weights have no zeros and so no fourth map; g = 32 puts two groups in a box, bf16
   // scales make it a map of bf16, and float zeros are offsets of the scales' type.
   const auto sym = parse_spec("wq_gemm", "k=4096,n=11008,m=256,zero=sym");
-  CHECK(op.launch_geometry(sym, tma_w).tensor_maps.size() == 3);
+  CHECK(test::main_kernel(op, sym, tma_w).tensor_maps.size() == 3);
   const auto g32 =
-      op.launch_geometry(parse_spec("wq_gemm", "k=4096,n=11008,m=256,g=32,scales=bf16,x=bf16,zero=float"), tma_w);
+      test::main_kernel(op, parse_spec("wq_gemm", "k=4096,n=11008,m=256,g=32,scales=bf16,x=bf16,zero=float"), tma_w);
   REQUIRE(g32.tensor_maps.size() == 4);
   CHECK((g32.tensor_maps[2].box[1] == 2 && g32.tensor_maps[2].dims[1] == 4096 / 32));
   CHECK((g32.tensor_maps[2].element == Map::Element::bf16 && g32.tensor_maps[3].element == Map::Element::bf16));
@@ -371,8 +372,8 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
                                     {"chunks", 1},        {"producer", 1}, {"a_smem", 1},  {"ws", 1},
                                     {"tma_x", 1},         {"tma_w", 1}};
   REQUIRE_NOTHROW(op.validate_config(spec8, one_group));
-  CHECK(op.launch_geometry(spec8, one_group).dynamic_smem ==
-        op.launch_geometry(spec8, without(one_group, "tma_w")).dynamic_smem + 4 * 4 * 16);
+  CHECK(test::geometry_of(op, spec8, one_group).dynamic_smem ==
+        test::geometry_of(op, spec8, without(one_group, "tma_w")).dynamic_smem + 4 * 4 * 16);
   // stage_y: y through 64 rows × 64·groups of n of shared memory, stored in whole rows 16 bytes at a
   // time (so y must be 16-byte aligned); searched under ws only; no split, no residual.
   const auto staged = with_key(with_key(tma, "stream", 1), "stage_y", 1);
@@ -384,11 +385,11 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   CHECK_THROWS_WITH(op.validate_config(parse_spec("wq_gemm", "k=4096,n=11008,m=256,residual=yes"), staged),
                     Catch::Contains("residual=yes"));
   CHECK_THROWS_WITH(op.validate_config(big, with_key(ws2, "stage_y", 1)), Catch::Contains("96 registers"));
-  CHECK(op.launch_geometry(big, staged).dynamic_smem ==
-        op.launch_geometry(big, with_key(tma, "stream", 1)).dynamic_smem + 64 * 128 * 2);
-  for (const auto& arg : op.pointer_args(big, staged))
+  CHECK(test::geometry_of(op, big, staged).dynamic_smem ==
+        test::geometry_of(op, big, with_key(tma, "stream", 1)).dynamic_smem + 64 * 128 * 2);
+  for (const auto& arg : op.plan(big, staged).pointers)
     if (arg.name == "y") CHECK(arg.align == 16);
-  for (const auto& arg : op.pointer_args(big, tma))
+  for (const auto& arg : op.plan(big, tma).pointers)
     if (arg.name == "y") CHECK(arg.align == 2);
   const auto staged_src = codegen::generate_source(big, staged);
   CHECK(staged_src.text.find("kStageY = true;") != std::string::npos);
@@ -402,7 +403,7 @@ TEST_CASE("wq_gemm wgmma family: configs, errors, sm_90a only", "[wq_gemm][nvrtc
   // Under the stream schedule the producer copies a completing block's parts into the ring by bulk
   // copies (no tensor map) once the flag says they are stored, each after proxy fences: the parts
   // were stored through the generic proxy, and the consumers read a slot's last part with ordinary
-  // loads (without the shared-memory fence a copy landed first: BENCHMARKS.md, session 20).
+  // loads (without the shared-memory fence a copy landed first: docs/wq_gemm_wgmma.md).
   CHECK(staged_ptx.ptx.find("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes") != std::string::npos);
   CHECK(staged_ptx.ptx.find("fence.proxy.async.global") != std::string::npos);
   CHECK(staged_ptx.ptx.find("fence.proxy.async.shared::cta") != std::string::npos);

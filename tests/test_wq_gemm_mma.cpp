@@ -8,6 +8,7 @@
 #include "codegen/registry.h"
 #include "codegen/source.h"
 #include "runtime/kernel_cache.h"
+#include "tests/helpers.h"
 #include "tests/wq_gemm_configs.h"
 
 using namespace qjit;
@@ -95,16 +96,16 @@ TEST_CASE("wq_gemm mma family: the balanced schedule key", "[wq_gemm][nvrtc]") {
   // A persistent grid of 3 blocks per SM, and the workspace: a counter per
   // row group of 2 tiles (344, in 256-byte lines), two pieces of warp 0's
   // 8 accumulators per lane per block.
-  const auto g = op.launch_geometry(small, balanced);
+  const auto g = test::geometry_of(op, small, balanced);
   CHECK(g.grid_per_sm == 3);
   CHECK(g.block[0] == 128);
-  CHECK(g.workspace_param == 8);
-  CHECK(g.workspace_fixed == 1536);
+  CHECK(test::is_workspace(test::main_kernel(op, small, balanced), 8));
+  CHECK(op.plan(small, balanced).workspace_fixed == 1536);
   CHECK(g.workspace_per_block == 2 * 8 * 32 * 4);
   // The parameter is there in every mma kernel (null without balance).
-  const auto plain_geometry = op.launch_geometry(small, kPlainSmallM);
-  CHECK(plain_geometry.workspace_param == 8);
-  CHECK(plain_geometry.workspace_fixed + plain_geometry.workspace_per_block == 0);
+  const auto plain_geometry = test::geometry_of(op, small, kPlainSmallM);
+  CHECK(test::is_workspace(test::main_kernel(op, small, kPlainSmallM), 8));
+  CHECK(op.plan(small, kPlainSmallM).workspace_fixed + plain_geometry.workspace_per_block == 0);
   CHECK(plain_geometry.grid_per_sm == 0);
   CHECK_THROWS_WITH(op.validate_config(small, with_key(balanced, "balance", 5)), Catch::Contains("balance must be 0"));
   CHECK_THROWS_WITH(op.validate_config(small, with_key(balanced, "split_k", 2)),
@@ -143,8 +144,8 @@ TEST_CASE("wq_gemm mma family: chunk pairs sharing a group's scale (pair)", "[wq
     CHECK(pairs.size() == 3);
   }
   // A slot holds both chunks' weights and x, and their one group's scales and zeros.
-  CHECK(op.launch_geometry(small, paired).dynamic_smem == 4 * 2 * (2 * (2 * 4 * 128 + 128) + 2 * 16 * 3));
-  CHECK(op.launch_geometry(small, with_key(kRingSmallM, "stages", 2)).dynamic_smem == 4 * 2 * (2 * 4 * 128 + 128 + 2 * 16 * 3));
+  CHECK(test::geometry_of(op, small, paired).dynamic_smem == 4 * 2 * (2 * (2 * 4 * 128 + 128) + 2 * 16 * 3));
+  CHECK(test::geometry_of(op, small, with_key(kRingSmallM, "stages", 2)).dynamic_smem == 4 * 2 * (2 * 4 * 128 + 128 + 2 * 16 * 3));
   CHECK(count_in_space("k=4096,n=11008,m=32", "pair", 1) == 0);
   const auto ffn = codegen::parse_spec("fused_ffn", "d=4096,h=11008,weights=native");
   const auto ffn_space = codegen::find_op("fused_ffn").tunable_space(ffn);
@@ -203,16 +204,16 @@ TEST_CASE("wq_gemm mma family: the cp.async ring in dynamic shared memory, x thr
   // 4 slots = 52224 bytes, over the 48 KB a static array may take.
   const unsigned slot = 2 * 4 * 32 * 4 + 2 * 16 * (2 + 1) + 4 * 64 * 2;
   op.validate_config(m4, ring);
-  CHECK(op.launch_geometry(m4, ring).dynamic_smem == 8 * 4 * slot);
+  CHECK(test::geometry_of(op, m4, ring).dynamic_smem == 8 * 4 * slot);
   CHECK(8 * 4 * slot > 48 * 1024);
-  CHECK(op.launch_geometry(m4, kPlainSmallM).dynamic_smem == 0);  // the register pipeline has no ring
+  CHECK(test::geometry_of(op, m4, kPlainSmallM).dynamic_smem == 0);  // the register pipeline has no ring
   // The quantized FFN's kernels share the mainloop and its geometry.
   const auto ffn = codegen::parse_spec("fused_ffn", "d=4096,h=11008,weights=native,m=4");
   const auto& ffn_op = codegen::find_op("fused_ffn");
   for (const auto& c : ffn_op.tunable_space(ffn)) {
     INFO(c.dump());
     const unsigned stages = c.value("stages", 0u);
-    CHECK((ffn_op.launch_geometry(ffn, c).dynamic_smem > 0) == (stages > 0));
+    CHECK((test::geometry_of(ffn_op, ffn, c).dynamic_smem > 0) == (stages > 0));
   }
   // Rings of 8 warps at m = 8 and 16 (x's rows double a slot) are now in the
   // space, with 3 stages from m = 8 on.
@@ -252,8 +253,8 @@ TEST_CASE("wq_gemm mma family: x in registers beside the ring (x_regs)", "[wq_ge
   op.validate_config(m8, regs);
   // The slots lose x's 8 rows × 64 k × 2 bytes.
   const unsigned weights_scales_zeros = 2 * 4 * 32 * 4 + 2 * 16 * (2 + 1);
-  CHECK(op.launch_geometry(m8, ring).dynamic_smem == 8 * 4 * (weights_scales_zeros + 8 * 64 * 2));
-  CHECK(op.launch_geometry(m8, regs).dynamic_smem == 8 * 4 * weights_scales_zeros);
+  CHECK(test::geometry_of(op, m8, ring).dynamic_smem == 8 * 4 * (weights_scales_zeros + 8 * 64 * 2));
+  CHECK(test::geometry_of(op, m8, regs).dynamic_smem == 8 * 4 * weights_scales_zeros);
   // Searched with the ring from m = 4 to 16; never without it.
   CHECK(count_in_space("k=4096,n=11008,m=1", "x_regs", 1) == 0);
   CHECK(count_in_space("k=4096,n=11008,m=32", "x_regs", 1) == 0);
@@ -267,7 +268,7 @@ TEST_CASE("wq_gemm mma family: x in registers beside the ring (x_regs)", "[wq_ge
   // and zeros, and x stays out of it; searched as the x_regs ring's pair twins.
   const auto regs_pair = with_key(with_key(regs, "pair", 1), "stages", 2);
   op.validate_config(m8, regs_pair);
-  CHECK(op.launch_geometry(m8, regs_pair).dynamic_smem == 8 * 2 * (2 * 2 * 4 * 32 * 4 + 2 * 16 * (2 + 1)));
+  CHECK(test::geometry_of(op, m8, regs_pair).dynamic_smem == 8 * 2 * (2 * 2 * 4 * 32 * 4 + 2 * 16 * (2 + 1)));
   for (const char* shape : {"k=4096,n=11008,m=4", "k=4096,n=11008,m=16"}) {
     INFO(shape);
     long pairs = 0;
@@ -335,9 +336,9 @@ TEST_CASE("wq_gemm mma family: spread, at most ceil(blocks / SMs) blocks per SM"
     return out;
   };
   CHECK(strip(codegen::generate_source(m16, spread).text) == strip(codegen::generate_source(m16, ring).text));
-  CHECK(op.launch_geometry(m16, spread).spread);
-  CHECK_FALSE(op.launch_geometry(m16, ring).spread);
-  CHECK(op.launch_geometry(m16, spread).dynamic_smem == op.launch_geometry(m16, ring).dynamic_smem);
+  CHECK(test::geometry_of(op, m16, spread).spread);
+  CHECK_FALSE(test::geometry_of(op, m16, ring).spread);
+  CHECK(test::geometry_of(op, m16, spread).dynamic_smem == test::geometry_of(op, m16, ring).dynamic_smem);
   CHECK_THROWS_WITH(op.validate_config(m16, with_key(ring, "spread", 2)), Catch::Contains("spread must be 0 or 1"));
   CHECK_THROWS_WITH(op.validate_config(m16, with_key(with_key(kPlainSmallM, "balance", 2), "spread", 1)),
                     Catch::Contains("balance places its own blocks"));

@@ -5,6 +5,7 @@
 #include "runtime/device.h"
 #include "runtime/driver.h"
 #include "runtime/kernel_cache.h"
+#include "tuner/ops.h"
 #include "tuner/timing.h"
 #include "tuner/workload.h"
 
@@ -24,11 +25,17 @@ BenchReport bench(const codegen::OpSpec& spec, cache::Store& store, double susta
   auto rec = store.lookup(runtime::fingerprint(spec).key());
   if (!rec) rec = runtime::build_record(spec, op.default_config(spec), false);
   rep.tuned = rec->tuned;
-  runtime::LoadedKernel k = runtime::load_record(*rec, spec);
+  const runtime::LoadedPlan plan = runtime::load_record(*rec, spec);
+  const runtime::PlanGuard guard{plan};
 
   auto work = make_workload(spec, std::random_device{}(), dev.l2_bytes);
   CUstream stream = nullptr;
   QJIT_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  const runtime::RunPlan run_plan = op_hooks(spec.op).run;
+  const auto call = [&](int copy) {
+    const CUresult r = run_plan(plan, work->args(copy), stream);
+    if (r != CUDA_SUCCESS) throw Error("driver", spec.label() + ": launch failed: " + runtime::describe(r));
+  };
   // A row: `run` timed, verified as `v` says.
   auto add_row = [&](const std::string& name, const std::function<void(int)>& run, const Verification& v,
                      bool checked) {
@@ -41,17 +48,16 @@ BenchReport bench(const codegen::OpSpec& spec, cache::Store& store, double susta
     }
   };
   work->poison_output(stream);
-  runtime::launch(k, work->args(0), stream);
+  call(0);
   QJIT_CU(cuStreamSynchronize(stream));
-  add_row(rec->tuned ? "qjit (tuned)" : "qjit (untuned default)",
-          [&](int i) { runtime::launch(k, work->args(i % work->copies()), stream); }, work->verify(1.0), true);
+  add_row(rec->tuned ? "qjit (tuned)" : "qjit (untuned default)", [&](int i) { call(i % work->copies()); },
+          work->verify(1.0), true);
   rep.rows.back().config = rec->config.dump();
   std::string why;
   for (auto& b : work->baselines(&why))
     add_row(b.name, [&](int i) { b.run(i % work->copies(), stream); }, check_baseline(*work, b, stream), b.checked);
   QJIT_CU(cuStreamSynchronize(stream));
   runtime::driver().cuStreamDestroy(stream);
-  runtime::driver().cuModuleUnload(k.module);
   return rep;
 }
 

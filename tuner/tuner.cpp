@@ -17,6 +17,7 @@
 #include "runtime/device.h"
 #include "runtime/driver.h"
 #include "runtime/kernel_cache.h"
+#include "tuner/ops.h"
 #include "tuner/timing.h"
 #include "tuner/workload.h"
 
@@ -66,29 +67,23 @@ std::string first_lines(const std::string& s, int n) {
   return s.substr(0, pos);
 }
 
-// Unloads a loaded kernel's module when it goes out of scope.
-struct ModuleGuard {
-  CUmodule m;
-  ~ModuleGuard() { runtime::driver().cuModuleUnload(m); }
-};
-
-// One launch of k on copy 0 of the inputs, its output poisoned first, waited for.
-CUresult launch_on_poisoned_output(const runtime::LoadedKernel& k, Workload& work, CUstream stream) {
+// One call of the candidate's plan on copy 0 of the inputs, its output poisoned first, waited for.
+CUresult call_on_poisoned_output(const runtime::LoadedPlan& p, runtime::RunPlan run, Workload& work, CUstream stream) {
   work.poison_output(stream);
-  const CUresult r = runtime::try_launch(k, work.args(0), stream);
+  const CUresult r = run(p, work.args(0), stream);
   return r == CUDA_SUCCESS ? runtime::driver().cuStreamSynchronize(stream) : r;
 }
 
-// Launches the record's kernel kWinnerLaunches times, each verified; "" when
-// every launch verified, else what failed.
-std::string verify_repeatedly(const cache::KernelRecord& rec, const codegen::OpSpec& spec, Workload& work,
-                              CUstream stream) {
-  const runtime::LoadedKernel k = runtime::load_record(rec, spec);
-  const ModuleGuard guard{k.module};
+// Calls the record's plan kWinnerLaunches times, each verified; "" when
+// every call verified, else what failed.
+std::string verify_repeatedly(const cache::KernelRecord& rec, const codegen::OpSpec& spec, runtime::RunPlan run,
+                              Workload& work, CUstream stream) {
+  const runtime::LoadedPlan p = runtime::load_record(rec, spec);
+  const runtime::PlanGuard guard{p};
   int wrong = 0;
   std::string first;
   for (int i = 0; i < kWinnerLaunches; ++i) {
-    if (const CUresult r = launch_on_poisoned_output(k, work, stream); r != CUDA_SUCCESS)
+    if (const CUresult r = call_on_poisoned_output(p, run, work, stream); r != CUDA_SUCCESS)
       throw Error("driver", "the winner " + rec.config.dump() + " failed on a repeat launch: " + runtime::describe(r));
     const Verification v = work.verify();
     if (!v.ok && wrong++ == 0) first = v.message;
@@ -140,165 +135,250 @@ std::vector<nlohmann::json> select_configs(const std::vector<nlohmann::json>& sp
   return out;
 }
 
-TuneReport tune(const codegen::OpSpec& spec, cache::Store& store, const TuneOptions& opt) {
-  const auto start = Clock::now();
-  std::ostream* out = opt.progress;
-  const auto& op = codegen::find_op(spec.op);
-  const runtime::Device& dev = runtime::current_device();
-  const cache::Fingerprint fp = runtime::fingerprint(spec);
-  const std::string key = fp.key();
-  auto deadline_hit = [&] { return opt.budget_seconds > 0 && seconds_since(start) > opt.budget_seconds; };
+namespace {
 
-  TuneReport rep;
-  rep.spec_label = spec.label();
-  rep.key = key;
-  rep.device = dev.identity.name;
-  rep.arch = dev.arch;
-  rep.bytes = op.traffic(spec).bytes;
+// One tuning run of one spec, in named steps (tune() below calls them in
+// order): the floor, the candidates, their compiles, their measurement, the
+// baselines, and the winner's confirmation.
+class Tuning {
+ public:
+  Tuning(const codegen::OpSpec& spec, cache::Store& store, const TuneOptions& opt)
+      : spec_(spec),
+        store_(store),
+        opt_(opt),
+        out_(opt.progress),
+        op_(codegen::find_op(spec.op)),
+        run_(op_hooks(spec.op).run),
+        dev_(runtime::current_device()),
+        fp_(runtime::fingerprint(spec)),
+        key_(fp_.key()) {
+    rep_.spec_label = spec.label();
+    rep_.key = key_;
+    rep_.device = dev_.identity.name;
+    rep_.arch = dev_.arch;
+    rep_.bytes = op_.traffic(spec).bytes;
+  }
 
   // Copy bandwidth: measured once per device, then read from the store.
-  if (auto bw = store.copy_bandwidth_gbps(dev.key())) {
-    rep.copy_gbps = *bw;
-  } else {
-    if (out) *out << "measuring copy bandwidth of " << dev.identity.name << " ... " << std::flush;
-    rep.copy_gbps = measure_copy_bandwidth_gbps();
-    store.set_copy_bandwidth_gbps(dev.key(), rep.copy_gbps);
-    if (out) *out << static_cast<int>(rep.copy_gbps) << " GB/s\n";
-  }
-  rep.floor_us = rep.bytes / (rep.copy_gbps * 1e3);
-
-  // Candidate list: imported configs first, then the op's space; skip those
-  // already measured for this key unless --retune.
-  std::vector<nlohmann::json> configs;
-  std::set<std::string> seen;
-  for (const auto& imp : store.imports(spec.op, spec.canonical_json()))
-    if (seen.insert(imp.config.dump()).second) configs.push_back(imp.config);
-  if (opt.only_configs.empty()) {
-    for (auto& c : op.tunable_space(spec))
-      if (seen.insert(c.dump()).second) configs.push_back(c);
-  } else {
-    configs.clear();
-    for (auto& c : opt.only_configs) configs.push_back(c);
-  }
-  rep.candidates_total = static_cast<int>(configs.size());
-  std::set<std::string> known;
-  if (!opt.retune)
-    for (const auto& t : store.trials(key)) known.insert(t.config.dump());
-  std::vector<Candidate> cands;
-  for (auto& c : configs) {
-    if (known.count(c.dump())) {
-      ++rep.skipped_known;
-      continue;
+  void measure_floor() {
+    if (auto bw = store_.copy_bandwidth_gbps(dev_.key())) {
+      rep_.copy_gbps = *bw;
+    } else {
+      if (out_) *out_ << "measuring copy bandwidth of " << dev_.identity.name << " ... " << std::flush;
+      rep_.copy_gbps = measure_copy_bandwidth_gbps();
+      store_.set_copy_bandwidth_gbps(dev_.key(), rep_.copy_gbps);
+      if (out_) *out_ << static_cast<int>(rep_.copy_gbps) << " GB/s\n";
     }
-    if (opt.budget_candidates > 0 && static_cast<int>(cands.size()) >= opt.budget_candidates) break;
-    try {
-      cands.push_back({c, codegen::generate_source(spec, c), {}});
-    } catch (const Error& e) {  // an imported config that is illegal here
-      if (out) *out << "  skipping config " << c.dump() << ": " << e.what() << "\n";
-    }
+    rep_.floor_us = rep_.bytes / (rep_.copy_gbps * 1e3);
   }
-  if (out)
-    *out << "tuning " << spec.label() << " on " << dev.identity.name << " (" << dev.arch << "): "
-         << rep.candidates_total << " candidates, " << rep.skipped_known << " already measured, " << cands.size()
-         << " to run\n";
 
-  std::vector<cache::TrialRecord> new_trials;
-  auto record = [&](const nlohmann::json& config, cache::TrialStatus st, const std::string& msg,
-                    const codegen::CompileResult* cr) {
+  // Imported configs first, then the op's space (or --only's configs);
+  // those already measured for this key are skipped unless --retune.
+  void select_candidates() {
+    std::vector<nlohmann::json> configs;
+    std::set<std::string> seen;
+    if (opt_.only_configs.empty()) {
+      for (const auto& imp : store_.imports(spec_.op, spec_.canonical_json()))
+        if (seen.insert(imp.config.dump()).second) configs.push_back(imp.config);
+      for (auto& c : op_.tunable_space(spec_, runtime::device_limits()))
+        if (seen.insert(c.dump()).second) configs.push_back(c);
+    } else {
+      configs = opt_.only_configs;
+    }
+    rep_.candidates_total = static_cast<int>(configs.size());
+    std::set<std::string> known;
+    if (!opt_.retune)
+      for (const auto& t : store_.trials(key_)) known.insert(t.config.dump());
+    for (auto& c : configs) {
+      if (known.count(c.dump())) {
+        ++rep_.skipped_known;
+        continue;
+      }
+      if (opt_.budget_candidates > 0 && static_cast<int>(cands_.size()) >= opt_.budget_candidates) break;
+      try {
+        cands_.push_back({c, codegen::generate_source(spec_, c), {}});
+      } catch (const Error& e) {  // an imported config that is illegal here
+        if (out_) *out_ << "  skipping config " << c.dump() << ": " << e.what() << "\n";
+      }
+    }
+    if (out_)
+      *out_ << "tuning " << spec_.label() << " on " << dev_.identity.name << " (" << dev_.arch
+            << "): " << rep_.candidates_total << " candidates, " << rep_.skipped_known << " already measured, "
+            << cands_.size() << " to run\n";
+  }
+
+  void compile() {
+    const int threads = opt_.compile_threads > 0 ? opt_.compile_threads
+                                                 : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const auto compile_start = Clock::now();
+    if (!cands_.empty()) {
+      if (out_) *out_ << "compiling " << cands_.size() << " candidates on " << threads << " threads\n";
+      compile_all(cands_, dev_.arch, threads, [this] { return deadline_hit(); }, out_);
+    }
+    rep_.compile_wall_s = seconds_since(compile_start);
+    for (auto& c : cands_) rep_.compile_cpu_ms += c.compiled.compile_ms;
+  }
+
+  // Inputs are needed even when every candidate is known: the baselines run each time.
+  void prepare_inputs() {
+    const uint64_t seed = opt_.seed ? opt_.seed : std::random_device{}() * 0x100000001ull + std::random_device{}();
+    if (out_) *out_ << "preparing inputs and the CPU reference ... " << std::flush;
+    work_ = make_workload(spec_, seed, dev_.l2_bytes);
+    if (out_) *out_ << work_->copies() << " weight copies rotated\n";
+    QJIT_CU(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
+  }
+
+  // Each candidate's plan: loaded, called once on poisoned output and
+  // verified, then timed. Every candidate's trials reach the store when its
+  // turn ends, however it ends (continue, or a driver error unwinding): a run
+  // that stops loses nothing it measured.
+  void measure_candidates() {
+    struct FlushAtEnd {
+      Tuning& t;
+      ~FlushAtEnd() {
+        try {
+          t.flush();
+        } catch (...) {  // unwinding already: the error in flight is the one to report
+        }
+      }
+    };
+    for (auto& c : cands_) {
+      const FlushAtEnd flush_at_end{*this};
+      if (c.compiled.log.empty() && !c.compiled.ok) continue;  // never started (deadline)
+      if (!c.compiled.ok) {
+        fail(c, cache::TrialStatus::compile_error, first_lines(c.compiled.log, 6));
+        continue;
+      }
+      if (c.compiled.spill_bytes > 0) {
+        fail(c, cache::TrialStatus::resource_error,
+             "spills " + std::to_string(c.compiled.spill_bytes) + " bytes to local memory");
+        continue;
+      }
+      if (deadline_hit()) break;
+      measure(c);
+    }
+    rep_.measured_now = measured_;
+  }
+
+  void measure_baselines() {
+    std::string no_baseline;
+    auto baselines = work_->baselines(&no_baseline);
+    if (baselines.empty() && out_) *out_ << "no library baseline: " << no_baseline << "\n";
+    for (auto& b : baselines) {
+      const Verification v = check_baseline(*work_, b, stream_);
+      Timing tm = time_launches([&](int i) { b.run(i % work_->copies(), stream_); }, stream_);
+      rep_.baselines.push_back({b.name, tm.median_us, v.rel_error, v.ok, b.checked});
+      auto* t = record({{"baseline", b.name}}, cache::TrialStatus::ok, v.ok ? "" : v.message, nullptr);
+      t->median_us = tm.median_us;
+      t->gbps = rep_.bytes / (tm.median_us * 1e3);
+      t->verify_error = b.checked ? v.rel_error : -1;  // -1: not verified by design (TrialRecord)
+      if (out_) {
+        char line[256];
+        std::snprintf(line, sizeof line, "  baseline %-22s %8.2f us %7.0f GB/s %5.1f%% of floor\n", b.name.c_str(),
+                      tm.median_us, t->gbps, 100 * rep_.floor_us / tm.median_us);
+        *out_ << line;
+      }
+    }
+    flush();
+  }
+
+  // The winner over every ok trial of this key, this run's and earlier
+  // ones', called kWinnerLaunches more times, each verified: one that fails
+  // any is stored as wrong_result with the count (replacing its ok trial),
+  // and the next one is tried. The confirmed winner is cached.
+  void confirm_winner() {
+    cache::KernelRecord rec;
+    for (;;) {
+      const auto all = store_.trials(key_);
+      const cache::TrialRecord* best = choose_winner(all);
+      if (!best)
+        throw Error("tuner", "no candidate of " + spec_.label() + " compiled, ran and verified; see `qjit show`");
+      // The winner was usually compiled in this run; one measured in an earlier run is compiled again.
+      const auto it = verified_now_.find(best->config.dump());
+      rec = it != verified_now_.end()
+                ? runtime::make_record(spec_, best->config, cands_[it->second].source, cands_[it->second].compiled, true)
+                : runtime::build_record(spec_, best->config, /*tuned=*/true);
+      rec.median_us = best->median_us;
+      rec.gbps = best->gbps;
+      rec.pct_copy_bw = 100.0 * best->gbps / rep_.copy_gbps;
+      rec.verify_error = best->verify_error;
+      if (out_) *out_ << "verifying the winner on " << kWinnerLaunches << " more launches ... " << std::flush;
+      const std::string wrong = verify_repeatedly(rec, spec_, run_, *work_, stream_);
+      if (wrong.empty()) {
+        if (out_) *out_ << "ok\n";
+        break;
+      }
+      if (out_) *out_ << "WRONG: " << wrong << "\n";
+      cache::TrialRecord t = *best;
+      t.status = cache::TrialStatus::wrong_result;
+      t.message = wrong;
+      store_.put_trials({t});
+      ++rep_.failed_now;
+    }
+    rep_.trials = store_.trials(key_);
+    store_.put(rec);
+    runtime::dump_if_requested(rec);
+    rep_.best = rec;
+    // A workload's baseline is a reference point, not a plan the runtime can
+    // launch (the library paths that are, such as wq_gemm's cublas family,
+    // are candidates): say so loudly when one is faster.
+    for (const auto& b : rep_.baselines)
+      if (out_ && (b.verified || !b.checked) && b.median_us < rec.median_us)
+        *out_ << "WARNING: baseline " << b.name << " (" << b.median_us << " us) is faster than the best qjit plan ("
+              << rec.median_us << " us) for " << spec_.label() << "\n";
+  }
+
+  TuneReport finish() {
+    rep_.wall_s = seconds_since(start_);
+    return std::move(rep_);
+  }
+
+  ~Tuning() {
+    if (stream_) runtime::driver().cuStreamDestroy(stream_);
+  }
+
+ private:
+  bool deadline_hit() const { return opt_.budget_seconds > 0 && seconds_since(start_) > opt_.budget_seconds; }
+
+  cache::TrialRecord* record(const nlohmann::json& config, cache::TrialStatus st, const std::string& msg,
+                             const codegen::CompileResult* cr) {
     cache::TrialRecord t;
-    t.key = key;
+    t.key = key_;
     t.config = config;
     t.status = st;
     t.message = msg;
     if (cr) t.compile_ms = cr->compile_ms, t.registers = cr->registers, t.spill_bytes = cr->spill_bytes;
-    new_trials.push_back(t);
-    return &new_trials.back();
-  };
-
-  // 1. Compile in parallel.
-  const int threads = opt.compile_threads > 0 ? opt.compile_threads
-                                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const auto compile_start = Clock::now();
-  if (!cands.empty()) {
-    if (out) *out << "compiling " << cands.size() << " candidates on " << threads << " threads\n";
-    compile_all(cands, dev.arch, threads, deadline_hit, out);
+    new_trials_.push_back(t);
+    return &new_trials_.back();
   }
-  rep.compile_wall_s = seconds_since(compile_start);
-  for (auto& c : cands) rep.compile_cpu_ms += c.compiled.compile_ms;
+  cache::TrialRecord* fail(const Candidate& c, cache::TrialStatus st, const std::string& msg) {
+    ++rep_.failed_now;
+    return record(c.config, st, msg, &c.compiled);
+  }
+  void flush() {
+    store_.put_trials({new_trials_.begin() + static_cast<std::ptrdiff_t>(stored_), new_trials_.end()});
+    stored_ = new_trials_.size();
+  }
 
-  // 2. Load, verify, time.
-  std::unique_ptr<Workload> work;
-  std::string no_baseline;
-  std::vector<Baseline> baselines;
-  const uint64_t seed = opt.seed ? opt.seed : std::random_device{}() * 0x100000001ull + std::random_device{}();
-  // Inputs are needed even when every candidate is known: the baselines run each time.
-  if (out) *out << "preparing inputs and the CPU reference ... " << std::flush;
-  work = make_workload(spec, seed, dev.l2_bytes);
-  if (out) *out << work->copies() << " weight copies rotated\n";
-  CUstream stream = nullptr;
-  QJIT_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-  struct StreamGuard {
-    CUstream s;
-    ~StreamGuard() { runtime::driver().cuStreamDestroy(s); }
-  } guard{stream};
-
-  double best_us = INFINITY;
-  std::map<std::string, size_t> verified_now;  // config -> index in cands: the winner need not compile again
-  int measured = 0;
-  // Every candidate's trials reach the store when its turn ends, however it
-  // ends (continue, or a driver error unwinding): a run that stops loses
-  // nothing it measured.
-  size_t stored = 0;  // new_trials[0, stored) are in the store
-  const auto flush = [&] {
-    store.put_trials({new_trials.begin() + static_cast<std::ptrdiff_t>(stored), new_trials.end()});
-    stored = new_trials.size();
-  };
-  struct FlushAtEnd {
-    const std::function<void()> flush;
-    ~FlushAtEnd() {
-      try {
-        flush();
-      } catch (...) {  // unwinding already: the error in flight is the one to report
-      }
-    }
-  };
-  for (auto& c : cands) {
-    const FlushAtEnd flush_at_end{flush};
-    if (c.compiled.log.empty() && !c.compiled.ok) continue;  // never started (deadline)
-    if (!c.compiled.ok) {
-      record(c.config, cache::TrialStatus::compile_error, first_lines(c.compiled.log, 6), &c.compiled);
-      ++rep.failed_now;
-      continue;
-    }
-    if (c.compiled.spill_bytes > 0) {
-      record(c.config, cache::TrialStatus::resource_error,
-             "spills " + std::to_string(c.compiled.spill_bytes) + " bytes to local memory", &c.compiled);
-      ++rep.failed_now;
-      continue;
-    }
-    if (deadline_hit()) break;
+  void measure(Candidate& c) {
     cache::KernelRecord rec;
-    rec.fp = fp;
+    rec.fp = fp_;
     rec.config = c.config;
     rec.kernel_name = c.source.kernel_name;
     rec.cubin = c.compiled.cubin;
-    runtime::LoadedKernel k;
+    runtime::LoadedPlan p;
     try {
-      k = runtime::load_record(rec, spec);
+      p = runtime::load_record(rec, spec_);
     } catch (const Error& e) {
-      record(c.config, cache::TrialStatus::resource_error, e.what(), &c.compiled);
-      ++rep.failed_now;
-      continue;
+      fail(c, cache::TrialStatus::resource_error, e.what());
+      return;
     }
-    const ModuleGuard mguard{k.module};
-    // A candidate that multiplies with cuBLAS (wq_gemm's "cublas" family)
-    // cannot run without it: a resource error, as a kernel too big for this GPU.
-    if (k.geometry.dense_gemm.on) {
-      if (const std::string why = runtime::dense_gemm_unavailable(stream); !why.empty()) {
-        record(c.config, cache::TrialStatus::resource_error, "needs cuBLAS: " + why, &c.compiled);
-        ++rep.failed_now;
-        continue;
-      }
+    const runtime::PlanGuard guard{p};
+    // A plan with a library step (wq_gemm's cublas family) cannot run
+    // without the library: a resource error, as a kernel too big for this GPU.
+    if (const std::string why = runtime::plan_unavailable(p, stream_); !why.empty()) {
+      fail(c, cache::TrialStatus::resource_error, "needs cuBLAS: " + why);
+      return;
     }
     // Stored before the GPU runs the candidate, replaced by its result at
     // the end: if the process dies on it (a fault that poisons the context,
@@ -306,32 +386,33 @@ TuneReport tune(const codegen::OpSpec& spec, cache::Store& store, const TuneOpti
     // it instead of dying on it again (--retune tries it anyway).
     {
       cache::TrialRecord pending;
-      pending.key = key;
+      pending.key = key_;
       pending.config = c.config;
       pending.status = cache::TrialStatus::wrong_result;
       pending.message = kUnfinishedTrial;
-      store.put_trials({pending});
+      store_.put_trials({pending});
     }
     Verification v;
     Timing tm;
     try {
-      // Verify on copy 0, output poisoned first.
-      const CUresult r = launch_on_poisoned_output(k, *work, stream);
+      const CUresult r = call_on_poisoned_output(p, run_, *work_, stream_);
       if (r == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES || r == CUDA_ERROR_INVALID_VALUE) {
-        record(c.config, cache::TrialStatus::resource_error, runtime::describe(r), &c.compiled);
-        ++rep.failed_now;
-        continue;
+        fail(c, cache::TrialStatus::resource_error, runtime::describe(r));
+        return;
       }
       if (r != CUDA_SUCCESS) throw Error("driver", "candidate " + c.config.dump() + " failed: " + runtime::describe(r));
-      v = work->verify();
+      v = work_->verify();
       if (!v.ok) {
-        auto* t = record(c.config, cache::TrialStatus::wrong_result, v.message, &c.compiled);
-        t->verify_error = v.rel_error;
-        ++rep.failed_now;
-        if (out) *out << "  WRONG " << c.config.dump() << ": " << v.message << "\n";
-        continue;
+        fail(c, cache::TrialStatus::wrong_result, v.message)->verify_error = v.rel_error;
+        if (out_) *out_ << "  WRONG " << c.config.dump() << ": " << v.message << "\n";
+        return;
       }
-      tm = time_launches([&](int i) { runtime::launch(k, work->args(i % work->copies()), stream); }, stream);
+      tm = time_launches(
+          [&](int i) {
+            const CUresult rr = run_(p, work_->args(i % work_->copies()), stream_);
+            if (rr != CUDA_SUCCESS) throw Error("driver", "candidate launch failed: " + runtime::describe(rr));
+          },
+          stream_);
     } catch (const Error& e) {
       // The context is unusable after most launch failures: record the
       // culprit with the driver's words (stored with the rest), then stop.
@@ -340,84 +421,53 @@ TuneReport tune(const codegen::OpSpec& spec, cache::Store& store, const TuneOpti
     }
     auto* t = record(c.config, cache::TrialStatus::ok, "", &c.compiled);
     t->median_us = tm.median_us;
-    t->gbps = rep.bytes / (tm.median_us * 1e3);
+    t->gbps = rep_.bytes / (tm.median_us * 1e3);
     t->verify_error = v.rel_error;
-    verified_now[c.config.dump()] = static_cast<size_t>(&c - cands.data());
-    ++measured;
-    best_us = std::min(best_us, tm.median_us);
-    if (out) {
+    verified_now_[c.config.dump()] = static_cast<size_t>(&c - cands_.data());
+    ++measured_;
+    best_us_ = std::min(best_us_, tm.median_us);
+    if (out_) {
       char line[256];
       std::snprintf(line, sizeof line, "  [%3d/%zu] %8.2f us %7.0f GB/s %5.1f%% of floor  best %.2f us  %s\n",
-                    measured, cands.size(), tm.median_us, t->gbps, 100 * rep.floor_us / tm.median_us, best_us,
+                    measured_, cands_.size(), tm.median_us, t->gbps, 100 * rep_.floor_us / tm.median_us, best_us_,
                     c.config.dump().c_str());
-      *out << line;
+      *out_ << line;
     }
   }
-  rep.measured_now = measured;
 
-  // 3. Baselines, measured in this run.
-  baselines = work->baselines(&no_baseline);
-  if (baselines.empty() && out) *out << "no library baseline: " << no_baseline << "\n";
-  for (auto& b : baselines) {
-    const Verification v = check_baseline(*work, b, stream);
-    Timing tm = time_launches([&](int i) { b.run(i % work->copies(), stream); }, stream);
-    BaselineResult br{b.name, tm.median_us, v.rel_error, v.ok, b.checked};
-    rep.baselines.push_back(br);
-    auto* t = record({{"baseline", b.name}}, cache::TrialStatus::ok, v.ok ? "" : v.message, nullptr);
-    t->median_us = tm.median_us;
-    t->gbps = rep.bytes / (tm.median_us * 1e3);
-    t->verify_error = b.checked ? v.rel_error : -1;  // -1: not verified by design (TrialRecord)
-    if (out) {
-      char line[256];
-      std::snprintf(line, sizeof line, "  baseline %-22s %8.2f us %7.0f GB/s %5.1f%% of floor\n", b.name.c_str(),
-                    tm.median_us, t->gbps, 100 * rep.floor_us / tm.median_us);
-      *out << line;
-    }
-  }
-  flush();
+  const Clock::time_point start_ = Clock::now();
+  const codegen::OpSpec& spec_;
+  cache::Store& store_;
+  const TuneOptions& opt_;
+  std::ostream* out_;
+  const codegen::OpDef& op_;
+  const runtime::RunPlan run_;
+  const runtime::Device& dev_;
+  const cache::Fingerprint fp_;
+  const std::string key_;
+  TuneReport rep_;
+  std::vector<Candidate> cands_;
+  std::unique_ptr<Workload> work_;
+  CUstream stream_ = nullptr;
+  std::vector<cache::TrialRecord> new_trials_;
+  size_t stored_ = 0;  // new_trials_[0, stored_) are in the store
+  std::map<std::string, size_t> verified_now_;  // config -> index in cands_: the winner need not compile again
+  int measured_ = 0;
+  double best_us_ = INFINITY;
+};
 
-  // 4. Winner over every ok trial of this key, this run's and earlier ones',
-  //    launched kWinnerLaunches more times, each verified: one that fails any
-  //    is stored as wrong_result with the count (replacing its ok trial), and
-  //    the next one is tried.
-  cache::KernelRecord rec;
-  for (;;) {
-    const auto all = store.trials(key);
-    const cache::TrialRecord* best = choose_winner(all);
-    if (!best) throw Error("tuner", "no candidate of " + spec.label() + " compiled, ran and verified; see `qjit show`");
-    // The winner was usually compiled in this run; one measured in an earlier run is compiled again.
-    const auto it = verified_now.find(best->config.dump());
-    rec = it != verified_now.end()
-              ? runtime::make_record(spec, best->config, cands[it->second].source, cands[it->second].compiled, true)
-              : runtime::build_record(spec, best->config, /*tuned=*/true);
-    rec.median_us = best->median_us;
-    rec.gbps = best->gbps;
-    rec.pct_copy_bw = 100.0 * best->gbps / rep.copy_gbps;
-    rec.verify_error = best->verify_error;
-    if (out) *out << "verifying the winner on " << kWinnerLaunches << " more launches ... " << std::flush;
-    const std::string wrong = verify_repeatedly(rec, spec, *work, stream);
-    if (wrong.empty()) {
-      if (out) *out << "ok\n";
-      break;
-    }
-    if (out) *out << "WRONG: " << wrong << "\n";
-    cache::TrialRecord t = *best;
-    t.status = cache::TrialStatus::wrong_result;
-    t.message = wrong;
-    store.put_trials({t});
-    ++rep.failed_now;
-  }
-  rep.trials = store.trials(key);
-  store.put(rec);
-  runtime::dump_if_requested(rec);
-  rep.best = rec;
-  rep.wall_s = seconds_since(start);
-  // The runtime launches qjit kernels only; say so loudly when a library path wins.
-  for (const auto& b : rep.baselines)
-    if (out && (b.verified || !b.checked) && b.median_us < rec.median_us)
-      *out << "WARNING: baseline " << b.name << " (" << b.median_us << " us) is faster than the best qjit kernel ("
-           << rec.median_us << " us) for " << spec.label() << "\n";
-  return rep;
+}  // namespace
+
+TuneReport tune(const codegen::OpSpec& spec, cache::Store& store, const TuneOptions& opt) {
+  Tuning t(spec, store, opt);
+  t.measure_floor();
+  t.select_candidates();
+  t.compile();
+  t.prepare_inputs();
+  t.measure_candidates();
+  t.measure_baselines();
+  t.confirm_winner();
+  return t.finish();
 }
 
 nlohmann::json TuneReport::to_json() const {

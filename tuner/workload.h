@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 #include "codegen/spec.h"
+#include "qjit/qjit.h"
 
 namespace qjit::tuner {
 
@@ -49,18 +50,29 @@ struct Baseline {
   bool checked = true;
 };
 
+// A device address as the argument structs take it.
+inline void* dev(CUdeviceptr p) { return reinterpret_cast<void*>(p); }
+
 class Workload {
  public:
   virtual ~Workload() = default;
-  // Kernel parameters reading weight copy `copy` (0 <= copy < copies()).
-  virtual void** args(int copy) = 0;
-  virtual int copies() const = 0;
+  // The call's arguments reading weight copy `copy` (0 <= copy < copies()):
+  // the op's argument struct, packed.
+  const ArgPack& args(int copy) const { return copies_[static_cast<size_t>(copy)]; }
+  int copies() const { return static_cast<int>(copies_.size()); }
   // Fills the output with NaN bit patterns so that unwritten elements fail,
   // on `stream`: the stream the checked kernel is then launched on.
   virtual void poison_output(CUstream stream) = 0;
   // Compares the output (which must come from copy 0) with the reference.
   virtual Verification verify(double tolerance_scale = 1.0) = 0;
   virtual std::vector<Baseline> baselines(std::string* why_none) = 0;
+
+ protected:
+  // The constructor adds each copy's arguments, copy 0 first.
+  void add_copy(const ArgPack& a) { copies_.push_back(a); }
+
+ private:
+  std::vector<ArgPack> copies_;
 };
 
 // Runs baseline `b` once on copy 0 and verifies it as a candidate is
@@ -70,8 +82,8 @@ class Workload {
 // message that says it is timed only.
 Verification check_baseline(Workload& work, const Baseline& b, CUstream stream);
 
-// Allocates and fills the inputs of `spec` on the current device. Throws
-// qjit::Error("tuner", ...) for an op with no workload.
+// Allocates and fills the inputs of `spec` on the current device (the op's
+// workload of tuner/ops.h). Throws qjit::Error("tuner", ...) for an op with none.
 std::unique_ptr<Workload> make_workload(const codegen::OpSpec& spec, uint64_t seed, size_t l2_bytes);
 // wq_gemm with `rows` rows of x (0: the bucket m), for tests of M inside a bucket.
 std::unique_ptr<Workload> make_wq_gemm_workload(const codegen::OpSpec& spec, uint64_t seed, size_t l2_bytes,

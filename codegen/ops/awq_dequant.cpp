@@ -63,7 +63,7 @@ void AwqDequantOp::validate(const nlohmann::json& p) const {
     throw Error("spec", "zero=sym exists for the gptq layout only (awq always carries qzeros)");
 }
 
-std::vector<nlohmann::json> AwqDequantOp::tunable_space(const OpSpec&) const {
+std::vector<nlohmann::json> AwqDequantOp::candidates(const OpSpec&, const DeviceLimits&) const {
   std::vector<nlohmann::json> out;
   for (int threads : {64, 128, 256, 512})
     for (int items : {1, 2, 4})
@@ -99,21 +99,21 @@ std::vector<Constant> AwqDequantOp::constants(const OpSpec& spec, const nlohmann
   };
 }
 
-LaunchGeometry AwqDequantOp::launch_geometry(const OpSpec& spec, const nlohmann::json& config) const {
+std::vector<ArgDef> AwqDequantOp::args() const { return {{"qweight"}, {"qzeros"}, {"scales"}, {"out"}}; }
+
+Plan AwqDequantOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
   const Config c = Config::from(config);
   const int64_t per_block = int64_t{c.threads} * c.items;
   LaunchGeometry g;
   g.grid[0] = static_cast<unsigned>((units(spec) + per_block - 1) / per_block);
   g.block[0] = static_cast<unsigned>(c.threads);
   g.programmatic = true;  // stores after qjit::wait_for_previous_grid()
-  return g;
-}
-
-std::vector<PointerArg> AwqDequantOp::pointer_args(const OpSpec& spec, const nlohmann::json&) const {
   // awq reads one int32 per unit; gptq 8 consecutive int32 (32 bytes).
   const int q_align = spec.get_str("layout") == "awq" ? 4 : 16;
   // Symmetric gptq reads no zeros: qzeros may be null.
-  return {{"qweight", q_align}, {"qzeros", 4, spec.get_str("zero") == "sym"}, {"scales", 16}, {"out", 16}};
+  return single_kernel_plan("qjit_awq_dequant", g, arg_params({"qweight", "qzeros", "scales", "out"}),
+                            {{"qweight", q_align}, {"qzeros", 4, spec.get_str("zero") == "sym"}, {"scales", 16},
+                             {"out", 16}});
 }
 
 Traffic AwqDequantOp::traffic(const OpSpec& spec) const {
@@ -121,6 +121,11 @@ Traffic AwqDequantOp::traffic(const OpSpec& spec) const {
                g = static_cast<double>(spec.get_int("g"));
   const double zeros = spec.get_str("zero") == "sym" ? 0 : (k / g) * n / 2;
   return {k * n / 2 + zeros + (k / g) * n * 2 + k * n * 2, 0};
+}
+
+const OpDef& awq_dequant_op() {
+  static const AwqDequantOp op;
+  return op;
 }
 
 }  // namespace qjit::codegen

@@ -17,7 +17,7 @@ struct Config {
   int vec_bytes;  // bytes of input per vector load
   int items;      // vectors per thread
   std::string table;  // "shared" | "global" (259 entries, interpolate) | "direct" (every fp16 input precomputed)
-  int blocks;     // direct: persistent grid size (each block copies the 128 KB map once); else 0
+  int blocks_per_sm;  // direct: persistent grid of this many blocks per SM (each copies the 128 KB map once); else 0
 
   static Config from(const nlohmann::json& j) {
     auto get = [&](const char* k) {
@@ -26,11 +26,12 @@ struct Config {
       return j[k].get<int>();
     };
     if (!j.is_object() || !j.contains("table") || !j["table"].is_string() || j.size() != 5)
-      throw Error("config", "fp_lut config needs threads, vec_bytes, items, table and blocks: " + j.dump());
-    return {get("threads"), get("vec_bytes"), get("items"), j["table"].get<std::string>(), get("blocks")};
+      throw Error("config", "fp_lut config needs threads, vec_bytes, items, table and blocks_per_sm: " + j.dump());
+    return {get("threads"), get("vec_bytes"), get("items"), j["table"].get<std::string>(), get("blocks_per_sm")};
   }
   nlohmann::json to_json() const {
-    return {{"threads", threads}, {"vec_bytes", vec_bytes}, {"items", items}, {"table", table}, {"blocks", blocks}};
+    return {{"threads", threads}, {"vec_bytes", vec_bytes},         {"items", items},
+            {"table", table},     {"blocks_per_sm", blocks_per_sm}};
   }
 };
 
@@ -46,9 +47,10 @@ std::string config_problem(const OpSpec& spec, const Config& c) {
   if (c.table != "shared" && c.table != "global" && c.table != "direct") return "table must be shared, global or direct";
   if (c.table == "direct") {
     if (spec.get_str("out") == "fp32") return "the direct strategy stores 16-bit outputs (out=fp16 or bf16)";
-    if (c.blocks != 132 && c.blocks != 264 && c.blocks != 528) return "direct blocks must be 132, 264 or 528";
-  } else if (c.blocks != 0) {
-    return "blocks applies to the direct strategy only (use 0)";
+    if (c.blocks_per_sm != 1 && c.blocks_per_sm != 2 && c.blocks_per_sm != 4)
+      return "direct blocks_per_sm must be 1, 2 or 4";
+  } else if (c.blocks_per_sm != 0) {
+    return "blocks_per_sm applies to the direct strategy only (use 0)";
   }
   return "";
 }
@@ -127,7 +129,7 @@ void FpLutOp::validate(const nlohmann::json& params) const {
   lut_table_of(spec);  // throws for bad cuts/values
 }
 
-std::vector<nlohmann::json> FpLutOp::tunable_space(const OpSpec& spec) const {
+std::vector<nlohmann::json> FpLutOp::candidates(const OpSpec& spec, const DeviceLimits&) const {
   std::vector<nlohmann::json> out;
   // 16- and 8-byte vectors (4 only for fp32 inputs: narrower only adds
   // instructions). The direct strategy runs one 128 KB block per SM, so it
@@ -136,8 +138,8 @@ std::vector<nlohmann::json> FpLutOp::tunable_space(const OpSpec& spec) const {
     for (int vec : {16, 8, 4})
       for (int items : {1, 2, 4, 8})
         for (const char* table : {"shared", "global", "direct"})
-          for (int blocks : {0, 132, 264, 528}) {
-            Config c{threads, vec, items, table, blocks};
+          for (int blocks_per_sm : {0, 1, 2, 4}) {
+            Config c{threads, vec, items, table, blocks_per_sm};
             const bool narrow = vec == 4 && bytes_of(spec.get_str("in")) < 4;
             const bool wide = ((threads == 1024 || items == 8) && c.table != "direct") ||
                               (threads == 1024 && items == 8);  // 64 registers at 1024 threads: spills
@@ -147,7 +149,7 @@ std::vector<nlohmann::json> FpLutOp::tunable_space(const OpSpec& spec) const {
 }
 
 nlohmann::json FpLutOp::default_config(const OpSpec& spec) const {
-  Config c{512, 16, 2, "direct", 264};
+  Config c{512, 16, 2, "direct", 2};
   if (config_problem(spec, c).empty()) return c.to_json();
   return Config{256, 16, 2, "shared", 0}.to_json();
 }
@@ -173,26 +175,44 @@ std::vector<Constant> FpLutOp::constants(const OpSpec& spec, const nlohmann::jso
   };
 }
 
-LaunchGeometry FpLutOp::launch_geometry(const OpSpec& spec, const nlohmann::json& config) const {
+std::vector<ArgDef> FpLutOp::args() const { return {{"x"}, {"y"}}; }
+
+// One call: qjit_fp_lut over the n elements. The direct strategy first fills
+// its map of every fp16 input once per module load (qjit_fp_lut_init, a
+// grid-stride loop), which the kernel's blocks copy to shared memory.
+Plan FpLutOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
   const Config c = Config::from(config);
-  const int64_t chunk = int64_t{c.threads} * c.items * (c.vec_bytes / bytes_of(spec.get_str("in")));
+  const int in_bytes = bytes_of(spec.get_str("in")), elems = c.vec_bytes / in_bytes;
+  const int64_t chunk = int64_t{c.threads} * c.items * elems;
   LaunchGeometry g;
   const int64_t chunks = (spec.get_int("n") + chunk - 1) / chunk;
-  g.grid[0] = static_cast<unsigned>(c.table == "direct" ? std::min<int64_t>(c.blocks, chunks) : chunks);
+  g.grid[0] = static_cast<unsigned>(chunks);
+  if (c.table == "direct") {
+    // A persistent grid of blocks_per_sm blocks on each of the device's SMs,
+    // never more blocks than chunks of work.
+    g.grid_per_sm = static_cast<unsigned>(c.blocks_per_sm);
+    g.max_grid = static_cast<unsigned>(std::min<int64_t>(chunks, UINT32_MAX));
+  }
   g.block[0] = static_cast<unsigned>(c.threads);
   g.dynamic_smem = c.table == "direct" ? 65536 * 2 : 0;  // the map of every fp16 input
-  return g;
-}
-
-std::vector<PointerArg> FpLutOp::pointer_args(const OpSpec& spec, const nlohmann::json& config) const {
-  const Config c = Config::from(config);
-  const int elems = c.vec_bytes / bytes_of(spec.get_str("in"));
-  return {{"x", c.vec_bytes}, {"y", std::min(16, elems * bytes_of(spec.get_str("out")))}};
+  Plan p = single_kernel_plan("qjit_fp_lut", g, arg_params({"x", "y"}),
+                              {{"x", c.vec_bytes}, {"y", std::min(16, elems * bytes_of(spec.get_str("out")))}});
+  if (c.table == "direct") {
+    LaunchGeometry init;
+    init.grid[0] = 256, init.block[0] = 256;
+    p.kernels.push_back({"qjit_fp_lut_init", KernelDef::Role::init, init, {}, {}});
+  }
+  return p;
 }
 
 Traffic FpLutOp::traffic(const OpSpec& spec) const {
   const double n = static_cast<double>(spec.get_int("n"));
   return {n * (bytes_of(spec.get_str("in")) + bytes_of(spec.get_str("out"))), 0};
+}
+
+const OpDef& fp_lut_op() {
+  static const FpLutOp op;
+  return op;
 }
 
 }  // namespace qjit::codegen

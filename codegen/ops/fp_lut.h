@@ -18,14 +18,13 @@ class FpLutOp final : public OpDef {
   std::string summary() const override { return "y = f(x) element-wise by an FP16 table with linear interpolation"; }
   std::vector<ParamDef> params() const override;
   void validate(const nlohmann::json& params) const override;
+  std::vector<ArgDef> args() const override;
   std::string template_path(const nlohmann::json&) const override { return "templates/fp_lut/fp_lut.cu"; }
-  std::string kernel_name() const override { return "qjit_fp_lut"; }
-  std::vector<nlohmann::json> tunable_space(const OpSpec& spec) const override;
+  std::vector<nlohmann::json> candidates(const OpSpec& spec, const DeviceLimits& device) const override;
   nlohmann::json default_config(const OpSpec& spec) const override;
   void validate_config(const OpSpec& spec, const nlohmann::json& config) const override;
   std::vector<Constant> constants(const OpSpec& spec, const nlohmann::json& config) const override;
-  LaunchGeometry launch_geometry(const OpSpec& spec, const nlohmann::json& config) const override;
-  std::vector<PointerArg> pointer_args(const OpSpec& spec, const nlohmann::json& config) const override;
+  Plan plan(const OpSpec& spec, const nlohmann::json& config) const override;
   Traffic traffic(const OpSpec& spec) const override;
 };
 

@@ -132,11 +132,15 @@ std::vector<ParamDef> FusedFfnOp::params() const {
                    "(`qjit repack` converts awq/gptq), dtype then the type of x and y",
                    "dense",
                    {"dense", "native", "awq", "gptq"}}),
-      added_later({"bits", "weights=native: bits per weight, 2, 3, 4 or 8", 4, {}, 2, 8}),
-      added_later({"g", "weights=native: group size along d (32, 64, 128, or d itself)", 128, {}, 32, int64_t{1} << 20}),
-      added_later({"zero", "weights=native: sym, int (one zero byte per group) or float (offsets), as wq_gemm", "int",
-                   {"sym", "int", "float"}}),
-      added_later({"scales", "weights=native: type of scales (and offsets)", "fp16", {"fp16", "bf16"}}),
+      only_if("weights", "native", added_later({"bits", "weights=native: bits per weight, 2, 3, 4 or 8", 4, {}, 2, 8})),
+      only_if("weights", "native",
+              added_later({"g", "weights=native: group size along d (32, 64, 128, or d itself)", 128, {}, 32,
+                           int64_t{1} << 20})),
+      only_if("weights", "native",
+              added_later({"zero", "weights=native: sym, int (one zero byte per group) or float (offsets), as wq_gemm",
+                           "int", {"sym", "int", "float"}})),
+      only_if("weights", "native",
+              added_later({"scales", "weights=native: type of scales (and offsets)", "fp16", {"fp16", "bf16"}})),
   };
 }
 
@@ -170,7 +174,7 @@ void FusedFfnOp::validate(const nlohmann::json& p) const {
   if (d % g) throw Error("spec", "fused_ffn d=" + s(d) + " is not divisible by g=" + s(g));
 }
 
-std::vector<nlohmann::json> FusedFfnOp::tunable_space(const OpSpec& spec) const {
+std::vector<nlohmann::json> FusedFfnOp::candidates(const OpSpec& spec, const DeviceLimits&) const {
   if (quantized(spec)) {
     std::vector<nlohmann::json> out;
     for (const auto& c : wq_tunable_space(wq_shape(spec))) out.push_back(wq_json(c));
@@ -268,31 +272,34 @@ std::vector<Constant> FusedFfnOp::constants(const OpSpec& spec, const nlohmann::
   return out;
 }
 
-LaunchGeometry FusedFfnOp::launch_geometry(const OpSpec& spec, const nlohmann::json& config) const {
-  if (quantized(spec)) return wq_launch_geometry(wq_shape(spec), wq_config(config));
+// Dense weights take w1 and w3 (the scales and zeros are unused); native
+// ones take each matrix as packed words, scales and zeros (wq_gemm's).
+std::vector<ArgDef> FusedFfnOp::args() const {
+  return {{"x"}, {"w1"}, {"scales1"}, {"zeros1"}, {"w3"}, {"scales3"}, {"zeros3"}, {"y"}};
+}
+
+Plan FusedFfnOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
+  if (quantized(spec)) {
+    const WqShape s = wq_shape(spec);
+    const WqAlign a = wq_alignment(s, wq_config(config));
+    const bool sym = s.zero == "sym";
+    return single_kernel_plan(
+        "qjit_fused_ffn", wq_launch(s, wq_config(config)).geometry,
+        arg_params({"x", "w1", "scales1", "zeros1", "w3", "scales3", "zeros3", "y"}),
+        {{"x", 16}, {"w1", a.qweight}, {"scales1", a.scales}, {"zeros1", a.zeros, sym}, {"w3", a.qweight},
+         {"scales3", a.scales}, {"zeros3", a.zeros, sym}, {"y", s.x == "fp32" ? 4 : 2}});
+  }
   const Config c = Config::from(config);
   const int64_t rows_per_block = c.warps / c.split_d * (c.family == "mma" ? 16 * c.tiles : c.rows_per_warp);
   LaunchGeometry g;
   g.grid[0] = static_cast<unsigned>((spec.get_int("h") + rows_per_block - 1) / rows_per_block);
   g.block[0] = static_cast<unsigned>(32 * c.warps);
-  return g;
-}
-
-std::vector<PointerArg> FusedFfnOp::pointer_args(const OpSpec& spec, const nlohmann::json& config) const {
-  if (quantized(spec)) {
-    const WqShape s = wq_shape(spec);
-    const WqAlign a = wq_alignment(s, wq_config(config));
-    const bool sym = s.zero == "sym";
-    return {{"x", 16},        {"qweight1", a.qweight}, {"scales1", a.scales}, {"zeros1", a.zeros, sym},
-            {"qweight3", a.qweight}, {"scales3", a.scales}, {"zeros3", a.zeros, sym},
-            {"y", s.x == "fp32" ? 4 : 2}};
-  }
-  const Config c = Config::from(config);
   const auto t = fused_ffn_types(spec.get_str("dtype"));
   // W is read in vec_bytes vectors (16 in the mma family); x in the same number of elements.
   const int w_align = c.family == "mma" ? 16 : c.vec_bytes;
   const int x_align = std::min(16, w_align / t.w_bytes * t.x_bytes);
-  return {{"x", x_align}, {"w1", w_align}, {"w3", w_align}, {"y", t.y_bytes}};
+  return single_kernel_plan("qjit_fused_ffn", g, arg_params({"x", "w1", "w3", "y"}),
+                            {{"x", x_align}, {"w1", w_align}, {"w3", w_align}, {"y", t.y_bytes}});
 }
 
 Traffic FusedFfnOp::traffic(const OpSpec& spec) const {
@@ -306,6 +313,11 @@ Traffic FusedFfnOp::traffic(const OpSpec& spec) const {
   const double d = static_cast<double>(spec.get_int("d")), h = static_cast<double>(spec.get_int("h")),
                m = static_cast<double>(spec.get_int("m"));
   return {2 * h * d * t.w_bytes + m * d * t.x_bytes + m * h * t.y_bytes, 4 * m * h * d};
+}
+
+const OpDef& fused_ffn_op() {
+  static const FusedFfnOp op;
+  return op;
 }
 
 }  // namespace qjit::codegen

@@ -23,14 +23,13 @@ class FusedFfnOp final : public OpDef {
   std::string summary() const override { return "y = SiLU(x·W1ᵀ) ⊙ (x·W3ᵀ), W1/W3 dense [h, d] or quantized (native), M = 1..8 rows of x"; }
   std::vector<ParamDef> params() const override;
   void validate(const nlohmann::json& params) const override;
+  std::vector<ArgDef> args() const override;
   std::string template_path(const nlohmann::json& config) const override;
-  std::string kernel_name() const override { return "qjit_fused_ffn"; }
-  std::vector<nlohmann::json> tunable_space(const OpSpec& spec) const override;
+  std::vector<nlohmann::json> candidates(const OpSpec& spec, const DeviceLimits& device) const override;
   nlohmann::json default_config(const OpSpec& spec) const override;
   void validate_config(const OpSpec& spec, const nlohmann::json& config) const override;
   std::vector<Constant> constants(const OpSpec& spec, const nlohmann::json& config) const override;
-  LaunchGeometry launch_geometry(const OpSpec& spec, const nlohmann::json& config) const override;
-  std::vector<PointerArg> pointer_args(const OpSpec& spec, const nlohmann::json& config) const override;
+  Plan plan(const OpSpec& spec, const nlohmann::json& config) const override;
   Traffic traffic(const OpSpec& spec) const override;
 };
 

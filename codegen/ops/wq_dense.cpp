@@ -43,24 +43,36 @@ std::vector<Constant> wq_dense_constants(const WqShape& s, const WqDenseConfig& 
   return out;
 }
 
-LaunchGeometry wq_dense_geometry(const WqShape& s, const WqDenseConfig& c, bool bias, const std::string& act) {
+Plan wq_dense_plan(const WqShape& s, const WqDenseConfig& c, bool bias, const std::string& act,
+                   std::vector<PointerArg> pointers) {
   LaunchGeometry g;
   const int64_t tiles = (s.n / 16) * (s.k / 64), per_block = int64_t{c.warps} * c.tiles;
   g.grid[0] = static_cast<unsigned>((tiles + per_block - 1) / per_block);
   g.block[0] = static_cast<unsigned>(32 * c.warps);
   g.programmatic = true;  // W's words, scales and zeros loaded before the wait, W stored after
-  // The kernel's parameters are those of every wq_gemm kernel: x, qweight,
-  // scales, zeros, bias, residual, y, M, workspace.
-  g.workspace_param = 8;
-  auto& d = g.dense_gemm;
-  d.on = true;
-  d.x_param = 0, d.bias_param = bias ? 4 : -1, d.residual_param = s.residual ? 5 : -1, d.y_param = 6, d.rows_param = 7;
-  d.k = s.k, d.n = s.n;
-  d.bf16 = s.scales == "bf16";
-  d.slab_rows = wq_dense_needs_epilogue(bias, act) ? wq_dense_slab_rows(s) : 0;
+  // The parameters of every wq_gemm kernel, the workspace last: W is written at its start.
+  auto params = arg_params({"x", "qweight", "scales", "zeros", "bias", "residual", "y", "m"});
+  params.push_back(workspace_param(0));
+  Plan p = single_kernel_plan("qjit_wq_gemm", g, std::move(params), std::move(pointers));
+  CublasGemm gemm;
+  gemm.x = "x", gemm.y = "y", gemm.rows = "m";
+  if (bias) gemm.bias = "bias";
+  if (s.residual) gemm.residual = "residual";
+  gemm.k = s.k, gemm.n = s.n;
+  gemm.bf16 = s.scales == "bf16";
+  gemm.w_offset = 0;
+  gemm.sums_offset = static_cast<size_t>(s.k * s.n * 2);  // after W, 2 bytes a weight
+  if (wq_dense_needs_epilogue(bias, act)) {
+    gemm.slab_rows = wq_dense_slab_rows(s);
+    gemm.epilogue = static_cast<int>(p.kernels.size());
+    LaunchGeometry e;  // the step sets the grid per slab: 256 threads a block, one output each
+    e.block[0] = 256;
+    p.kernels.push_back({"qjit_wq_gemm_epilogue", KernelDef::Role::step, e, {}, {}});
+  }
+  p.steps.push_back({PlanStep::Kind::cublas_gemm, -1, gemm});
   // The dense W (2 bytes a weight), then the slab's fp32 sums.
-  g.workspace_fixed = static_cast<size_t>(s.k * s.n * 2 + d.slab_rows * s.n * 4);
-  return g;
+  p.workspace_fixed = static_cast<size_t>(s.k * s.n * 2 + gemm.slab_rows * s.n * 4);
+  return p;
 }
 
 }  // namespace qjit::codegen

@@ -2,17 +2,17 @@
 // the weights dequantised into a dense W[n][k] of the scales' type, then one
 // cuBLAS GEMM of x by Wᵀ. It is the path a user without qjit would write, as a
 // candidate of the tuner, so the kernel chosen for a bucket is never slower
-// than it (issue 3). It wins where GEMM work dwarfs reading W twice over:
+// than it. It wins where GEMM work dwarfs reading W twice over:
 // large M on a GPU whose qjit kernels fall short of cuBLAS (no wgmma family
 // below compute capability 9.0).
 //
-// Steps of one launch (the runtime's try_launch, LaunchGeometry::DenseGemm):
-//   1. the template's kernel: native W → dense W in the runtime's workspace;
+// The plan of one call (codegen/op.h, CublasGemm):
+//   1. qjit_wq_gemm: native W → dense W at the start of the workspace;
 //   2. cuBLAS: y = x·Wᵀ when nothing follows (with the residual copied into y
 //      first and added by the GEMM's β = 1, when it is the only epilogue);
-//      else the sums in fp32 into the workspace, slab by slab of rows of x,
-//      each slab followed by
-//   3. the template's `_epilogue` kernel: y = clamp(sum + bias) (+ residual),
+//      else the sums in fp32 into the workspace after W, slab by slab of rows
+//      of x, each slab followed by
+//      qjit_wq_gemm_epilogue: y = clamp(sum + bias) (+ residual),
 //      wq_gemm_epilogue.cuh's store_y, as every other family rounds y once.
 // cuBLAS multiplies matrices of one type, so x must be of the scales' type.
 #pragma once
@@ -44,6 +44,8 @@ bool wq_dense_needs_epilogue(bool bias, const std::string& act);
 std::string wq_dense_problem(const WqShape& s, const WqDenseConfig& c);
 std::vector<WqDenseConfig> wq_dense_space(const WqShape& s);
 std::vector<Constant> wq_dense_constants(const WqShape& s, const WqDenseConfig& c);
-LaunchGeometry wq_dense_geometry(const WqShape& s, const WqDenseConfig& c, bool bias, const std::string& act);
+// The plan above; `pointers`: the checks on the call's pointers.
+Plan wq_dense_plan(const WqShape& s, const WqDenseConfig& c, bool bias, const std::string& act,
+                   std::vector<PointerArg> pointers);
 
 }  // namespace qjit::codegen

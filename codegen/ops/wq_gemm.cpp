@@ -18,17 +18,66 @@ WqShape shape_of(const OpSpec& spec) {
   return s;
 }
 
-// Config families: the small-M mainloop's (no "family" key; the cache holds
-// such configs), "tiled" and "wgmma" (large M), and "cublas" (dequantise,
-// then cuBLAS: wq_dense.h).
-WqConfig config_of(const nlohmann::json& j) { return WqConfig::from(j, "wq_gemm"); }
+// One kernel family: how its configs are told apart, its template, its
+// legality, search space and constants, and the plan of one call. The
+// small-M mainloop's configs have no "family" key (the cache holds such
+// configs); the others name theirs.
+struct Family {
+  const char* name;  // the config's "family", "" for the small-M mainloop
+  const char* template_path;
+  bool sm90a;  // wgmma: compiled for sm_90a, tuned on compute capability 9.0 only
+  std::string (*problem)(const WqShape&, const nlohmann::json&);
+  std::vector<nlohmann::json> (*space)(const WqShape&, const DeviceLimits&);
+  std::vector<Constant> (*constants)(const WqShape&, const nlohmann::json&);
+  // The kernel's launch; null for the cublas family, whose plan is wq_dense_plan.
+  WqLaunch (*launch)(const WqShape&, const nlohmann::json&);
+};
+
+template <typename C>
+std::vector<nlohmann::json> to_json(const std::vector<C>& v) {
+  std::vector<nlohmann::json> out;
+  for (const auto& c : v) out.push_back(c.to_json());
+  return out;
+}
+
+// In the order of the search: dequantise + cuBLAS first, so that a tune cut
+// short by --budget still measures the path a user has without qjit and its
+// winner is never slower than it.
+const Family kFamilies[] = {
+    {"cublas", "templates/wq_gemm/wq_gemm_dense.cu", false,
+     [](const WqShape& s, const nlohmann::json& j) { return wq_dense_problem(s, WqDenseConfig::from(j)); },
+     [](const WqShape& s, const DeviceLimits&) { return to_json(wq_dense_space(s)); },
+     [](const WqShape& s, const nlohmann::json& j) { return wq_dense_constants(s, WqDenseConfig::from(j)); },
+     nullptr},
+    {"", "templates/wq_gemm/wq_gemm_mma.cu", false,
+     [](const WqShape& s, const nlohmann::json& j) { return wq_config_problem(s, WqConfig::from(j, "wq_gemm")); },
+     [](const WqShape& s, const DeviceLimits&) { return to_json(wq_tunable_space(s)); },
+     [](const WqShape& s, const nlohmann::json& j) { return wq_constants(s, WqConfig::from(j, "wq_gemm")); },
+     [](const WqShape& s, const nlohmann::json& j) { return wq_launch(s, WqConfig::from(j, "wq_gemm")); }},
+    {"tiled", "templates/wq_gemm/wq_gemm_tiled.cu", false,
+     [](const WqShape& s, const nlohmann::json& j) { return wq_tiled_problem(s, WqTiledConfig::from(j)); },
+     [](const WqShape& s, const DeviceLimits&) { return to_json(wq_tiled_space(s)); },
+     [](const WqShape& s, const nlohmann::json& j) { return wq_tiled_constants(s, WqTiledConfig::from(j)); },
+     [](const WqShape& s, const nlohmann::json& j) { return wq_tiled_launch(s, WqTiledConfig::from(j)); }},
+    {"wgmma", "templates/wq_gemm/wq_gemm_wgmma.cu", true,
+     [](const WqShape& s, const nlohmann::json& j) { return wq_wgmma_problem(s, WqWgmmaConfig::from(j)); },
+     [](const WqShape& s, const DeviceLimits& d) { return to_json(wq_wgmma_space(s, d)); },
+     [](const WqShape& s, const nlohmann::json& j) { return wq_wgmma_constants(s, WqWgmmaConfig::from(j)); },
+     [](const WqShape& s, const nlohmann::json& j) { return wq_wgmma_launch(s, WqWgmmaConfig::from(j)); }},
+};
+
+const Family& family_of(const nlohmann::json& config) {
+  const std::string name = config.is_object() && config.contains("family") && config["family"].is_string()
+                               ? config["family"].get<std::string>()
+                               : "";
+  for (const auto& f : kFamilies)
+    if (name == f.name) return f;
+  throw Error("config", "wq_gemm config " + config.dump() + ": unknown family '" + name +
+                            "' (expected cublas, tiled, wgmma, or none for the small-M mainloop)");
+}
+
 bool tiled(const nlohmann::json& j) { return WqTiledConfig::is_tiled(j); }
 bool wgmma(const nlohmann::json& j) { return WqWgmmaConfig::is_wgmma(j); }
-bool dense(const nlohmann::json& j) { return WqDenseConfig::is_dense(j); }
-
-// The mma kernel's parameters: x, qweight, scales, zeros, bias, residual, y,
-// M, then the balanced schedule's workspace (filled by the runtime).
-constexpr int kWorkspaceParam = 8;
 
 }  // namespace
 
@@ -82,23 +131,18 @@ void WqGemmOp::validate(const nlohmann::json& p) const {
   if (k % g) throw Error("spec", "wq_gemm k=" + s(k) + " is not divisible by g=" + s(g));
 }
 
-std::string WqGemmOp::template_path(const nlohmann::json& config) const {
-  return wgmma(config)   ? "templates/wq_gemm/wq_gemm_wgmma.cu"
-         : tiled(config) ? "templates/wq_gemm/wq_gemm_tiled.cu"
-         : dense(config) ? "templates/wq_gemm/wq_gemm_dense.cu"
-                         : "templates/wq_gemm/wq_gemm_mma.cu";
+std::vector<ArgDef> WqGemmOp::args() const {
+  return {{"x"}, {"qweight"}, {"scales"}, {"zeros"}, {"bias"}, {"residual"}, {"y"}, {"m", ArgDef::Kind::int32}};
 }
 
-bool WqGemmOp::needs_sm90a(const nlohmann::json& config) const { return wgmma(config); }
+std::string WqGemmOp::template_path(const nlohmann::json& config) const { return family_of(config).template_path; }
 
-std::vector<nlohmann::json> WqGemmOp::tunable_space(const OpSpec& spec) const {
-  // Dequantise + cuBLAS first: a tune cut short by --budget still measures
-  // the path a user has without qjit, so its winner is never slower than it.
+bool WqGemmOp::needs_sm90a(const nlohmann::json& config) const { return family_of(config).sm90a; }
+
+std::vector<nlohmann::json> WqGemmOp::candidates(const OpSpec& spec, const DeviceLimits& device) const {
   std::vector<nlohmann::json> out;
-  for (const auto& c : wq_dense_space(shape_of(spec))) out.push_back(c.to_json());
-  for (const auto& c : wq_tunable_space(shape_of(spec))) out.push_back(c.to_json());
-  for (const auto& c : wq_tiled_space(shape_of(spec))) out.push_back(c.to_json());
-  for (const auto& c : wq_wgmma_space(shape_of(spec))) out.push_back(c.to_json());
+  for (const auto& f : kFamilies)
+    for (auto& c : f.space(shape_of(spec), device)) out.push_back(std::move(c));
   return out;
 }
 
@@ -109,18 +153,12 @@ nlohmann::json WqGemmOp::default_config(const OpSpec& spec) const {
 }
 
 void WqGemmOp::validate_config(const OpSpec& spec, const nlohmann::json& config) const {
-  const std::string p = wgmma(config)   ? wq_wgmma_problem(shape_of(spec), WqWgmmaConfig::from(config))
-                        : tiled(config) ? wq_tiled_problem(shape_of(spec), WqTiledConfig::from(config))
-                        : dense(config) ? wq_dense_problem(shape_of(spec), WqDenseConfig::from(config))
-                                        : wq_config_problem(shape_of(spec), config_of(config));
+  const std::string p = family_of(config).problem(shape_of(spec), config);
   if (!p.empty()) throw Error("config", "wq_gemm config " + config.dump() + " is illegal for " + spec.label() + ": " + p);
 }
 
 std::vector<Constant> WqGemmOp::constants(const OpSpec& spec, const nlohmann::json& config) const {
-  auto out = wgmma(config)   ? wq_wgmma_constants(shape_of(spec), WqWgmmaConfig::from(config))
-              : tiled(config) ? wq_tiled_constants(shape_of(spec), WqTiledConfig::from(config))
-              : dense(config) ? wq_dense_constants(shape_of(spec), WqDenseConfig::from(config))
-                              : wq_constants(shape_of(spec), config_of(config));
+  auto out = family_of(config).constants(shape_of(spec), config);
   const std::string act = spec.get_str("act");
   out.push_back({"bool", "kHasBias", spec.get_str("bias") == "yes" ? "true" : "false", "add bias[n]"});
   out.push_back({"int", "kAct", act == "none" ? "0" : act == "relu" ? "1" : "2", "0 none, 1 relu, 2 relu6"});
@@ -129,41 +167,45 @@ std::vector<Constant> WqGemmOp::constants(const OpSpec& spec, const nlohmann::js
   return out;
 }
 
-LaunchGeometry WqGemmOp::launch_geometry(const OpSpec& spec, const nlohmann::json& config) const {
-  if (wgmma(config)) return wq_wgmma_geometry(shape_of(spec), WqWgmmaConfig::from(config));
-  if (dense(config))
-    return wq_dense_geometry(shape_of(spec), WqDenseConfig::from(config), spec.get_str("bias") == "yes",
-                             spec.get_str("act"));
-  return tiled(config) ? wq_tiled_geometry(shape_of(spec), WqTiledConfig::from(config))
-                       : wq_launch_geometry(shape_of(spec), config_of(config), kWorkspaceParam);
-}
-
-std::vector<PointerArg> WqGemmOp::pointer_args(const OpSpec& spec, const nlohmann::json& config) const {
+Plan WqGemmOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
   const WqShape s = shape_of(spec);
-  if (dense(config)) {
+  const Family& f = family_of(config);
+  const bool sym = s.zero == "sym", no_bias = spec.get_str("bias") == "no", no_residual = !s.residual;
+  if (!f.launch) {
     // Vector loads of the native words (wq_dequant.cuh's load_tile); cuBLAS
     // takes x and y at any element boundary.
     const int words = s.bits % 4 == 0 ? 4 : s.bits == 2 ? 2 : 1;
-    return {{"x", 2},
-            {"qweight", 4 * words},
-            {"scales", 2},
-            {"zeros", s.zero == "float" ? 2 : 1, s.zero == "sym"},
-            {"bias", 2, spec.get_str("bias") == "no"},
-            {"residual", 2, spec.get_str("residual") == "no"},
-            {"y", 2}};
+    return wq_dense_plan(s, WqDenseConfig::from(config), !no_bias, spec.get_str("act"),
+                         {{"x", 2},
+                          {"qweight", 4 * words},
+                          {"scales", 2},
+                          {"zeros", s.zero == "float" ? 2 : 1, sym},
+                          {"bias", 2, no_bias},
+                          {"residual", 2, no_residual},
+                          {"y", 2}});
   }
   // The large-M kernels copy weights, scales and zeros in 16-byte pieces.
-  const WqAlign a = tiled(config) || wgmma(config) ? WqAlign{16, 16, 16} : wq_alignment(s, config_of(config));
+  const WqAlign a = tiled(config) || wgmma(config) ? WqAlign{16, 16, 16} : wq_alignment(s, WqConfig::from(config, "wq_gemm"));
   const int xb = bytes_of(s.x);
   // y through shared memory (wgmma stage_y) stores y's rows 16 bytes at a time.
   const int yb = wgmma(config) && WqWgmmaConfig::from(config).stage_y ? 16 : xb;
-  return {{"x", 16},
-          {"qweight", a.qweight},
-          {"scales", a.scales},
-          {"zeros", a.zeros, s.zero == "sym"},
-          {"bias", xb, spec.get_str("bias") == "no"},
-          {"residual", xb, spec.get_str("residual") == "no"},
-          {"y", yb}};
+  WqLaunch l = f.launch(s, config);
+  // Every wq_gemm kernel takes x, qweight, scales, zeros, bias, residual, y
+  // and m; all but the tiled one then a workspace (null unless the config
+  // uses one) and the wgmma kernel its tensor maps.
+  auto params = arg_params({"x", "qweight", "scales", "zeros", "bias", "residual", "y", "m"});
+  if (!tiled(config)) params.push_back(workspace_param(0));
+  Plan p = single_kernel_plan("qjit_wq_gemm", l.geometry, std::move(params),
+                              {{"x", 16},
+                               {"qweight", a.qweight},
+                               {"scales", a.scales},
+                               {"zeros", a.zeros, sym},
+                               {"bias", xb, no_bias},
+                               {"residual", xb, no_residual},
+                               {"y", yb}});
+  p.kernels[0].tensor_maps = std::move(l.tensor_maps);
+  p.workspace_fixed = l.workspace_fixed;
+  return p;
 }
 
 Traffic WqGemmOp::traffic(const OpSpec& spec) const {
@@ -173,6 +215,11 @@ Traffic WqGemmOp::traffic(const OpSpec& spec) const {
   const double bias = spec.get_str("bias") == "yes" ? n * xb : 0;
   const double residual = spec.get_str("residual") == "yes" ? m * n * xb : 0;
   return {wq_weight_bytes(s) + m * k * xb + m * n * xb + bias + residual, 2 * m * n * k};
+}
+
+const OpDef& wq_gemm_op() {
+  static const WqGemmOp op;
+  return op;
 }
 
 }  // namespace qjit::codegen

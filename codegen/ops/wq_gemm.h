@@ -22,15 +22,14 @@ class WqGemmOp final : public OpDef {
   std::vector<ParamDef> params() const override;
   void validate(const nlohmann::json& params) const override;
   std::vector<int64_t> m_values_for_rows(int64_t lo, int64_t hi) const override;
+  std::vector<ArgDef> args() const override;
   std::string template_path(const nlohmann::json& config) const override;
-  std::string kernel_name() const override { return "qjit_wq_gemm"; }
   bool needs_sm90a(const nlohmann::json& config) const override;
-  std::vector<nlohmann::json> tunable_space(const OpSpec& spec) const override;
+  std::vector<nlohmann::json> candidates(const OpSpec& spec, const DeviceLimits& device) const override;
   nlohmann::json default_config(const OpSpec& spec) const override;
   void validate_config(const OpSpec& spec, const nlohmann::json& config) const override;
   std::vector<Constant> constants(const OpSpec& spec, const nlohmann::json& config) const override;
-  LaunchGeometry launch_geometry(const OpSpec& spec, const nlohmann::json& config) const override;
-  std::vector<PointerArg> pointer_args(const OpSpec& spec, const nlohmann::json& config) const override;
+  Plan plan(const OpSpec& spec, const nlohmann::json& config) const override;
   Traffic traffic(const OpSpec& spec) const override;
 };
 

@@ -179,7 +179,7 @@ std::vector<WqConfig> wq_tunable_space(const WqShape& s) {
     for (int split : {1, 2, 4, 8, 16})
       // Not 4 tiles of one matrix, though legal: a warp would read half as
       // much x per weight at m = 16, but it took 241 registers and lost to
-      // 2 tiles by 2 µs at 4096 × 11008, M = 16 (BENCHMARKS.md session 11).
+      // 2 tiles by 2 µs at 4096 × 11008, M = 16 (H100; docs/wq_gemm_small_m.md).
       for (int per_matrix : {1, 2})
         for (int mt : {1, 2, 4, 8}) {
           // Fewer x tiles than the bucket needs means re-reading W per pass: only worth it at large m.
@@ -261,15 +261,15 @@ std::vector<WqConfig> wq_tunable_space(const WqShape& s) {
   }
   // Not searched: the balanced schedule (balance > 0). It is legal, and the
   // [gpu] tests verify it, but it lost to a block per row group at every
-  // small-M shape it was tuned on (BENCHMARKS.md session 10): 12.8 against
-  // 10.3 µs at 4096 × 11008, M = 1. Each block refills its pipeline for
+  // small-M shape it was tuned on (docs/wq_gemm_small_m.md): 12.8 against
+  // 10.3 µs at 4096 × 11008, M = 1 (H100). Each block refills its pipeline for
   // every piece of its run, and completing a split row group waits for the
   // blocks before it.
   return out;
 }
 
 WqConfig wq_default_config(const WqShape& s) {
-  // The usual winner at small m in the H100 runs of BENCHMARKS.md, and far
+  // The usual winner at small m in the H100 tunes (docs/wq_gemm_small_m.md), and far
   // from the register ceiling.
   for (int split : {4, 2, 1}) {
     const WqConfig c{4, split, s.matrices, wq_mtiles_needed(s.m), 1, 0};
@@ -316,7 +316,7 @@ std::vector<Constant> wq_constants(const WqShape& s, const WqConfig& c) {
       // one block (min_blocks) lets ptxas take up to twice the registers
       // (62 -> 128 for 16 warps, 1 tile, unroll 3): 4096² at M = 1 lost
       // 0.4 µs with it on an H100, 4096 × 11008 and 11008 × 4096 ran 0.2 to
-      // 0.6 µs faster (BENCHMARKS.md session 10). A tuning key, then.
+      // 0.6 µs faster (docs/wq_gemm_small_m.md). A tuning key, then.
       {"macro", "QJIT_WQ_BOUNDS",
        c.balance      ? "__launch_bounds__(kThreads, kBalance)"
        : c.min_blocks ? "__launch_bounds__(kThreads, 1)"
@@ -327,20 +327,20 @@ std::vector<Constant> wq_constants(const WqShape& s, const WqConfig& c) {
   return out;
 }
 
-LaunchGeometry wq_launch_geometry(const WqShape& s, const WqConfig& c, int workspace_param) {
+WqLaunch wq_launch(const WqShape& s, const WqConfig& c) {
   const int64_t rows_per_block = int64_t{16} * (c.tiles / s.matrices) * (c.warps / c.split_k);
-  LaunchGeometry g;
-  g.workspace_param = workspace_param;  // the kernel has the parameter whether or not it uses it
+  WqLaunch l;
+  LaunchGeometry& g = l.geometry;
   if (c.balance) {
     // wq_balanced.cuh's workspace: a flag per row group, then two partial
     // sums (kTiles·kMTiles·4 floats per lane of warp 0) per block.
     const int64_t row_groups = (s.n / 16 + c.tiles - 1) / c.tiles;
     g.grid_per_sm = static_cast<unsigned>(c.balance);
     g.block[0] = static_cast<unsigned>(c.warps * 32);
-    g.workspace_fixed = static_cast<size_t>((row_groups * 4 + 255) / 256 * 256);
+    l.workspace_fixed = static_cast<size_t>((row_groups * 4 + 255) / 256 * 256);
     g.workspace_per_block = size_t{2} * c.tiles * c.mtiles * 4 * 32 * 4;
     g.programmatic = true;
-    return g;
+    return l;
   }
   g.grid[0] = static_cast<unsigned>((s.n + rows_per_block - 1) / rows_per_block);
   g.grid[1] = static_cast<unsigned>((s.m + 8 * c.mtiles - 1) / (8 * c.mtiles));
@@ -348,7 +348,7 @@ LaunchGeometry wq_launch_geometry(const WqShape& s, const WqConfig& c, int works
   g.dynamic_smem = static_cast<unsigned>(ring_bytes(s, c));
   g.spread = c.spread != 0;
   g.programmatic = true;  // the mainloop waits for the previous grid before reading x
-  return g;
+  return l;
 }
 
 WqAlign wq_alignment(const WqShape& s, const WqConfig& c) {

@@ -78,11 +78,18 @@ WqConfig wq_default_config(const WqShape& s);
 std::vector<Constant> wq_shape_constants(const WqShape& s);
 // The mainloop's constants: the shape's and the tunables.
 std::vector<Constant> wq_constants(const WqShape& s, const WqConfig& c);
+// A wq kernel's launch: its geometry (with the workspace it needs per
+// block), the fixed part of its workspace, and the tensor maps it takes after
+// its parameters.
+struct WqLaunch {
+  LaunchGeometry geometry;
+  size_t workspace_fixed = 0;
+  std::vector<TensorMap> tensor_maps;
+};
 // Grid and block: x over row groups of n, y over passes of 8·mtiles rows of x;
 // with balance, `balance` blocks per SM and the workspace of the split row
-// groups. workspace_param: the kernel's workspace parameter (null without
-// balance), -1 for a kernel without one.
-LaunchGeometry wq_launch_geometry(const WqShape& s, const WqConfig& c, int workspace_param = -1);
+// groups.
+WqLaunch wq_launch(const WqShape& s, const WqConfig& c);
 // Alignments of one matrix's pointers: qweight, scales, zeros (the cp.async
 // ring copies scales and zeros in 16-byte pieces).
 struct WqAlign {

@@ -85,7 +85,7 @@ std::vector<WqTiledConfig> wq_tiled_space(const WqShape& s) {
 
 std::optional<WqTiledConfig> wq_tiled_default(const WqShape& s) {
   // From m = 256: there the tiled kernel beat the small-M one by 15-30% on
-  // 4096 x 11008 on the H100; at m = 64 it lost (BENCHMARKS.md, large M).
+  // 4096 x 11008 on the H100; at m = 64 it lost (docs/wq_gemm.md).
   // Portable mma.sync, not wgmma: a default must run on any GPU.
   if (s.m < 256) return std::nullopt;
   // 4 warps, 2 × 2 of 4 tiles of 16 n × 32 rows of x each; narrower for small n.
@@ -107,15 +107,16 @@ std::vector<Constant> wq_tiled_constants(const WqShape& s, const WqTiledConfig& 
   return out;
 }
 
-LaunchGeometry wq_tiled_geometry(const WqShape& s, const WqTiledConfig& c) {
+WqLaunch wq_tiled_launch(const WqShape& s, const WqTiledConfig& c) {
   const int64_t rows = 16 * c.block_tiles();
-  LaunchGeometry g;
+  WqLaunch l;
+  LaunchGeometry& g = l.geometry;
   g.grid[0] = static_cast<unsigned>((s.m + c.block_rows() - 1) / c.block_rows());
   g.grid[1] = static_cast<unsigned>((s.n + rows - 1) / rows);
   g.block[0] = static_cast<unsigned>(c.warps() * 32);
   g.dynamic_smem = static_cast<unsigned>(wq_tiled_smem_bytes(s, c));
   g.programmatic = true;  // weights are copied before waiting for the previous grid, x after
-  return g;
+  return l;
 }
 
 // --- wgmma --------------------------------------------------------------------
@@ -229,11 +230,11 @@ std::string wq_wgmma_problem(const WqShape& s, const WqWgmmaConfig& c) {
 
 int64_t wq_stream_rows(int64_t bucket_m) { return bucket_m < 1024 ? bucket_m : 8192; }
 
-std::vector<WqWgmmaConfig> wq_wgmma_space(const WqShape& s) {
+std::vector<WqWgmmaConfig> wq_wgmma_space(const WqShape& s, const DeviceLimits& device) {
   std::vector<WqWgmmaConfig> out;
   for (int groups : {1, 2})
     for (int rows : {64, 128, 256})
-      for (int stages : {3, 4})  // 5 and 6 were within noise of 4, with ws too (H100, sessions 6 and 14)
+      for (int stages : {3, 4})  // 5 and 6 were within noise of 4, with ws too (H100)
         for (int chunks : {1, 2})
           for (int split : {1, 2, 3, 4})
             for (int producer : {0, 1})
@@ -251,20 +252,21 @@ std::vector<WqWgmmaConfig> wq_wgmma_space(const WqShape& s) {
                         // warp-specialised kernels of large M (legal, and tested, with the others).
                         if (stage_y && !ws) continue;
                         // Under ws, x by the tensor copy engine beat the 16-byte copies in every pair
-                        // tuned (H100, session 14: 47.9 against 51.8 us at 4096 x 11008, M = 256;
+                        // tuned (H100: 47.9 against 51.8 us at 4096 x 11008, M = 256;
                         // 24.8 against 25.3 at M = 64); they stay for x in permuted order only.
                         if (ws && !tma_x && (a_quad || a_smem)) continue;
                         // At 4 bits, A in registers is read in natural order (a_quad): the permuted copies
                         // of x lost to it on every shape tuned (H100: 27.4 against 24.4 us at 4096 x 11008,
-                        // M = 64; 62.4 against 51.0 at M = 256; 58.4 against 50.6 at 11008 x 4096, M = 256;
-                        // session 13). Those copies were issued by the warps that multiply. Under ws the
+                        // M = 64; 62.4 against 51.0 at M = 256; 58.4 against 50.6 at 11008 x 4096, M = 256).
+                        // Those copies were issued by the warps that multiply. Under ws the
                         // producer issues them; up to 128 rows (x's 4-byte copies: 8 KB a chunk) they are
-                        // searched there too, 9-10% slower than a_quad at M = 64 (H200, session 24).
+                        // searched there too, 9-10% slower than a_quad at M = 64 (H200).
                         if (s.bits == 4 && a_smem == 0 && a_quad == 0 && !(ws && rows <= 128)) continue;
-                        // Only as many blocks per SM as their shared memory fits (an H100's 228 KB, 1 KB
-                        // reserved per block, and the runtime's 128 bytes of slack): more would not be
-                        // resident together.
-                        if (stream > 1 && (wq_wgmma_smem_bytes(s, c) + 1152) * stream > 228 * 1024) continue;
+                        // Only as many blocks per SM as their shared memory fits (the system's
+                        // reserve per block and the runtime's 128 bytes of slack included): more
+                        // would not be resident together.
+                        const int64_t per_block = wq_wgmma_smem_bytes(s, c) + device.smem_reserved_per_block + 128;
+                        if (stream > 1 && per_block * stream > device.smem_per_sm) continue;
                         out.push_back(c);
                       }
   return out;
@@ -316,50 +318,50 @@ std::vector<Constant> wq_wgmma_constants(const WqShape& s, const WqWgmmaConfig& 
   return out;
 }
 
-LaunchGeometry wq_wgmma_geometry(const WqShape& s, const WqWgmmaConfig& c) {
-  LaunchGeometry g;
+WqLaunch wq_wgmma_launch(const WqShape& s, const WqWgmmaConfig& c) {
+  WqLaunch l;
+  LaunchGeometry& g = l.geometry;
   const int64_t n_blocks = (s.n + 64 * c.groups - 1) / (64 * c.groups);
   g.block[0] = static_cast<unsigned>(128 * (c.groups + c.producer));
   g.dynamic_smem = static_cast<unsigned>(wq_wgmma_smem_bytes(s, c));
   g.programmatic = true;
-  g.workspace_param = 8;  // after x, qweight, scales, zeros, bias, residual, y and M (null unless stream)
-  using Map = LaunchGeometry::TensorMap;
+  using Map = TensorMap;
   if (c.tma_x) {
-    // x [M][k] (caller parameters 0 and 7), boxes of one chunk of 64 k × the block's rows of x,
+    // x [m][k], boxes of one chunk of 64 k × the block's rows of x,
     // swizzled as wgmma reads them.
     Map x;
-    x.source = 0, x.rows_param = 7, x.rank = 2;
+    x.source = "x", x.rows_arg = "m", x.rank = 2;
     x.element = s.x == "bf16" ? Map::Element::bf16 : Map::Element::f16;
     x.dims[0] = s.k;
     x.box[0] = 64, x.box[1] = static_cast<unsigned>(c.rows);
     x.swizzle_128 = true;
-    g.tensor_maps.push_back(x);
+    l.tensor_maps.push_back(x);
   }
   if (c.tma_w) {
-    // qweight (caller parameter 1) in the native layout, as words [n / 16][k / 64][32 · bits]: tile
+    // qweight in the native layout, as words [n / 16][k / 64][32 · bits]: tile
     // (nt, kc) is 32 · bits words at word (nt · k / 64 + kc) · 32 · bits (tuner/reference/wq_gemm.h).
     // A box is one chunk of the block's 4 · groups tiles, the ring's layout of a chunk's words.
     Map w;
-    w.source = 1, w.rank = 3, w.element = Map::Element::u32;
+    w.source = "qweight", w.rank = 3, w.element = Map::Element::u32;
     w.dims[0] = 32 * s.bits, w.dims[1] = s.k / 64, w.dims[2] = s.n / 16;
     w.pitches[0] = int64_t{128} * s.bits, w.pitches[1] = s.k / 64 * 128 * s.bits;
     w.box[0] = static_cast<unsigned>(32 * s.bits), w.box[1] = 1, w.box[2] = static_cast<unsigned>(4 * c.groups);
-    g.tensor_maps.push_back(w);
-    // scales, then zeros if any (caller parameters 2 and 3) as [k / g][n]: a box is the block's
+    l.tensor_maps.push_back(w);
+    // scales, then zeros if any, as [k / g][n]: a box is the block's
     // 64 · groups rows of n × a chunk's groups (the ring's S and Z, wq_stage_ring.cuh).
     const unsigned chunk_groups = static_cast<unsigned>(s.g < 64 ? 64 / s.g : 1);
     Map sm;
-    sm.source = 2, sm.rank = 2;
+    sm.source = "scales", sm.rank = 2;
     sm.element = s.scales == "bf16" ? Map::Element::bf16 : Map::Element::f16;
     sm.dims[0] = s.n, sm.dims[1] = s.k / s.g, sm.pitches[0] = s.n * 2;
     sm.box[0] = static_cast<unsigned>(64 * c.groups), sm.box[1] = chunk_groups;
-    g.tensor_maps.push_back(sm);
+    l.tensor_maps.push_back(sm);
     if (s.zero != "sym") {
       // zero bytes (int), or offsets of the scales' type (float)
       Map zm = sm;
-      zm.source = 3;
+      zm.source = "zeros";
       if (s.zero == "int") zm.element = Map::Element::u8, zm.pitches[0] = s.n;
-      g.tensor_maps.push_back(zm);
+      l.tensor_maps.push_back(zm);
     }
   }
   if (c.stream > 0) {
@@ -367,14 +369,14 @@ LaunchGeometry wq_wgmma_geometry(const WqShape& s, const WqWgmmaConfig& c) {
     // sums per block (128 threads per warpgroup × rows / 2 floats).
     const int64_t tiles = n_blocks * ((wq_stream_rows(s.m) + c.rows - 1) / c.rows);
     g.grid_per_sm = static_cast<unsigned>(c.stream);
-    g.workspace_fixed = static_cast<size_t>((tiles * 4 + 255) / 256 * 256);
+    l.workspace_fixed = static_cast<size_t>((tiles * 4 + 255) / 256 * 256);
     g.workspace_per_block = size_t{128} * c.groups * (c.rows / 2) * 4;
-    return g;
+    return l;
   }
   g.grid[0] = static_cast<unsigned>((s.m + c.rows - 1) / c.rows);
   g.grid[1] = static_cast<unsigned>(n_blocks);
   g.grid[2] = static_cast<unsigned>(c.split);  // one cluster along z (the kernel's __cluster_dims__)
-  return g;
+  return l;
 }
 
 }  // namespace qjit::codegen

@@ -41,7 +41,7 @@ std::optional<WqTiledConfig> wq_tiled_default(const WqShape& s);
 int64_t wq_tiled_smem_bytes(const WqShape& s, const WqTiledConfig& c);
 std::vector<Constant> wq_tiled_constants(const WqShape& s, const WqTiledConfig& c);
 // x over blocks of rows of x (fastest: neighbours share weights), y over blocks of n.
-LaunchGeometry wq_tiled_geometry(const WqShape& s, const WqTiledConfig& c);
+WqLaunch wq_tiled_launch(const WqShape& s, const WqTiledConfig& c);
 
 // The wgmma family (templates/wq_gemm/wq_gemm_wgmma.cu, sm_90a only): a
 // block of `groups` warpgroups owns 64·groups rows of n and `rows` rows of x
@@ -87,9 +87,13 @@ struct WqWgmmaConfig {
 int64_t wq_stream_rows(int64_t bucket_m);
 
 std::string wq_wgmma_problem(const WqShape& s, const WqWgmmaConfig& c);
-std::vector<WqWgmmaConfig> wq_wgmma_space(const WqShape& s);  // empty below m = 64
+// Empty below m = 64; a persistent grid of several blocks per SM only where
+// their shared memory fits the device's SMs.
+std::vector<WqWgmmaConfig> wq_wgmma_space(const WqShape& s, const DeviceLimits& device = {});
 int64_t wq_wgmma_smem_bytes(const WqShape& s, const WqWgmmaConfig& c);
 std::vector<Constant> wq_wgmma_constants(const WqShape& s, const WqWgmmaConfig& c);
-LaunchGeometry wq_wgmma_geometry(const WqShape& s, const WqWgmmaConfig& c);
+// The grid (or persistent grid and its workspace) and the tensor maps of
+// x (tma_x) and of the weights, scales and zeros (tma_w).
+WqLaunch wq_wgmma_launch(const WqShape& s, const WqWgmmaConfig& c);
 
 }  // namespace qjit::codegen

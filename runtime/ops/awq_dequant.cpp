@@ -1,30 +1,27 @@
-// Typed entry point of awq_dequant: argument checks, then launch through the kernel cache.
-#include <cstdio>
+// awq_dequant's typed entry point: argument checks, the spec's fields, then
+// its plan (one kernel).
 #include "qjit/qjit.h"
-#include "runtime/kernel_cache.h"
+#include "runtime/ops/run.h"
+#include "runtime/spec_key.h"
 
 namespace qjit {
 
-void awq_dequant(const AwqDequantShape& s, const void* qweight, const void* qzeros, const void* scales, void* out,
-                 CUstream_st* stream) {
+namespace runtime {
+CUresult run_awq_dequant(const LoadedPlan& plan, const ArgPack& args, CUstream stream) {
+  return run_steps(plan, args, stream);
+}
+}  // namespace runtime
+
+void awq_dequant(const AwqDequantShape& s, const AwqDequantArgs& args, CUstream_st* stream) {
   if (s.scales != DType::fp16 && s.scales != DType::bf16)
     throw Error("argument", std::string("awq_dequant: scales ") + to_string(s.scales) + " (expected fp16 or bf16)");
-  char fast_key[128];
-  std::snprintf(fast_key, sizeof fast_key, "awq_dequant|%d|%d|%d|%s|%d|%d|%s", s.k, s.n, s.g, s.layout.c_str(),
-                s.symmetric ? 1 : 0, static_cast<int>(s.scales), s.out.c_str());
-  const std::initializer_list<const void*> pointers = {qweight, qzeros, scales, out};
-  const runtime::LaunchPointers check{"awq_dequant", pointers};
-  const auto make_spec = [&] {
-    return codegen::make_spec("awq_dequant", {{"k", s.k},
-                                              {"n", s.n},
-                                              {"g", s.g},
-                                              {"layout", s.layout},
-                                              {"zero", s.symmetric ? "sym" : "int"},
-                                              {"scales", to_string(s.scales)},
-                                              {"out", s.out}});
+  const ArgPack pack = args.pack();
+  const auto describe = [&](runtime::SpecFields& f) {
+    f.add("k", s.k).add("n", s.n).add("g", s.g).add("layout", s.layout).add("zero", s.symmetric ? "sym" : "int");
+    f.add("scales", to_string(s.scales)).add("out", s.out);
   };
-  const auto& k = runtime::KernelCache::instance().get(fast_key, make_spec, &check);
-  runtime::launch_checked(k, check, reinterpret_cast<CUstream>(stream));
+  const auto& plan = runtime::plan_for("awq_dequant", describe, pack);
+  runtime::run_checked(runtime::run_awq_dequant, plan, pack, reinterpret_cast<CUstream>(stream));
 }
 
 }  // namespace qjit

@@ -1,24 +1,27 @@
-// Typed entry point of fp_lut: argument checks, then launch through the kernel cache.
-#include <cstdio>
+// fp_lut's typed entry point: argument checks, the spec's fields, then its
+// plan (one kernel; the direct table's init kernel runs at load).
 #include "qjit/qjit.h"
-#include "runtime/kernel_cache.h"
+#include "runtime/ops/run.h"
+#include "runtime/spec_key.h"
 
 namespace qjit {
 
-void fp_lut(const FpLutShape& s, const void* x, void* y, CUstream_st* stream) {
+namespace runtime {
+CUresult run_fp_lut(const LoadedPlan& plan, const ArgPack& args, CUstream stream) {
+  return run_steps(plan, args, stream);
+}
+}  // namespace runtime
+
+void fp_lut(const FpLutShape& s, const FpLutArgs& args, CUstream_st* stream) {
   if (s.n <= 0) throw Error("argument", "fp_lut: n=" + std::to_string(s.n) + " (must be positive)");
   if (s.in == DType::mixed || s.out == DType::mixed)
     throw Error("argument", "fp_lut: in/out must be fp16, bf16 or fp32, not mixed");
-  const std::string fast_key = "fp_lut|" + s.fn + "|" + std::to_string(s.n) + "|" + to_string(s.in) + "|" +
-                               to_string(s.out) + "|" + s.cuts;
-  const std::initializer_list<const void*> pointers = {x, y};
-  const runtime::LaunchPointers check{"fp_lut", pointers};
-  const auto make_spec = [&] {
-    return codegen::make_spec(
-        "fp_lut", {{"fn", s.fn}, {"n", s.n}, {"in", to_string(s.in)}, {"out", to_string(s.out)}, {"cuts", s.cuts}});
+  const ArgPack pack = args.pack();
+  const auto describe = [&](runtime::SpecFields& f) {
+    f.add("fn", s.fn).add("n", s.n).add("in", to_string(s.in)).add("out", to_string(s.out)).add("cuts", s.cuts);
   };
-  const auto& k = runtime::KernelCache::instance().get(fast_key, make_spec, &check);
-  runtime::launch_checked(k, check, reinterpret_cast<CUstream>(stream));
+  const auto& plan = runtime::plan_for("fp_lut", describe, pack);
+  runtime::run_checked(runtime::run_fp_lut, plan, pack, reinterpret_cast<CUstream>(stream));
 }
 
 }  // namespace qjit

@@ -78,16 +78,15 @@ int main(int argc, char** argv) {
           tuner::DeviceBuffer data(bytes);
           QJIT_CU(cuMemsetD8(data.ptr(), 0x5a, bytes));
           for (int blocks : {1, 2}) {
-            runtime::LoadedKernel k;
-            k.module = module, k.function = fn, k.programmatic = true;
-            k.geometry.grid[0] = static_cast<unsigned>(sms * blocks), k.geometry.block[0] = 256;
-            k.geometry.dynamic_smem = smem;
+            codegen::LaunchGeometry g;
+            g.grid[0] = static_cast<unsigned>(sms * blocks), g.block[0] = 256;
+            g.dynamic_smem = smem;
             const auto t = tuner::time_launches(
                 [&](int) {
                   CUdeviceptr p = data.ptr(), o = out.ptr();
                   long long n = static_cast<long long>(bytes / 16);
                   void* args[] = {&p, &n, &o};
-                  runtime::launch(k, args, stream);
+                  QJIT_CU(cuLaunchKernel(fn, g.grid[0], 1, 1, g.block[0], 1, 1, g.dynamic_smem, stream, args, nullptr));
                 },
                 stream, 10, 31, 10);
             const double total = static_cast<double>(bytes) * sms * blocks;

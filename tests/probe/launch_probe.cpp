@@ -81,11 +81,15 @@ int main(int argc, char** argv) {
     const auto& k = qjit::runtime::KernelCache::instance().get("probe", [&] {
       return qjit::codegen::make_spec("fused_ffn", {{"d", d}, {"h", h}, {"m", m}, {"dtype", dt}});
     });
-    void* args[] = {&x, &w1, &w3, &y};
+    qjit::FusedFfnArgs fa;
+    fa.x = reinterpret_cast<void*>(x), fa.w1 = reinterpret_cast<void*>(w1), fa.w3 = reinterpret_cast<void*>(w3);
+    fa.y = reinterpret_cast<void*>(y);
+    const qjit::ArgPack args = fa.pack();
     std::vector<double> bare;
     for (int rep = 0; rep < 7; ++rep) {
       auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < 1000; ++i) qjit::runtime::launch(k, args, nullptr);
+      for (int i = 0; i < 1000; ++i)
+        if (qjit::runtime::launch_kernel(k, 0, args, nullptr) != CUDA_SUCCESS) throw qjit::Error("driver", "launch failed");
       auto t1 = std::chrono::steady_clock::now();
       bare.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 1000);
       QJIT_CU(cuCtxSynchronize());

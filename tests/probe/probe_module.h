@@ -67,7 +67,7 @@ inline int probe_repeat() {
 // geometry resolved for this GPU, PDL), and the __device__ array `marks` its
 // marks go to.
 struct MarkedKernel {
-  runtime::LoadedKernel kernel;
+  runtime::LoadedPlan plan;
   CUdeviceptr marks = 0;
   size_t marks_bytes = 0;
 };
@@ -84,12 +84,11 @@ inline MarkedKernel load_marked_wq_gemm(const codegen::OpSpec& spec, const nlohm
     if (comma > at) src.text = "#define " + extra.substr(at, comma - at) + " 1\n" + src.text;
     at = comma + 1;
   }
-  const Module m = load_source(src);
+  const auto r = codegen::compile(src, runtime::current_device().arch);
+  if (!r.ok) throw Error("nvrtc", src.file_name + " failed to compile:\n" + r.log);
   MarkedKernel k;
-  k.kernel.module = m.module, k.kernel.function = m.function, k.kernel.geometry = op.launch_geometry(spec, config);
-  k.kernel.programmatic = std::stoi(runtime::current_device().identity.compute_capability) >= 9;
-  runtime::resolve_for_device(k.kernel);
-  QJIT_CU(cuModuleGetGlobal(&k.marks, &k.marks_bytes, m.module, marks.c_str()));
+  k.plan = runtime::load_plan("wq_gemm", op.plan(spec, config), r.cubin);
+  QJIT_CU(cuModuleGetGlobal(&k.marks, &k.marks_bytes, k.plan.module, marks.c_str()));
   return k;
 }
 
@@ -97,14 +96,20 @@ inline MarkedKernel load_marked_wq_gemm(const codegen::OpSpec& spec, const nlohm
 // them, the workload's copies rotated): the mean of 30 between two events,
 // three times; the median of the three, in µs. What compares a what-if build
 // (probe_defines()) with the kernel as built.
-inline double back_to_back_us(const runtime::LoadedKernel& kernel, tuner::Workload& work, CUstream stream) {
+// One call of a wq_gemm plan, thrown on failure.
+inline void run_wq_gemm(const runtime::LoadedPlan& plan, const ArgPack& args, CUstream stream) {
+  const CUresult r = runtime::run_steps(plan, args, stream);
+  if (r != CUDA_SUCCESS) throw Error("driver", "probe launch failed: " + runtime::describe(r));
+}
+
+inline double back_to_back_us(const runtime::LoadedPlan& plan, tuner::Workload& work, CUstream stream) {
   CUevent begin = nullptr, end = nullptr;
   QJIT_CU(cuEventCreate(&begin, CU_EVENT_DEFAULT));
   QJIT_CU(cuEventCreate(&end, CU_EVENT_DEFAULT));
   std::vector<double> means;
   for (int round = 0; round < 3; ++round) {
     QJIT_CU(cuEventRecord(begin, stream));
-    for (int i = 0; i < 30; ++i) runtime::launch(kernel, work.args(i % work.copies()), stream);
+    for (int i = 0; i < 30; ++i) run_wq_gemm(plan, work.args(i % work.copies()), stream);
     QJIT_CU(cuEventRecord(end, stream));
     QJIT_CU(cuEventSynchronize(end));
     float ms = 0;

@@ -123,17 +123,17 @@ int main(int argc, char** argv) {
             const unsigned grid = static_cast<unsigned>(sms * blocks);
             // Filling: the SM's shared memory over `blocks`, less the 1 KB the driver reserves per block.
             // Launched as the runtime launches qjit's kernels (PDL unless the pattern has none).
-            runtime::LoadedKernel k;
-            k.module = probes[pi].module, k.function = probes[pi].function, k.programmatic = wait != 2;
-            k.geometry.grid[0] = grid, k.geometry.block[0] = 256;
-            k.geometry.dynamic_smem = fill ? static_cast<unsigned>(smem_per_sm / blocks - 1024) : 0;
+            codegen::LaunchGeometry g;
+            g.grid[0] = grid, g.block[0] = 256;
+            g.dynamic_smem = fill ? static_cast<unsigned>(smem_per_sm / blocks - 1024) : 0;
             const auto t = tuner::time_launches(
                 [&](int i) {
                   CUdeviceptr p = data.ptr() + (i % copies) * bytes;
                   long long n = static_cast<long long>(bytes / 16);
                   CUdeviceptr o = out.ptr();
                   void* args[] = {&p, &n, &o};
-                  runtime::launch(k, args, stream);
+                  const CUresult r = runtime::launch_function(probes[pi].function, g, wait != 2, args, stream);
+                  if (r != CUDA_SUCCESS) throw Error("driver", "probe launch failed: " + runtime::describe(r));
                 },
                 stream, 10, 31, 10);
             if (t.median_us < best) best = t.median_us, best_blocks = blocks, best_unroll = unrolls[pi];

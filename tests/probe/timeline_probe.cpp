@@ -60,14 +60,14 @@ int main(int argc, char** argv) {
     if (config.contains("family")) throw Error("argument", "the timeline marks are in the mma family only");
     // Launched as the runtime launches cached kernels (PDL from sm_90 on).
     auto marked = probe::load_marked_wq_gemm(spec, config, "QJIT_TIMELINE", "qjit_timeline");
-    const runtime::LoadedKernel& kernel = marked.kernel;
-    const CUmodule module = kernel.module;
+    const runtime::LoadedPlan& plan = marked.plan;
+    const CUmodule module = plan.module;
     const CUdeviceptr marks = marked.marks;
     const size_t marks_bytes = marked.marks_bytes;
     CUdeviceptr runs = 0;
     size_t runs_bytes = 0;
     QJIT_CU(cuModuleGetGlobal(&runs, &runs_bytes, module, "qjit_timeline_runs"));
-    const auto& g = kernel.geometry;
+    const auto& g = plan.kernels.at(0).def.geometry;
     const unsigned blocks = g.grid[0] * g.grid[1];
     if (blocks > kBlocks) throw Error("argument", "more than 4096 blocks: " + std::to_string(blocks));
     const unsigned warps = g.block[0] / 32;
@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
     auto chain = [&] {
       QJIT_CU(cuMemsetD8Async(runs, 0, runs_bytes, stream));
       QJIT_CU(cuMemsetD8Async(marks, 0, marks_bytes, stream));
-      for (int i = 0; i < kRuns; ++i) runtime::launch(kernel, work->args(i % work->copies()), stream);
+      for (int i = 0; i < kRuns; ++i) probe::run_wq_gemm(plan, work->args(i % work->copies()), stream);
       QJIT_CU(cuStreamSynchronize(stream));
     };
     chain();  // warm-up: module, clocks
@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
       std::printf("}}\n");
     }
     // The marks included: compares what-if builds (QJIT_PROBE_DEFINES) with the kernel as built.
-    std::printf("{\"back_to_back_us\": %.2f, \"defines\": \"%s\"}\n", probe::back_to_back_us(kernel, *work, stream),
+    std::printf("{\"back_to_back_us\": %.2f, \"defines\": \"%s\"}\n", probe::back_to_back_us(plan, *work, stream),
                 probe::probe_defines().c_str());
     std::printf("{\"note\": \"each mark: [min, median, p90, max] over blocks, in us after the previous launch's last "
                 "exit; entry .. exit are warp 0's, last_warp_* the block's last warp's\"}\n");

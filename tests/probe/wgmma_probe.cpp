@@ -2,8 +2,8 @@
 // wgmma.m64n256k16 (fp16 in, fp32 out) runs on this GPU, alone and beside
 // the work the large-M wq_gemm kernel puts next to it, to tell what holds
 // that kernel's stage at ~1090 cycles against 1024 of tensor work (two
-// consumer warpgroups × 4 wgmma of 64 × 256 × 16 a stage; BENCHMARKS.md,
-// sessions 22 and 30).
+// consumer warpgroups × 4 wgmma of 64 × 256 × 16 a stage;
+// docs/wq_gemm_wgmma.md).
 //
 // One block per SM (shared memory sized so), GROUPS warpgroups that each
 // issue STAGES stages of 4 wgmma into 128 accumulators, in the kernel's
@@ -196,13 +196,12 @@ int main(int argc, char**) {
         // Enough shared memory that one block fills an SM.
         const int smem = 200 * 1024;
         QJIT_CU(cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem));
-        runtime::LoadedKernel k;
-        k.module = module, k.function = fn;
-        k.geometry.grid[0] = static_cast<unsigned>(sms), k.geometry.block[0] = 128u * (groups + v.prod);
-        k.geometry.dynamic_smem = smem;
+        const unsigned threads = 128u * (groups + v.prod);
         CUdeviceptr p = src.ptr(), c = cycles.ptr(), o = sink.ptr();
         void* args[] = {&p, &c, &o};
-        const auto t = tuner::time_launches([&](int) { runtime::launch(k, args, stream); }, stream, 3, 11, 1);
+        const auto t = tuner::time_launches(
+            [&](int) { QJIT_CU(cuLaunchKernel(fn, sms, 1, 1, threads, 1, 1, smem, stream, args, nullptr)); }, stream, 3,
+            11, 1);
         std::vector<unsigned long long> host(static_cast<size_t>(sms) * groups);
         QJIT_CU(cuMemcpyDtoH(host.data(), c, host.size() * 8));
         std::sort(host.begin(), host.end());

@@ -171,23 +171,23 @@ int main(int argc, char** argv) {
     if (config.value("ws", 0) != 1) throw Error("argument", "the stage clocks are in the ws pipeline only (ws = 1)");
     const int groups = config.at("groups").get<int>();
     auto marked = probe::load_marked_wq_gemm(spec, config, "QJIT_WS_CLOCKS", "qjit_ws_clocks");
-    const runtime::LoadedKernel& kernel = marked.kernel;
-    const CUmodule module = kernel.module;
+    const runtime::LoadedPlan& plan = marked.plan;
+    const CUmodule module = plan.module;
     const CUdeviceptr clocks = marked.marks;
     const size_t clocks_bytes = marked.marks_bytes;
-    const auto& g = kernel.geometry;
+    const auto& g = plan.kernels.at(0).def.geometry;
     const unsigned blocks = std::min<unsigned>(g.grid[0] * g.grid[1], kBlocks);
 
     auto work = tuner::make_workload(spec, std::random_device{}(), dev.l2_bytes);
     CUstream stream = nullptr;
     QJIT_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-    for (int i = 0; i < 6; ++i) runtime::launch(kernel, work->args(i % work->copies()), stream);
+    for (int i = 0; i < 6; ++i) probe::run_wq_gemm(plan, work->args(i % work->copies()), stream);
     const Marks block_marks = marks_of(module, "qjit_ws_block"), piece_marks = marks_of(module, "qjit_ws_pieces");
     QJIT_CU(cuMemsetD8Async(clocks, 0, clocks_bytes, stream));
     QJIT_CU(cuMemsetD8Async(block_marks.ptr, 0, block_marks.bytes, stream));
     QJIT_CU(cuMemsetD8Async(piece_marks.ptr, 0, piece_marks.bytes, stream));
     const int repeat = probe::probe_repeat();
-    for (int i = 0; i < repeat; ++i) runtime::launch(kernel, work->args(0), stream);
+    for (int i = 0; i < repeat; ++i) probe::run_wq_gemm(plan, work->args(0), stream);
     QJIT_CU(cuStreamSynchronize(stream));
     std::vector<long long> t(clocks_bytes / sizeof(long long));
     QJIT_CU(cuMemcpyDtoH(t.data(), clocks, clocks_bytes));
@@ -252,7 +252,7 @@ int main(int argc, char** argv) {
     }
     print_timeline(block_marks, piece_marks, t, groups, blocks);
     std::printf("{\"back_to_back_us\": %.2f, \"defines\": \"%s\", \"repeat\": %d}\n",
-                probe::back_to_back_us(kernel, *work, stream), probe::probe_defines().c_str(), repeat);
+                probe::back_to_back_us(plan, *work, stream), probe::probe_defines().c_str(), repeat);
     std::printf("{\"note\": \"cycles (%%clock64), medians over blocks and stages 2 on\"}\n");
     runtime::driver().cuStreamDestroy(stream);
     runtime::driver().cuModuleUnload(module);

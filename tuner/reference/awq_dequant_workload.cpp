@@ -46,16 +46,10 @@ class AwqDequantWorkload final : public Workload {
     s_ = DeviceBuffer(p_.s.size() * 2);
     s_.upload(p_.s.data(), p_.s.size() * 2);
     out_ = DeviceBuffer(p_.k * p_.n * 2);
-    params_.resize(copies);
-    args_.resize(copies);
-    for (int c = 0; c < copies; ++c) {
-      params_[c] = {q_[c].ptr(), z_.ptr(), s_.ptr(), out_.ptr()};
-      for (int i = 0; i < 4; ++i) args_[c][i] = &params_[c][i];
-    }
+    for (int c = 0; c < copies; ++c)
+      add_copy(AwqDequantArgs{dev(q_[c].ptr()), dev(z_.ptr()), dev(s_.ptr()), dev(out_.ptr())}.pack());
   }
 
-  void** args(int copy) override { return args_[copy].data(); }
-  int copies() const override { return static_cast<int>(params_.size()); }
   // On the candidate's stream (a legacy-stream memset is not ordered with it).
   void poison_output(CUstream stream) override { QJIT_CU(cuMemsetD8Async(out_.ptr(), 0xff, out_.bytes(), stream)); }
 
@@ -91,8 +85,6 @@ class AwqDequantWorkload final : public Workload {
   std::string stype_, otype_;
   std::vector<DeviceBuffer> q_;
   DeviceBuffer z_, s_, out_;
-  std::vector<std::array<CUdeviceptr, 4>> params_;
-  std::vector<std::array<void*, 4>> args_;
 };
 
 }  // namespace

@@ -42,16 +42,9 @@ class FpLutWorkload final : public Workload {
       x_[c].upload(x_host_.data(), x_host_.size());
     }
     y_ = DeviceBuffer(n_ * ob);
-    params_.resize(copies);
-    args_.resize(copies);
-    for (int c = 0; c < copies; ++c) {
-      params_[c] = {x_[c].ptr(), y_.ptr()};
-      args_[c] = {&params_[c][0], &params_[c][1]};
-    }
+    for (int c = 0; c < copies; ++c) add_copy(FpLutArgs{dev(x_[c].ptr()), dev(y_.ptr())}.pack());
   }
 
-  void** args(int copy) override { return args_[copy].data(); }
-  int copies() const override { return static_cast<int>(params_.size()); }
   // On the candidate's stream (a legacy-stream memset is not ordered with it).
   void poison_output(CUstream stream) override { QJIT_CU(cuMemsetD8Async(y_.ptr(), 0xa5, y_.bytes(), stream)); }
 
@@ -117,8 +110,6 @@ class FpLutWorkload final : public Workload {
   std::vector<uint8_t> x_host_;
   std::vector<DeviceBuffer> x_;
   DeviceBuffer y_;
-  std::vector<std::array<CUdeviceptr, 2>> params_;
-  std::vector<std::array<void*, 2>> args_;
 };
 
 }  // namespace

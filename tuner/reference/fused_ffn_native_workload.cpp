@@ -17,7 +17,6 @@
 namespace qjit::tuner {
 namespace {
 
-constexpr int kArgs = 8;  // x, qweight1, scales1, zeros1, qweight3, scales3, zeros3, y
 
 // One matrix's device tensors in the kernel's form.
 struct PackedMatrix {
@@ -56,19 +55,15 @@ class FusedFfnNativeWorkload final : public Workload {
     x_ = DeviceBuffer(x_host_.size());
     x_.upload(x_host_.data(), x_host_.size());
     y_ = DeviceBuffer(m_ * h_ * (xt_ == "fp32" ? 4 : 2));
-    params_.resize(copies);
-    args_.resize(copies);
     for (int c = 0; c < copies; ++c) {
       const auto& w = packed_[c];
       const bool sym = zero_ == "sym";
-      params_[c] = {x_.ptr(), w[0].q.ptr(), w[0].s.ptr(), sym ? 0 : w[0].z.ptr(),
-                    w[1].q.ptr(), w[1].s.ptr(), sym ? 0 : w[1].z.ptr(), y_.ptr()};
-      for (int i = 0; i < kArgs; ++i) args_[c][i] = &params_[c][i];
+      add_copy(FusedFfnArgs{dev(x_.ptr()), dev(w[0].q.ptr()), dev(w[0].s.ptr()), sym ? nullptr : dev(w[0].z.ptr()),
+                            dev(w[1].q.ptr()), dev(w[1].s.ptr()), sym ? nullptr : dev(w[1].z.ptr()), dev(y_.ptr())}
+                   .pack());
     }
   }
 
-  void** args(int copy) override { return args_[copy].data(); }
-  int copies() const override { return static_cast<int>(params_.size()); }
   void poison_output(CUstream stream) override { QJIT_CU(cuMemsetD8Async(y_.ptr(), 0xff, y_.bytes(), stream)); }
 
   Verification verify(double tolerance_scale) override {
@@ -136,8 +131,6 @@ class FusedFfnNativeWorkload final : public Workload {
   std::vector<double> ref_;
   std::vector<std::array<PackedMatrix, 2>> packed_;
   DeviceBuffer x_, y_;
-  std::vector<std::array<CUdeviceptr, kArgs>> params_;
-  std::vector<std::array<void*, kArgs>> args_;
   std::unique_ptr<CublasFfnPath> path_;
   std::vector<std::array<DeviceBuffer, 2>> dense_;
   DeviceBuffer dense_x_, dense_y_;

@@ -71,15 +71,13 @@ class FusedFfnWorkload final : public Workload {
       }
     }
     QJIT_CU(cuCtxSynchronize());  // the copies run on the legacy stream; finish them before any launch
-    params_.resize(copies);
-    for (int c = 0; c < copies; ++c) params_[c] = {x_.ptr(), w1_[c].ptr(), w3_[c].ptr(), y_.ptr()};
-    arg_ptrs_.resize(copies);
-    for (int c = 0; c < copies; ++c)
-      for (int i = 0; i < 4; ++i) arg_ptrs_[c][i] = &params_[c][i];
+    for (int c = 0; c < copies; ++c) {
+      FusedFfnArgs a;
+      a.x = dev(x_.ptr()), a.w1 = dev(w1_[c].ptr()), a.w3 = dev(w3_[c].ptr()), a.y = dev(y_.ptr());
+      add_copy(a.pack());
+    }
   }
 
-  void** args(int copy) override { return arg_ptrs_[copy].data(); }
-  int copies() const override { return static_cast<int>(params_.size()); }
 
   void poison_output(CUstream stream) override {
     // On the candidate's own stream: a legacy-stream memset is not ordered
@@ -105,8 +103,6 @@ class FusedFfnWorkload final : public Workload {
   std::vector<double> ref_;
   DeviceBuffer x_, y_;
   std::vector<DeviceBuffer> w1_, w3_;
-  std::vector<std::array<CUdeviceptr, 4>> params_;
-  std::vector<std::array<void*, 4>> arg_ptrs_;
   std::unique_ptr<CublasFfnPath> path_;  // the baseline, built on first use
 };
 

@@ -18,8 +18,6 @@
 namespace qjit::tuner {
 namespace {
 
-constexpr int kArgs = 8;  // x, qweight, scales, zeros, bias, residual, y, M
-
 class WqGemmWorkload final : public Workload {
  public:
   WqGemmWorkload(const codegen::OpSpec& spec, uint64_t seed, size_t l2_bytes, int64_t rows) : spec_(spec) {
@@ -70,24 +68,13 @@ class WqGemmWorkload final : public Workload {
       residual_.upload(residual_host_.data(), residual_host_.size());
     }
     y_ = DeviceBuffer(m_ * p_.n * xb_);
-    m_arg_ = static_cast<int>(m_);
-    params_.resize(copies);
-    args_.resize(copies);
-    for (int c = 0; c < copies; ++c) {
-      params_[c] = {x_.ptr(),
-                    q_[c].ptr(),
-                    s_[c].ptr(),
-                    zero_ == "sym" ? 0 : z_[c].ptr(),
-                    has_bias ? bias_.ptr() : 0,
-                    has_residual_ ? residual_.ptr() : 0,
-                    y_.ptr()};
-      for (int i = 0; i < kArgs - 1; ++i) args_[c][i] = &params_[c][i];
-      args_[c][kArgs - 1] = &m_arg_;
-    }
+    for (int c = 0; c < copies; ++c)
+      add_copy(WqGemmArgs{dev(x_.ptr()), dev(q_[c].ptr()), dev(s_[c].ptr()), zero_ == "sym" ? nullptr : dev(z_[c].ptr()),
+                          has_bias ? dev(bias_.ptr()) : nullptr, has_residual_ ? dev(residual_.ptr()) : nullptr,
+                          dev(y_.ptr()), static_cast<int>(m_)}
+                   .pack());
   }
 
-  void** args(int copy) override { return args_[copy].data(); }
-  int copies() const override { return static_cast<int>(params_.size()); }
   void poison_output(CUstream stream) override { QJIT_CU(cuMemsetD8Async(y_.ptr(), 0xff, y_.bytes(), stream)); }
 
   Verification verify(double tolerance_scale) override {
@@ -174,7 +161,7 @@ class WqGemmWorkload final : public Workload {
 
   codegen::OpSpec spec_;
   int64_t m_ = 1;
-  int xb_ = 2, m_arg_ = 1;
+  int xb_ = 2;
   bool has_residual_ = false;
   std::string xt_, st_, zero_;
   PlainQuant p_;
@@ -183,8 +170,6 @@ class WqGemmWorkload final : public Workload {
   std::vector<double> ref_;
   std::vector<DeviceBuffer> q_, s_, z_;
   DeviceBuffer x_, bias_, residual_, y_;
-  std::vector<std::array<CUdeviceptr, kArgs - 1>> params_;
-  std::vector<std::array<void*, kArgs>> args_;
   const runtime::Cublas* cublas_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   std::vector<DeviceBuffer> dense_;
@@ -196,6 +181,10 @@ class WqGemmWorkload final : public Workload {
 std::unique_ptr<Workload> make_wq_gemm_workload(const codegen::OpSpec& spec, uint64_t seed, size_t l2_bytes,
                                                 int64_t rows) {
   return std::make_unique<WqGemmWorkload>(spec, seed, l2_bytes, rows);
+}
+
+std::unique_ptr<Workload> make_wq_gemm_workload(const codegen::OpSpec& spec, uint64_t seed, size_t l2_bytes) {
+  return make_wq_gemm_workload(spec, seed, l2_bytes, 0);
 }
 
 }  // namespace qjit::tuner

@@ -1,7 +1,10 @@
 // qjit runtime: launch tuned, specialised kernels on device pointers.
 //
 //   qjit::FusedFfnShape s{.d = 4096, .h = 11008, .m = 1, .dtype = qjit::DType::fp16};
-//   qjit::fused_ffn(s, x, w1, w3, y, stream);
+//   qjit::fused_ffn(s, {.x = x, .w1 = w1, .w3 = w3, .y = y}, stream);
+//
+// Each op takes its shape (what is baked into the kernels) and one argument
+// struct (device pointers and run-time sizes).
 //
 // The first call for a shape looks the kernel up in the cache
 // ($QJIT_CACHE or ~/.cache/qjit/kernels.db; see set_cache_path); later calls
@@ -10,12 +13,40 @@
 // Every entry point validates its arguments and throws qjit::Error naming the
 // bad value; nothing is launched then.
 #pragma once
+#include <cstdint>
 #include <string>
 #include "codegen/error.h"
 
 struct CUstream_st;  // CUstream / cudaStream_t
 
 namespace qjit {
+
+// The values of one call's arguments, in the order of the op's argument
+// list (codegen::OpDef::args): each argument struct below packs itself, the
+// one place its fields meet positions.
+struct ArgPack {
+  static constexpr int kMax = 16;
+  union Value {
+    unsigned long long ptr;  // a device pointer (CUdeviceptr)
+    int i32;
+  };
+  const char* op = "";  // names the op in error messages
+  Value values[kMax] = {};
+  uint32_t int_mask = 0;  // bit i: values[i] is an int
+  int count = 0;
+
+  explicit ArgPack(const char* op_name) : op(op_name) {}
+  ArgPack& ptr(const void* p) {
+    if (count < kMax) values[count].ptr = reinterpret_cast<uintptr_t>(p);
+    ++count;  // more than kMax: the runtime refuses the pack by its count
+    return *this;
+  }
+  ArgPack& i32(int v) {
+    if (count < kMax) int_mask |= 1u << count, values[count].i32 = v;
+    ++count;
+    return *this;
+  }
+};
 
 enum class DType { fp16, bf16, fp32, mixed };  // mixed: fp32 activations/output, fp16 weights
 const char* to_string(DType t);
@@ -33,8 +64,29 @@ struct FusedFfnShape {
   DType dtype = DType::fp16;
   Activation act = Activation::silu;
 };
-void fused_ffn(const FusedFfnShape& shape, const void* x, const void* w1, const void* w3, void* y,
-               CUstream_st* stream = nullptr);
+// fused_ffn's arguments: dense W1, W3 [h, d] in w1, w3 (scales and zeros
+// unused); quantized ones (QuantFfnShape) as wq_gemm's packed words, scales
+// and zeros of each matrix.
+struct FusedFfnArgs {
+  const void* x = nullptr;
+  const void* w1 = nullptr;
+  const void* scales1 = nullptr;
+  const void* zeros1 = nullptr;
+  const void* w3 = nullptr;
+  const void* scales3 = nullptr;
+  const void* zeros3 = nullptr;
+  void* y = nullptr;
+  ArgPack pack() const {
+    return ArgPack("fused_ffn").ptr(x).ptr(w1).ptr(scales1).ptr(zeros1).ptr(w3).ptr(scales3).ptr(zeros3).ptr(y);
+  }
+};
+void fused_ffn(const FusedFfnShape& shape, const FusedFfnArgs& args, CUstream_st* stream = nullptr);
+inline void fused_ffn(const FusedFfnShape& shape, const void* x, const void* w1, const void* w3, void* y,
+                      CUstream_st* stream = nullptr) {
+  FusedFfnArgs a;
+  a.x = x, a.w1 = w1, a.w3 = w3, a.y = y;
+  fused_ffn(shape, a, stream);
+}
 
 // y[i] = f(x[i]) for i < n by an FP16 lookup table with linear interpolation
 // (seed 003 semantics, bit-exact with qjit's CPU reference). fn: silu, gelu,
@@ -48,7 +100,15 @@ struct FpLutShape {
   DType out = DType::fp16;
   std::string cuts = "default";
 };
-void fp_lut(const FpLutShape& shape, const void* x, void* y, CUstream_st* stream = nullptr);
+struct FpLutArgs {
+  const void* x = nullptr;
+  void* y = nullptr;
+  ArgPack pack() const { return ArgPack("fp_lut").ptr(x).ptr(y); }
+};
+void fp_lut(const FpLutShape& shape, const FpLutArgs& args, CUstream_st* stream = nullptr);
+inline void fp_lut(const FpLutShape& shape, const void* x, void* y, CUstream_st* stream = nullptr) {
+  fp_lut(shape, FpLutArgs{x, y}, stream);
+}
 
 // Packed 4-bit weights -> dense out[k][n] = (q - z) * s, rounded once to the
 // type `out` ("fp16", "bf16", or "scales": the scales' type). layout "awq":
@@ -63,8 +123,18 @@ struct AwqDequantShape {
   DType scales = DType::fp16;  // fp16 | bf16
   std::string out = "scales";  // "scales" | "fp16" | "bf16"
 };
-void awq_dequant(const AwqDequantShape& shape, const void* qweight, const void* qzeros, const void* scales, void* out,
-                 CUstream_st* stream = nullptr);
+struct AwqDequantArgs {
+  const void* qweight = nullptr;
+  const void* qzeros = nullptr;  // may be null for symmetric gptq
+  const void* scales = nullptr;
+  void* out = nullptr;
+  ArgPack pack() const { return ArgPack("awq_dequant").ptr(qweight).ptr(qzeros).ptr(scales).ptr(out); }
+};
+void awq_dequant(const AwqDequantShape& shape, const AwqDequantArgs& args, CUstream_st* stream = nullptr);
+inline void awq_dequant(const AwqDequantShape& shape, const void* qweight, const void* qzeros, const void* scales,
+                        void* out, CUstream_st* stream = nullptr) {
+  awq_dequant(shape, AwqDequantArgs{qweight, qzeros, scales, out}, stream);
+}
 
 // y[m][n] = clamp(Σ_k x[m][k]·w[k][n] + bias[n]) (+ residual[m][n]) for m < M, W quantised
 // with `bits` bits in groups of g along k, in qjit's native layout (see
@@ -87,8 +157,25 @@ struct WqGemmShape {
   std::string act = "none";
   bool residual = false;
 };
-void wq_gemm(const WqGemmShape& shape, int m, const void* x, const void* qweight, const void* scales,
-             const void* zeros, const void* bias, const void* residual, void* y, CUstream_st* stream = nullptr);
+// m: rows of x in this call (0 launches nothing).
+struct WqGemmArgs {
+  const void* x = nullptr;
+  const void* qweight = nullptr;
+  const void* scales = nullptr;
+  const void* zeros = nullptr;  // null for zero = "sym"
+  const void* bias = nullptr;
+  const void* residual = nullptr;
+  void* y = nullptr;
+  int m = 0;
+  ArgPack pack() const {
+    return ArgPack("wq_gemm").ptr(x).ptr(qweight).ptr(scales).ptr(zeros).ptr(bias).ptr(residual).ptr(y).i32(m);
+  }
+};
+void wq_gemm(const WqGemmShape& shape, const WqGemmArgs& args, CUstream_st* stream = nullptr);
+inline void wq_gemm(const WqGemmShape& shape, int m, const void* x, const void* qweight, const void* scales,
+                    const void* zeros, const void* bias, const void* residual, void* y, CUstream_st* stream = nullptr) {
+  wq_gemm(shape, WqGemmArgs{x, qweight, scales, zeros, bias, residual, y, m}, stream);
+}
 
 // fused_ffn on group-quantized W1 and W3: y[m, h] = SiLU(x·W1ᵀ) ⊙ (x·W3ᵀ),
 // each matrix as wq_gemm's tensors with k = d, n = h (native layout; d % 64 ==
@@ -108,8 +195,11 @@ struct QuantMatrix {
   const void* scales = nullptr;
   const void* zeros = nullptr;  // null for zero = "sym"
 };
-void fused_ffn(const QuantFfnShape& shape, const void* x, const QuantMatrix& w1, const QuantMatrix& w3, void* y,
-               CUstream_st* stream = nullptr);
+void fused_ffn(const QuantFfnShape& shape, const FusedFfnArgs& args, CUstream_st* stream = nullptr);
+inline void fused_ffn(const QuantFfnShape& shape, const void* x, const QuantMatrix& w1, const QuantMatrix& w3, void* y,
+                      CUstream_st* stream = nullptr) {
+  fused_ffn(shape, FusedFfnArgs{x, w1.qweight, w1.scales, w1.zeros, w3.qweight, w3.scales, w3.zeros, y}, stream);
+}
 
 // Use another cache file for this process (default: $QJIT_CACHE or ~/.cache/qjit/kernels.db).
 void set_cache_path(const std::string& path);

@@ -1,0 +1,69 @@
+#include "codegen/op.h"
+#include <sstream>
+
+namespace qjit::codegen {
+
+bool Plan::needs_cublas() const {
+  for (const auto& s : steps)
+    if (s.kind == PlanStep::Kind::cublas_gemm) return true;
+  return false;
+}
+
+const KernelDef& Plan::main_kernel() const {
+  for (const auto& s : steps)
+    if (s.kind == PlanStep::Kind::kernel) return kernels.at(static_cast<size_t>(s.kernel));
+  throw Error("codegen", "the plan launches no kernel");
+}
+
+std::string Plan::describe() const {
+  std::ostringstream out;
+  for (const auto& k : kernels)
+    if (k.role == KernelDef::Role::init)
+      out << "on load: " << k.symbol << "() on " << k.geometry.grid[0] << " blocks of " << k.geometry.block[0]
+          << " threads\n";
+  int i = 0;
+  for (const auto& s : steps) {
+    out << ++i << ". ";
+    if (s.kind == PlanStep::Kind::kernel) {
+      const auto& k = kernels.at(static_cast<size_t>(s.kernel));
+      const auto& g = k.geometry;
+      out << k.symbol << "(";
+      for (size_t p = 0; p < k.params.size(); ++p)
+        out << (p ? ", " : "")
+            << (k.params[p].kind == KernelParam::Kind::arg ? k.params[p].arg
+                                                          : "workspace+" + std::to_string(k.params[p].offset));
+      for (const auto& m : k.tensor_maps) out << ", map(" << m.source << ")";
+      out << ") on ";
+      if (g.grid_per_sm) out << g.grid_per_sm << " blocks per SM";
+      else out << g.grid[0] << "x" << g.grid[1] << "x" << g.grid[2] << " blocks";
+      out << " of " << g.block[0] << " threads, " << g.dynamic_smem << " B shared" << (g.programmatic ? ", PDL" : "")
+          << "\n";
+    } else {
+      const auto& c = s.gemm;
+      out << "cuBLAS " << (c.bf16 ? "bf16" : "fp16") << " GEMM " << c.y << "[" << c.rows << "][" << c.n << "] = " << c.x
+          << "[" << c.rows << "][" << c.k << "] x W^T (W at workspace+" << c.w_offset << ")";
+      if (c.epilogue >= 0)
+        out << ", per " << c.slab_rows << " rows: fp32 sums at workspace+" << c.sums_offset << ", then "
+            << kernels.at(static_cast<size_t>(c.epilogue)).symbol;
+      out << "\n";
+    }
+  }
+  return out.str();
+}
+
+std::vector<KernelParam> arg_params(std::initializer_list<const char*> names) {
+  std::vector<KernelParam> out;
+  for (const char* n : names) out.push_back(arg_param(n));
+  return out;
+}
+
+Plan single_kernel_plan(std::string symbol, LaunchGeometry geometry, std::vector<KernelParam> params,
+                        std::vector<PointerArg> pointers) {
+  Plan p;
+  p.kernels.push_back({std::move(symbol), KernelDef::Role::step, geometry, std::move(params), {}});
+  p.steps.push_back({PlanStep::Kind::kernel, 0, {}});
+  p.pointers = std::move(pointers);
+  return p;
+}
+
+}  // namespace qjit::codegen

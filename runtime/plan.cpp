@@ -1,0 +1,345 @@
+#include "runtime/plan.h"
+#include <algorithm>
+#include <cstdlib>
+#include "codegen/error.h"
+#include "codegen/registry.h"
+#include "runtime/cublas.h"
+#include "runtime/device.h"
+#include "runtime/driver.h"
+
+namespace qjit::runtime {
+namespace {
+
+// QJIT_PDL=0 turns programmatic dependent launch off (every launch then
+// waits for the previous kernel of the stream to finish, as plain launches do).
+bool programmatic_launch_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("QJIT_PDL");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
+
+constexpr int kMaxParams = 16;
+
+}  // namespace
+
+Workspaces::~Workspaces() {
+  for (auto& [stream, ptr] : buffers_) driver().cuMemFree(ptr);  // at exit the context may be gone: nothing to do then
+}
+
+CUresult Workspaces::get(CUstream stream, CUdeviceptr* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = buffers_.find(stream);
+  if (it != buffers_.end()) {
+    *out = it->second;
+    return CUDA_SUCCESS;
+  }
+  CUdeviceptr p = 0;
+  CUresult r = driver().cuMemAlloc(&p, bytes_);
+  if (r != CUDA_SUCCESS) return r;
+  r = driver().cuMemsetD8Async(p, 0, bytes_, stream);  // ordered before the launch that follows on the stream
+  if (r != CUDA_SUCCESS) {
+    driver().cuMemFree(p);
+    return r;
+  }
+  buffers_.emplace(stream, p);
+  *out = p;
+  return CUDA_SUCCESS;
+}
+
+unsigned smem_share_for(int blocks_per_sm, const SmemBudget& b) {
+  const int share = b.per_sm / std::max(1, blocks_per_sm) - b.reserved_per_block - b.static_bytes - 128;
+  return static_cast<unsigned>(std::max(0, std::min(share, b.per_block_optin - b.static_bytes)));
+}
+
+void resolve_for_device(LoadedKernel& k) {
+  auto& g = k.def.geometry;
+  const Device& dev = current_device();
+  int static_smem = 0;
+  QJIT_CU(cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, k.function));
+  const SmemBudget budget{dev.smem_per_sm, dev.smem_per_block_optin, dev.smem_reserved_per_block, static_smem};
+  if (g.grid_per_sm > 0) {
+    g.grid[0] = g.grid_per_sm * static_cast<unsigned>(dev.identity.sm_count);
+    if (g.max_grid > 0) g.grid[0] = std::min(g.grid[0], g.max_grid);
+    // Exactly grid_per_sm blocks on every SM: each block takes its share of
+    // the SM's shared memory (used or not), so no SM can hold one more. The
+    // block scheduler otherwise fills the SMs that the previous grid freed
+    // first: a persistent grid of 2 blocks per SM ran 3 blocks on 63 SMs of
+    // an H100, 1 on 37 and none on 13 (qjit_timeline_probe), and SMs with 3
+    // finished 5 µs after those with 1. The kernel's static shared memory
+    // counts towards the share. Never less than the kernel needs: a share
+    // below it (wgmma's stream schedule at 3 blocks of 77 KB: 75 KB each)
+    // ran the ring past its end (CUDA_ERROR_ILLEGAL_ADDRESS); then fewer
+    // blocks fit on an SM, and the grid still completes (a block waits only
+    // for blocks dispatched before it).
+    g.dynamic_smem = std::max(g.dynamic_smem, smem_share_for(static_cast<int>(g.grid_per_sm), budget));
+  } else if (g.spread) {
+    // At most ceil(blocks / SMs) blocks per SM by the same share
+    // (codegen/op.h): padding only, never less than the kernel uses.
+    const int64_t blocks = int64_t{g.grid[0]} * g.grid[1] * g.grid[2], sms = dev.identity.sm_count;
+    g.dynamic_smem = std::max(g.dynamic_smem, smem_share_for(static_cast<int>((blocks + sms - 1) / sms), budget));
+  }
+  // Above 48 KB of static and dynamic shared memory together a kernel must
+  // opt in; without it the launch fails (CUDA_ERROR_INVALID_VALUE). Testing
+  // the dynamic part alone let the tuner drop every ring of 48 KB or less
+  // whose split-k sums pushed the block past 48 KB (8 warps of 4 stages at
+  // M = 16, 52 KB) as a resource error.
+  if (g.dynamic_smem > 0 && static_cast<unsigned>(static_smem) + g.dynamic_smem > 48 * 1024)
+    QJIT_CU(cuFuncSetAttribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                               static_cast<int>(g.dynamic_smem)));
+  k.programmatic = g.programmatic && programmatic_launch_enabled() &&
+                   std::stoi(dev.identity.compute_capability) >= 9;
+}
+
+int arg_position(const std::vector<codegen::ArgDef>& args, const std::string& name, const std::string& op) {
+  for (size_t i = 0; i < args.size(); ++i)
+    if (args[i].name == name) return static_cast<int>(i);
+  throw Error("codegen", op + "'s plan names argument '" + name + "', which the op does not have");
+}
+
+LoadedPlan load_plan(const std::string& op, const codegen::Plan& plan, const std::string& cubin) {
+  const auto& def = codegen::find_op(op);
+  LoadedPlan p;
+  p.op = op;
+  p.args = def.args();
+  p.steps = plan.steps;
+  for (const auto& c : plan.pointers) p.checks.push_back({c, arg_position(p.args, c.name, op)});
+  const auto position = [&](const std::string& name) { return arg_position(p.args, name, op); };
+  QJIT_CU(cuModuleLoadData(&p.module, cubin.data()));
+  try {
+    size_t workspace = plan.workspace_fixed;
+    for (const auto& kd : plan.kernels) {
+      LoadedKernel k;
+      k.def = kd;
+      const CUresult r = driver().cuModuleGetFunction(&k.function, p.module, kd.symbol.c_str());
+      if (r != CUDA_SUCCESS) throw Error("driver", "kernel '" + kd.symbol + "' not found in the module: " + describe(r));
+      if (kd.params.size() + kd.tensor_maps.size() > kMaxParams || kd.tensor_maps.size() > codegen::KernelDef::kMaxTensorMaps)
+        throw Error("codegen", kd.symbol + ": more parameters or tensor maps than a launch passes");
+      for (const auto& prm : kd.params)
+        k.params.push_back({prm.kind, prm.kind == codegen::KernelParam::Kind::arg ? position(prm.arg) : -1, prm.offset});
+      for (const auto& m : kd.tensor_maps)
+        k.maps.push_back({m, position(m.source), m.rows_arg.empty() ? -1 : position(m.rows_arg)});
+      resolve_for_device(k);
+      const auto& g = k.def.geometry;
+      workspace += g.workspace_per_block * (size_t{g.grid[0]} * g.grid[1] * g.grid[2]);
+      p.kernels.push_back(std::move(k));
+    }
+    if (workspace > 0) p.workspaces = std::make_shared<Workspaces>(workspace);
+    // Init kernels: once per load, finished before any call can use what they fill.
+    for (const auto& k : p.kernels) {
+      if (k.def.role != codegen::KernelDef::Role::init) continue;
+      const auto& g = k.def.geometry;
+      QJIT_CU(cuLaunchKernel(k.function, g.grid[0], g.grid[1], g.grid[2], g.block[0], g.block[1], g.block[2],
+                             g.dynamic_smem, nullptr, nullptr, nullptr));
+      QJIT_CU(cuStreamSynchronize(nullptr));
+    }
+  } catch (...) {
+    driver().cuModuleUnload(p.module);
+    throw;
+  }
+  return p;
+}
+
+PlanGuard::~PlanGuard() { driver().cuModuleUnload(p.module); }
+
+namespace {
+
+void check_one(const codegen::PointerArg& w, const ArgPack& a, int i) {
+  const auto addr = static_cast<uintptr_t>(a.values[i].ptr);
+  if (!addr && !w.optional) throw Error("argument", std::string(a.op) + ": " + w.name + " is null");
+  if (addr % static_cast<uintptr_t>(w.align))
+    throw Error("argument", std::string(a.op) + ": " + w.name + " = " + std::to_string(addr) + " is not aligned to " +
+                                std::to_string(w.align) + " bytes (the kernel's vector access)");
+}
+
+// The pack holds one value of the right kind per argument of the op.
+void check_pack(const std::vector<codegen::ArgDef>& args, const ArgPack& a) {
+  if (static_cast<size_t>(a.count) != args.size())
+    throw Error("argument", std::string(a.op) + ": " + std::to_string(a.count) + " arguments packed, the op takes " +
+                                std::to_string(args.size()));
+  for (size_t i = 0; i < args.size(); ++i)
+    if (((a.int_mask >> i) & 1) != (args[i].kind == codegen::ArgDef::Kind::int32))
+      throw Error("argument", std::string(a.op) + ": argument " + args[i].name + " packed as " +
+                                  ((a.int_mask >> i) & 1 ? "an int" : "a pointer"));
+}
+
+}  // namespace
+
+void check_pointers(const LoadedPlan& p, const ArgPack& a) {
+  check_pack(p.args, a);
+  for (const auto& c : p.checks) check_one(c.want, a, c.arg);
+}
+
+void check_pointers(const std::vector<codegen::ArgDef>& args, const codegen::Plan& plan, const ArgPack& a) {
+  check_pack(args, a);
+  for (const auto& c : plan.pointers) check_one(c, a, arg_position(args, c.name, a.op));
+}
+
+namespace {
+
+// A tensor map over the tensor the call passes (a host-side encoding, no
+// device work; codegen::TensorMap says what each field means).
+CUresult encode_tensor_map(const ResolvedMap& rm, const ArgPack& a, CUtensorMap* map) {
+  const codegen::TensorMap& t = rm.map;
+  using Element = codegen::TensorMap::Element;
+  if (t.rank < 2 || t.rank > 3) return CUDA_ERROR_INVALID_VALUE;
+  const CUdeviceptr base = a.values[rm.source].ptr;
+  const int element_bytes = t.element == Element::u32 ? 4 : t.element == Element::u8 ? 1 : 2;
+  cuuint64_t dims[3], pitches[2];
+  cuuint32_t box[3], strides[3] = {1, 1, 1};
+  for (int d = 0; d < t.rank; ++d) dims[d] = static_cast<cuuint64_t>(t.dims[d]), box[d] = t.box[d];
+  for (int d = 0; d + 1 < t.rank; ++d) pitches[d] = static_cast<cuuint64_t>(t.pitches[d]);
+  if (rm.rows >= 0) {
+    const int rows = a.values[rm.rows].i32;
+    if (rows <= 0) return CUDA_ERROR_INVALID_VALUE;
+    dims[t.rank - 1] = static_cast<cuuint64_t>(rows);
+    pitches[t.rank - 2] = static_cast<cuuint64_t>(t.dims[0]) * element_bytes;
+  }
+  const CUtensorMapDataType type = t.element == Element::u32    ? CU_TENSOR_MAP_DATA_TYPE_UINT32
+                                   : t.element == Element::u8   ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                   : t.element == Element::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                                : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return driver().cuTensorMapEncodeTiled(map, type, static_cast<cuuint32_t>(t.rank), reinterpret_cast<void*>(base),
+                                         dims, pitches, box, strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                         t.swizzle_128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+}
+
+}  // namespace
+
+CUresult launch_function(CUfunction function, const codegen::LaunchGeometry& g, bool programmatic, void** params,
+                         CUstream stream) {
+  if (!programmatic)
+    return driver().cuLaunchKernel(function, g.grid[0], g.grid[1], g.grid[2], g.block[0], g.block[1], g.block[2],
+                                   g.dynamic_smem, stream, params, nullptr);
+  CUlaunchAttribute pdl{};
+  pdl.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  pdl.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = g.grid[0], cfg.gridDimY = g.grid[1], cfg.gridDimZ = g.grid[2];
+  cfg.blockDimX = g.block[0], cfg.blockDimY = g.block[1], cfg.blockDimZ = g.block[2];
+  cfg.sharedMemBytes = g.dynamic_smem;
+  cfg.hStream = stream;
+  cfg.attrs = &pdl;
+  cfg.numAttrs = 1;
+  return driver().cuLaunchKernelEx(&cfg, function, params, nullptr);
+}
+
+namespace {
+
+CUresult launch_with(const LoadedKernel& k, const codegen::LaunchGeometry& g, void** params, CUstream stream) {
+  return launch_function(k.function, g, k.programmatic, params, stream);
+}
+
+CUresult workspace_of(const LoadedPlan& p, CUstream stream, CUdeviceptr* out) {
+  *out = 0;
+  return p.workspaces ? p.workspaces->get(stream, out) : CUDA_SUCCESS;
+}
+
+// A cuBLAS GEMM step (codegen::CublasGemm says what each field means).
+CUresult run_gemm(const LoadedPlan& p, const codegen::CublasGemm& d, const ArgPack& a, CUstream stream) {
+  const Cublas* blas = try_cublas(nullptr);
+  const cublasHandle_t handle = blas ? cublas_handle(stream, nullptr) : nullptr;
+  if (!handle) return CUDA_ERROR_NOT_SUPPORTED;
+  CUdeviceptr workspace = 0;
+  CUresult r = workspace_of(p, stream, &workspace);
+  if (r != CUDA_SUCCESS) return r;
+  const auto pointer = [&](const std::string& name) {
+    return name.empty() ? CUdeviceptr{0} : a.values[arg_position(p.args, name, p.op)].ptr;
+  };
+  const CUdeviceptr x = pointer(d.x), y = pointer(d.y), residual = pointer(d.residual), w = workspace + d.w_offset;
+  const int rows = a.values[arg_position(p.args, d.rows, p.op)].i32;
+  const int n = static_cast<int>(d.n), kk = static_cast<int>(d.k);
+  const cudaDataType type = d.bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  constexpr size_t kBytes = 2;  // x, W and y: fp16 or bf16
+  auto gemm = [&](CUdeviceptr xs, int m, float beta, CUdeviceptr c, cudaDataType ct) {
+    return gemm_x_wt(*blas, handle, m, n, kk, w, xs, type, beta, c, ct) == CUBLAS_STATUS_SUCCESS ? CUDA_SUCCESS
+                                                                                                 : CUDA_ERROR_UNKNOWN;
+  };
+  if (d.epilogue < 0) {
+    // Nothing but (perhaps) the residual follows: the GEMM adds it as β·y.
+    if (d.residual.empty()) return gemm(x, rows, 0.0f, y, type);
+    if (residual != y) {
+      r = driver().cuMemcpyDtoDAsync(y, residual, size_t(rows) * n * kBytes, stream);
+      if (r != CUDA_SUCCESS) return r;
+    }
+    return gemm(x, rows, 1.0f, y, type);
+  }
+  const LoadedKernel& epilogue = p.kernels.at(static_cast<size_t>(d.epilogue));
+  CUdeviceptr sums = workspace + d.sums_offset, bias = pointer(d.bias), res = residual, out = y;
+  for (int m0 = 0; m0 < rows; m0 += static_cast<int>(d.slab_rows)) {
+    int m = static_cast<int>(std::min<long long>(d.slab_rows, rows - m0)), first = m0;
+    r = gemm(x + size_t(m0) * kk * kBytes, m, 0.0f, sums, CUDA_R_32F);
+    if (r != CUDA_SUCCESS) return r;
+    void* eargs[] = {&sums, &bias, &res, &out, &m, &first};
+    codegen::LaunchGeometry g = epilogue.def.geometry;
+    g.grid[0] = static_cast<unsigned>((int64_t{m} * n + g.block[0] - 1) / g.block[0]);
+    r = launch_with(epilogue, g, eargs, stream);
+    if (r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+CUresult launch_kernel(const LoadedPlan& p, int kernel, const ArgPack& a, CUstream stream) {
+  const LoadedKernel& k = p.kernels[static_cast<size_t>(kernel)];
+  void* params[kMaxParams];
+  CUdeviceptr workspace = 0, offsets[kMaxParams];
+  CUtensorMap maps[codegen::KernelDef::kMaxTensorMaps];
+  size_t i = 0;
+  for (const auto& prm : k.params) {
+    if (prm.kind == codegen::KernelParam::Kind::arg) {
+      // Both members of the union start at its address: an int parameter
+      // reads i32, a pointer ptr.
+      params[i] = const_cast<ArgPack::Value*>(&a.values[prm.arg]);
+    } else {
+      if (!workspace) {
+        const CUresult r = workspace_of(p, stream, &workspace);
+        if (r != CUDA_SUCCESS) return r;
+      }
+      offsets[i] = workspace ? workspace + prm.offset : 0;
+      params[i] = &offsets[i];
+    }
+    ++i;
+  }
+  for (size_t m = 0; m < k.maps.size(); ++m) {
+    const CUresult r = encode_tensor_map(k.maps[m], a, &maps[m]);
+    if (r != CUDA_SUCCESS) return r;
+    params[i++] = &maps[m];
+  }
+  return launch_with(k, k.def.geometry, params, stream);
+}
+
+CUresult run_steps(const LoadedPlan& p, const ArgPack& a, CUstream stream) {
+  if (!plan_unavailable(p, stream).empty()) return CUDA_ERROR_NOT_SUPPORTED;  // nothing launched
+  for (const auto& s : p.steps) {
+    const CUresult r = s.kind == codegen::PlanStep::Kind::kernel ? launch_kernel(p, s.kernel, a, stream)
+                                                                  : run_gemm(p, s.gemm, a, stream);
+    if (r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
+std::string plan_unavailable(const LoadedPlan& p, CUstream stream) {
+  bool blas = false;
+  for (const auto& s : p.steps) blas = blas || s.kind == codegen::PlanStep::Kind::cublas_gemm;
+  return blas ? cublas_unavailable(stream) : "";
+}
+
+std::string cublas_unavailable(CUstream stream) {
+  std::string why;
+  return try_cublas(&why) && cublas_handle(stream, &why) ? "" : why;
+}
+
+void run_checked(RunPlan run, const LoadedPlan& p, const ArgPack& a, CUstream stream) {
+  check_pointers(p, a);
+  const CUresult r = run(p, a, stream);
+  if (r == CUDA_ERROR_NOT_SUPPORTED)
+    if (const std::string why = plan_unavailable(p, stream); !why.empty())
+      throw Error("cublas", p.op + " kernel " + p.key.substr(0, 12) + " multiplies with cuBLAS: " + why);
+  if (r != CUDA_SUCCESS) throw Error("driver", p.op + " launch failed: " + describe(r));
+}
+
+}  // namespace qjit::runtime
