@@ -31,14 +31,14 @@ using test::wq_type;
 
 namespace {
 
-// The kernel parameters of a workload, as plain device pointers.
+// A dense fused_ffn workload's arguments (FusedFfnArgs, packed), as plain device pointers.
 struct Pointers {
   void *x, *w1, *w3, *y;
 };
 Pointers pointers(tuner::Workload& w) {
   const ArgPack& a = w.args(0);
   auto p = [&](int i) { return reinterpret_cast<void*>(a.values[i].ptr); };
-  return {p(0), p(1), p(2), p(3)};
+  return {p(0), p(1), p(4), p(7)};  // x, w1, (scales1, zeros1), w3, (scales3, zeros3), y
 }
 
 DType dtype_of(const std::string& s) {
