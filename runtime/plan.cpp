@@ -73,7 +73,8 @@ void resolve_for_device(LoadedKernel& k) {
     // ran the ring past its end (CUDA_ERROR_ILLEGAL_ADDRESS); then fewer
     // blocks fit on an SM, and the grid still completes (a block waits only
     // for blocks dispatched before it).
-    g.dynamic_smem = std::max(g.dynamic_smem, smem_share_for(static_cast<int>(g.grid_per_sm), budget));
+    if (g.claim_sm_share)
+      g.dynamic_smem = std::max(g.dynamic_smem, smem_share_for(static_cast<int>(g.grid_per_sm), budget));
   } else if (g.spread) {
     // At most ceil(blocks / SMs) blocks per SM by the same share
     // (codegen/op.h): padding only, never less than the kernel uses.

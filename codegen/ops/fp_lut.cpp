@@ -189,9 +189,11 @@ Plan FpLutOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
   g.grid[0] = static_cast<unsigned>(chunks);
   if (c.table == "direct") {
     // A persistent grid of blocks_per_sm blocks on each of the device's SMs,
-    // never more blocks than chunks of work.
+    // never more blocks than chunks of work; one block's 128 KB table
+    // already keeps the others off its SM.
     g.grid_per_sm = static_cast<unsigned>(c.blocks_per_sm);
     g.max_grid = static_cast<unsigned>(std::min<int64_t>(chunks, UINT32_MAX));
+    g.claim_sm_share = false;
   }
   g.block[0] = static_cast<unsigned>(c.threads);
   g.dynamic_smem = c.table == "direct" ? 65536 * 2 : 0;  // the map of every fp16 input
