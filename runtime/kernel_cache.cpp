@@ -1,11 +1,9 @@
 #include "runtime/kernel_cache.h"
 #include <algorithm>
+#include <cstdint>
 #include <mutex>
 #include <unordered_map>
-#include <cstdint>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
+#include "cache/record.h"
 #include "cache/sha256.h"
 #include "codegen/error.h"
 #include "codegen/nvrtc.h"
@@ -62,39 +60,8 @@ cache::Fingerprint fingerprint(const codegen::OpSpec& spec) {
   return fp;
 }
 
-void dump_if_requested(const cache::KernelRecord& rec) {
-  const char* dir = std::getenv("QJIT_DUMP_DIR");
-  if (!dir || !*dir) return;
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  const std::string base = std::string(dir) + "/" + rec.fp.op + "_" + rec.key().substr(0, 12);
-  std::ofstream(base + ".cu") << rec.source;
-  std::ofstream(base + ".ptx") << rec.ptx;
-  std::ofstream(base + ".log") << rec.compile_log;
-}
-
 cache::KernelRecord build_record(const codegen::OpSpec& spec, const nlohmann::json& config, bool tuned) {
-  auto src = codegen::generate_source(spec, config);
-  auto res = codegen::compile(src, current_device().arch);
-  if (!res.ok) throw Error("nvrtc", "compiling " + spec.label() + " config " + config.dump() + " failed", res.log);
-  return make_record(spec, config, std::move(src), std::move(res), tuned);
-}
-
-cache::KernelRecord make_record(const codegen::OpSpec& spec, const nlohmann::json& config,
-                                codegen::GeneratedSource src, codegen::CompileResult res, bool tuned) {
-  cache::KernelRecord rec;
-  rec.fp = fingerprint(spec);
-  rec.config = config;
-  rec.tuned = tuned;
-  rec.kernel_name = src.kernel_name;
-  rec.cubin = std::move(res.cubin);
-  rec.ptx = std::move(res.ptx);
-  rec.source = std::move(src.text);
-  rec.compile_log = std::move(res.log);
-  rec.registers = res.registers;
-  rec.spill_bytes = res.spill_bytes;
-  rec.shared_bytes = res.shared_bytes;
-  return rec;
+  return cache::build_record(fingerprint(spec), spec, config, current_device().arch, tuned);
 }
 
 LoadedPlan load_record(const cache::KernelRecord& rec, const codegen::OpSpec& spec) {
@@ -159,7 +126,7 @@ const LoadedPlan& KernelCache::get_slow(const std::string& fast_key, const codeg
     k = std::make_unique<LoadedPlan>(load_record(fresh, spec));
     rec = std::move(fresh);
   }
-  dump_if_requested(*rec);
+  cache::dump_if_requested(*rec);
   return *(loaded_[fast_key] = std::move(k));
 }
 

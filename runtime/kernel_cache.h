@@ -26,14 +26,7 @@ cache::Fingerprint fingerprint(const codegen::OpSpec& spec);
 // one op's templates leaves the other ops' rows valid.
 std::string templates_hash(const std::string& op);
 
-// Writes <dir>/<op>_<key12>.{cu,ptx,log} when QJIT_DUMP_DIR is set.
-void dump_if_requested(const cache::KernelRecord& rec);
-
-// A record (no timings) from a successful compile of `config`.
-cache::KernelRecord make_record(const codegen::OpSpec& spec, const nlohmann::json& config,
-                                codegen::GeneratedSource src, codegen::CompileResult res, bool tuned);
-// Compiles `config` for this GPU and fills a record (no timings). Throws
-// qjit::Error("nvrtc", log) when it does not compile.
+// cache::build_record for this GPU (the runtime's miss path, tests).
 cache::KernelRecord build_record(const codegen::OpSpec& spec, const nlohmann::json& config, bool tuned);
 
 // Loads a record's cubin and resolves its config's plan. Throws

@@ -1,6 +1,7 @@
 #include "tuner/bench.h"
 #include <cstdio>
 #include <random>
+#include "cache/record.h"
 #include "codegen/registry.h"
 #include "runtime/device.h"
 #include "runtime/driver.h"
@@ -23,7 +24,7 @@ BenchReport bench(const codegen::OpSpec& spec, cache::Store& store, double susta
   rep.sustain_s = sustain_s;
 
   auto rec = store.lookup(runtime::fingerprint(spec).key());
-  if (!rec) rec = runtime::build_record(spec, op.default_config(spec), false);
+  if (!rec) rec = cache::build_record(runtime::fingerprint(spec), spec, op.default_config(spec), dev.arch, false);
   rep.tuned = rec->tuned;
   const runtime::LoadedPlan plan = runtime::load_record(*rec, spec);
   const runtime::PlanGuard guard{plan};

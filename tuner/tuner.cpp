@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include "cache/record.h"
 #include "codegen/error.h"
 #include "codegen/nvrtc.h"
 #include "codegen/registry.h"
@@ -296,8 +297,8 @@ class Tuning {
       // The winner was usually compiled in this run; one measured in an earlier run is compiled again.
       const auto it = verified_now_.find(best->config.dump());
       rec = it != verified_now_.end()
-                ? runtime::make_record(spec_, best->config, cands_[it->second].source, cands_[it->second].compiled, true)
-                : runtime::build_record(spec_, best->config, /*tuned=*/true);
+                ? cache::make_record(fp_, best->config, cands_[it->second].source, cands_[it->second].compiled, true)
+                : cache::build_record(fp_, spec_, best->config, dev_.arch, /*tuned=*/true);
       rec.median_us = best->median_us;
       rec.gbps = best->gbps;
       rec.pct_copy_bw = 100.0 * best->gbps / rep_.copy_gbps;
@@ -317,7 +318,7 @@ class Tuning {
     }
     rep_.trials = store_.trials(key_);
     store_.put(rec);
-    runtime::dump_if_requested(rec);
+    cache::dump_if_requested(rec);
     rep_.best = rec;
     // A workload's baseline is a reference point, not a plan the runtime can
     // launch (the library paths that are, such as wq_gemm's cublas family,

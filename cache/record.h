@@ -1,0 +1,25 @@
+// Cache records from compiles: what the store keeps of a kernel before it is
+// timed, built here so that the tuner and the runtime's miss path make them
+// the same way. The fingerprint comes from the caller (runtime::fingerprint:
+// the spec on this GPU and toolchain).
+#pragma once
+#include <string>
+#include <nlohmann/json.hpp>
+#include "cache/store.h"
+#include "codegen/nvrtc.h"
+#include "codegen/source.h"
+#include "codegen/spec.h"
+
+namespace qjit::cache {
+
+// A record (no timings) from a successful compile of `config`.
+KernelRecord make_record(const Fingerprint& fp, const nlohmann::json& config, codegen::GeneratedSource src,
+                         codegen::CompileResult res, bool tuned);
+// Compiles `config` for `arch` and fills a record (no timings). Throws
+// qjit::Error("nvrtc", log) when it does not compile.
+KernelRecord build_record(const Fingerprint& fp, const codegen::OpSpec& spec, const nlohmann::json& config,
+                          const std::string& arch, bool tuned);
+// Writes <dir>/<op>_<key12>.{cu,ptx,log} when QJIT_DUMP_DIR is set.
+void dump_if_requested(const KernelRecord& rec);
+
+}  // namespace qjit::cache
