@@ -3,6 +3,7 @@
 #include "codegen/ops/wq_dense.h"
 #include "codegen/ops/wq_mainloop.h"
 #include "codegen/ops/wq_tiled.h"
+#include "codegen/ops/wq_wgmma.h"
 
 namespace qjit::codegen {
 namespace {

@@ -1,9 +1,10 @@
 // wq_gemm: Y[M, N] = X[M, K] · Wᵀ (+ bias, clamped), W group-quantized along
 // K with 2, 3, 4 or 8 bits in qjit's native layout (seeds 001, 002). Host side
 // of templates/wq_gemm/wq_gemm_mma.cu (small M; configs in wq_mainloop.h),
-// wq_gemm_tiled.cu and wq_gemm_wgmma.cu (large M, "family": "tiled" and
-// "wgmma"; wq_tiled.h), and wq_gemm_dense.cu (dequantise, then cuBLAS,
-// "family": "cublas"; wq_dense.h); the tuner times them all. The layout and
+// wq_gemm_tiled.cu and wq_gemm_wgmma.cu (large M, "family": "tiled",
+// wq_tiled.h, and "wgmma", wq_wgmma.h), and wq_gemm_dense.cu (dequantise,
+// then cuBLAS, "family": "cublas"; wq_dense.h); the tuner times them all,
+// one table in wq_gemm.cpp describing each family. The layout and
 // the zero modes are described next to the reference packer in
 // tuner/reference/wq_gemm.h.
 //
