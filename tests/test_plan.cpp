@@ -1,0 +1,135 @@
+// Plans and argument structs of every shipped op, without a GPU: every name a
+// plan uses is an argument of its op, every step refers to a kernel, and each
+// typed argument struct packs exactly the op's argument list.
+#include <catch2/catch.hpp>
+#include <string>
+#include "codegen/error.h"
+#include "codegen/registry.h"
+#include "codegen/spec.h"
+#include "qjit/qjit.h"
+#include "runtime/plan.h"
+#include "runtime/spec_key.h"
+
+using namespace qjit;
+
+namespace {
+
+bool has_arg(const std::vector<codegen::ArgDef>& args, const std::string& name, codegen::ArgDef::Kind kind) {
+  for (const auto& a : args)
+    if (a.name == name) return a.kind == kind;
+  return false;
+}
+
+// Every name of the plan is an argument of the right kind; steps and the
+// GEMM's epilogue refer to step kernels; init kernels take nothing.
+void check_plan(const codegen::OpDef& op, const codegen::OpSpec& spec, const nlohmann::json& config) {
+  INFO(spec.label() << " " << config.dump());
+  using Kind = codegen::ArgDef::Kind;
+  const auto args = op.args();
+  const auto plan = op.plan(spec, config);
+  REQUIRE_FALSE(plan.steps.empty());
+  for (const auto& k : plan.kernels) {
+    INFO(k.symbol);
+    if (k.role == codegen::KernelDef::Role::init) CHECK((k.params.empty() && k.tensor_maps.empty()));
+    for (const auto& p : k.params)
+      if (p.kind == codegen::KernelParam::Kind::arg)
+        CHECK((has_arg(args, p.arg, Kind::pointer) || has_arg(args, p.arg, Kind::int32)));
+    for (const auto& m : k.tensor_maps) {
+      CHECK(has_arg(args, m.source, Kind::pointer));
+      if (!m.rows_arg.empty()) CHECK(has_arg(args, m.rows_arg, Kind::int32));
+    }
+    CHECK(k.tensor_maps.size() <= codegen::KernelDef::kMaxTensorMaps);
+  }
+  const auto step_kernel = [&](int i) {
+    return i >= 0 && static_cast<size_t>(i) < plan.kernels.size() &&
+           plan.kernels[static_cast<size_t>(i)].role == codegen::KernelDef::Role::step;
+  };
+  for (const auto& s : plan.steps) {
+    if (s.kind == codegen::PlanStep::Kind::kernel) {
+      CHECK(step_kernel(s.kernel));
+      continue;
+    }
+    for (const auto* name : {&s.gemm.x, &s.gemm.y, &s.gemm.bias, &s.gemm.residual})
+      if (!name->empty()) CHECK(has_arg(args, *name, Kind::pointer));
+    CHECK(has_arg(args, s.gemm.rows, Kind::int32));
+    if (s.gemm.epilogue >= 0) CHECK(step_kernel(s.gemm.epilogue));
+  }
+  for (const auto& p : plan.pointers) CHECK(has_arg(args, p.name, Kind::pointer));
+}
+
+}  // namespace
+
+TEST_CASE("every shipped op's plans name only its arguments and its kernels", "[codegen]") {
+  const std::pair<const char*, const char*> specs[] = {
+      {"fused_ffn", "d=4096,h=11008,m=1"},
+      {"fused_ffn", "d=512,h=100,m=8,dtype=fp32"},
+      {"fused_ffn", "d=1024,h=528,m=1,weights=native,bits=3,zero=float"},
+      {"fp_lut", "n=1000003,fn=sin,in=fp32,out=bf16"},
+      {"fp_lut", "n=77,fn=silu,out=fp32"},
+      {"awq_dequant", "k=4096,n=11008,g=128"},
+      {"awq_dequant", "k=256,n=64,g=64,layout=gptq,zero=sym"},
+      {"wq_gemm", "k=4096,n=11008,m=1"},
+      {"wq_gemm", "k=4096,n=11008,m=256,bias=yes,act=relu"},
+      {"wq_gemm", "k=4096,n=11008,m=1024,residual=yes,zero=float,scales=bf16,x=bf16"},
+  };
+  for (const auto& [op_name, shape] : specs) {
+    const auto& op = codegen::find_op(op_name);
+    const auto spec = codegen::parse_spec(op_name, shape);
+    check_plan(op, spec, op.default_config(spec));
+    // Each family's first few configs (wq_gemm's space begins with the cuBLAS family).
+    const auto space = op.tunable_space(spec);
+    for (size_t i = 0; i < space.size(); i += 1 + space.size() / 40) check_plan(op, spec, space[i]);
+  }
+}
+
+TEST_CASE("each typed argument struct packs its op's argument list", "[codegen]") {
+  auto* p = reinterpret_cast<void*>(uintptr_t{4096});  // aligned for every check, never dereferenced
+  const auto matches = [](const char* op, const ArgPack& pack) {
+    const auto args = codegen::find_op(op).args();
+    REQUIRE(pack.count == static_cast<int>(args.size()));
+    for (size_t i = 0; i < args.size(); ++i) {
+      INFO(op << " argument " << args[i].name);
+      CHECK((((pack.int_mask >> i) & 1) != 0) == (args[i].kind == codegen::ArgDef::Kind::int32));
+    }
+  };
+  matches("fused_ffn", FusedFfnArgs{p, p, p, p, p, p, p, p}.pack());
+  matches("fp_lut", FpLutArgs{p, p}.pack());
+  matches("awq_dequant", AwqDequantArgs{p, p, p, p}.pack());
+  matches("wq_gemm", WqGemmArgs{p, p, p, p, p, p, p, 3}.pack());
+  // A pack that does not fit the op is refused before anything runs.
+  const auto& op = codegen::find_op("wq_gemm");
+  const auto spec = codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=16");
+  const auto plan = op.plan(spec, op.default_config(spec));
+  CHECK_NOTHROW(runtime::check_pointers(op.args(), plan, WqGemmArgs{p, p, p, p, nullptr, nullptr, p, 3}.pack()));
+  CHECK_THROWS_WITH(runtime::check_pointers(op.args(), plan, FpLutArgs{p, p}.pack()),
+                    Catch::Contains("2 arguments packed, the op takes 8"));
+  ArgPack swapped("wq_gemm");
+  swapped.ptr(p).ptr(p).ptr(p).ptr(p).ptr(nullptr).ptr(nullptr).i32(3).ptr(p);
+  CHECK_THROWS_WITH(runtime::check_pointers(op.args(), plan, swapped), Catch::Contains("argument y packed as an int"));
+  CHECK_THROWS_WITH(
+      runtime::check_pointers(op.args(), plan, WqGemmArgs{p, static_cast<char*>(p) + 4, p, p, nullptr, nullptr, p, 3}.pack()),
+      Catch::Contains("wq_gemm: qweight = 4100 is not aligned"));
+}
+
+TEST_CASE("the fast key and the JSON spec come from the same fields", "[codegen]") {
+  const auto describe = [](runtime::SpecFields& f) { f.add("k", 4096).add("n", 11008).add("zero", "sym"); };
+  runtime::SpecFields fast(runtime::SpecFields::Mode::fast_key, "wq_gemm"), json(runtime::SpecFields::Mode::json, "wq_gemm");
+  describe(fast);
+  describe(json);
+  CHECK(fast.fast_key() == "wq_gemm|k=4096|n=11008|zero=sym");
+  CHECK(json.params() == nlohmann::json{{"k", 4096}, {"n", 11008}, {"zero", "sym"}});
+  CHECK(codegen::make_spec("wq_gemm", json.params()).get_str("zero") == "sym");
+  runtime::SpecFields long_key(runtime::SpecFields::Mode::fast_key, "fp_lut");
+  CHECK_THROWS_WITH(long_key.add("cuts", std::string(600, 'a')), Catch::Contains("spec too long"));
+}
+
+TEST_CASE("a dense fused_ffn's spec leaves out the parameters of quantized weights", "[spec]") {
+  const auto dense = codegen::parse_spec("fused_ffn", "d=64,h=16,bits=4,g=128,zero=int");
+  CHECK(dense.canonical_json() == codegen::parse_spec("fused_ffn", "d=64,h=16").canonical_json());
+  for (const char* key : {"bits", "\"g\"", "zero", "scales"}) CHECK(dense.canonical_json().find(key) == std::string::npos);
+  CHECK(dense.shape_string() == "act=silu,d=64,dtype=fp16,h=16,m=1");
+  CHECK_THROWS_WITH(codegen::parse_spec("fused_ffn", "d=64,h=16,bits=3"), Catch::Contains("applies to weights=native only"));
+  const auto native = codegen::parse_spec("fused_ffn", "d=64,h=16,bits=3,g=32,weights=native");
+  CHECK(native.canonical_json().find("\"bits\":3") != std::string::npos);
+  CHECK(native.shape_string().find("g=32") != std::string::npos);
+}
