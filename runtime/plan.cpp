@@ -105,8 +105,17 @@ LoadedPlan load_plan(const std::string& op, const codegen::Plan& plan, const std
   p.op = op;
   p.args = def.args();
   p.steps = plan.steps;
+  p.needs_cublas = plan.needs_cublas();
   for (const auto& c : plan.pointers) p.checks.push_back({c, arg_position(p.args, c.name, op)});
   const auto position = [&](const std::string& name) { return arg_position(p.args, name, op); };
+  const auto optional = [&](const std::string& name) { return name.empty() ? -1 : position(name); };
+  for (const auto& s : plan.steps) {
+    ResolvedGemm g;
+    if (s.kind == codegen::PlanStep::Kind::cublas_gemm)
+      g = {position(s.gemm.x), optional(s.gemm.bias), optional(s.gemm.residual), position(s.gemm.y),
+           position(s.gemm.rows)};
+    p.gemms.push_back(g);
+  }
   QJIT_CU(cuModuleLoadData(&p.module, cubin.data()));
   try {
     size_t workspace = plan.workspace_fixed;
@@ -239,28 +248,27 @@ CUresult workspace_of(const LoadedPlan& p, CUstream stream, CUdeviceptr* out) {
 }
 
 // A cuBLAS GEMM step (codegen::CublasGemm says what each field means).
-CUresult run_gemm(const LoadedPlan& p, const codegen::CublasGemm& d, const ArgPack& a, CUstream stream) {
-  const Cublas* blas = try_cublas(nullptr);
-  const cublasHandle_t handle = blas ? cublas_handle(stream, nullptr) : nullptr;
-  if (!handle) return CUDA_ERROR_NOT_SUPPORTED;
+// Arguments resolved at load (ResolvedGemm); the handle run_steps found.
+CUresult run_gemm(const LoadedPlan& p, size_t step, const ArgPack& a, const Cublas& blas, cublasHandle_t handle,
+                  CUstream stream) {
+  const codegen::CublasGemm& d = p.steps[step].gemm;
+  const ResolvedGemm& at = p.gemms[step];
   CUdeviceptr workspace = 0;
   CUresult r = workspace_of(p, stream, &workspace);
   if (r != CUDA_SUCCESS) return r;
-  const auto pointer = [&](const std::string& name) {
-    return name.empty() ? CUdeviceptr{0} : a.values[arg_position(p.args, name, p.op)].ptr;
-  };
-  const CUdeviceptr x = pointer(d.x), y = pointer(d.y), residual = pointer(d.residual), w = workspace + d.w_offset;
-  const int rows = a.values[arg_position(p.args, d.rows, p.op)].i32;
+  const auto pointer = [&](int i) { return i < 0 ? CUdeviceptr{0} : a.values[i].ptr; };
+  const CUdeviceptr x = pointer(at.x), y = pointer(at.y), residual = pointer(at.residual), w = workspace + d.w_offset;
+  const int rows = a.values[at.rows].i32;
   const int n = static_cast<int>(d.n), kk = static_cast<int>(d.k);
   const cudaDataType type = d.bf16 ? CUDA_R_16BF : CUDA_R_16F;
   constexpr size_t kBytes = 2;  // x, W and y: fp16 or bf16
   auto gemm = [&](CUdeviceptr xs, int m, float beta, CUdeviceptr c, cudaDataType ct) {
-    return gemm_x_wt(*blas, handle, m, n, kk, w, xs, type, beta, c, ct) == CUBLAS_STATUS_SUCCESS ? CUDA_SUCCESS
-                                                                                                 : CUDA_ERROR_UNKNOWN;
+    return gemm_x_wt(blas, handle, m, n, kk, w, xs, type, beta, c, ct) == CUBLAS_STATUS_SUCCESS ? CUDA_SUCCESS
+                                                                                                : CUDA_ERROR_UNKNOWN;
   };
   if (d.epilogue < 0) {
     // Nothing but (perhaps) the residual follows: the GEMM adds it as β·y.
-    if (d.residual.empty()) return gemm(x, rows, 0.0f, y, type);
+    if (at.residual < 0) return gemm(x, rows, 0.0f, y, type);
     if (residual != y) {
       r = driver().cuMemcpyDtoDAsync(y, residual, size_t(rows) * n * kBytes, stream);
       if (r != CUDA_SUCCESS) return r;
@@ -268,7 +276,7 @@ CUresult run_gemm(const LoadedPlan& p, const codegen::CublasGemm& d, const ArgPa
     return gemm(x, rows, 1.0f, y, type);
   }
   const LoadedKernel& epilogue = p.kernels.at(static_cast<size_t>(d.epilogue));
-  CUdeviceptr sums = workspace + d.sums_offset, bias = pointer(d.bias), res = residual, out = y;
+  CUdeviceptr sums = workspace + d.sums_offset, bias = pointer(at.bias), res = residual, out = y;
   for (int m0 = 0; m0 < rows; m0 += static_cast<int>(d.slab_rows)) {
     int m = static_cast<int>(std::min<long long>(d.slab_rows, rows - m0)), first = m0;
     r = gemm(x + size_t(m0) * kk * kBytes, m, 0.0f, sums, CUDA_R_32F);
@@ -314,19 +322,21 @@ CUresult launch_kernel(const LoadedPlan& p, int kernel, const ArgPack& a, CUstre
 }
 
 CUresult run_steps(const LoadedPlan& p, const ArgPack& a, CUstream stream) {
-  if (!plan_unavailable(p, stream).empty()) return CUDA_ERROR_NOT_SUPPORTED;  // nothing launched
-  for (const auto& s : p.steps) {
+  // cuBLAS looked up once per call, before anything is launched.
+  const Cublas* blas = p.needs_cublas ? try_cublas(nullptr) : nullptr;
+  const cublasHandle_t handle = blas ? cublas_handle(stream, nullptr) : nullptr;
+  if (p.needs_cublas && !handle) return CUDA_ERROR_NOT_SUPPORTED;  // nothing launched
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const auto& s = p.steps[i];
     const CUresult r = s.kind == codegen::PlanStep::Kind::kernel ? launch_kernel(p, s.kernel, a, stream)
-                                                                  : run_gemm(p, s.gemm, a, stream);
+                                                                  : run_gemm(p, i, a, *blas, handle, stream);
     if (r != CUDA_SUCCESS) return r;
   }
   return CUDA_SUCCESS;
 }
 
 std::string plan_unavailable(const LoadedPlan& p, CUstream stream) {
-  bool blas = false;
-  for (const auto& s : p.steps) blas = blas || s.kind == codegen::PlanStep::Kind::cublas_gemm;
-  return blas ? cublas_unavailable(stream) : "";
+  return p.needs_cublas ? cublas_unavailable(stream) : "";
 }
 
 std::string cublas_unavailable(CUstream stream) {

@@ -53,6 +53,10 @@ struct ResolvedMap {
   codegen::TensorMap map;
   int source = -1, rows = -1;  // positions in the ArgPack
 };
+// A cuBLAS step's arguments as positions (-1: none).
+struct ResolvedGemm {
+  int x = -1, bias = -1, residual = -1, y = -1, rows = -1;
+};
 struct ResolvedCheck {
   codegen::PointerArg want;
   int arg = -1;
@@ -75,6 +79,8 @@ struct LoadedPlan {
   std::vector<codegen::ArgDef> args;
   std::vector<LoadedKernel> kernels;  // as codegen::Plan::kernels
   std::vector<codegen::PlanStep> steps;
+  std::vector<ResolvedGemm> gemms;  // per step: its cuBLAS arguments (cublas_gemm steps)
+  bool needs_cublas = false;
   std::vector<ResolvedCheck> checks;
   std::shared_ptr<Workspaces> workspaces;  // when the plan needs workspace bytes
 };
