@@ -40,8 +40,12 @@ std::string Plan::describe() const {
           << "\n";
     } else {
       const auto& c = s.gemm;
-      out << "cuBLAS " << (c.bf16 ? "bf16" : "fp16") << " GEMM " << c.y << "[" << c.rows << "][" << c.n << "] = " << c.x
-          << "[" << c.rows << "][" << c.k << "] x W^T (W at workspace+" << c.w_offset << ")";
+      const std::string rows = c.rows.empty() ? std::to_string(c.fixed_rows) : c.rows;
+      out << "cuBLAS " << (c.bf16 ? "bf16" : "fp16") << " GEMM: " << (c.to_sums ? "fp32 sums" : c.y) << "[" << rows
+          << "][" << c.n << "] = " << c.x << "[" << rows << "][" << c.k << "] x " << (c.w.empty() ? "W" : c.w)
+          << "^T";
+      if (c.w.empty()) out << ", W at workspace+" << c.w_offset;
+      if (c.to_sums) out << ", sums at workspace+" << c.sums_offset;
       if (c.epilogue >= 0)
         out << ", per " << c.slab_rows << " rows: fp32 sums at workspace+" << c.sums_offset << ", then "
             << kernels.at(static_cast<size_t>(c.epilogue)).symbol;

@@ -147,15 +147,20 @@ struct KernelDef {
 };
 
 // A cuBLAS GEMM step: y[rows][n] = x[rows][k]·Wᵀ with W a dense [n][k]
-// matrix at workspace offset w_offset (written by an earlier step), x, W and
-// y of one 16-bit type. Without an epilogue the GEMM writes y (β = 1 over y
-// holding the residual, copied in first unless residual is y). With one, per
-// slab of slab_rows rows the GEMM writes fp32 sums at workspace offset
-// sums_offset and kernels[epilogue] stores y from them; that kernel takes
-// (sums, bias, residual, y, int rows_of_slab, int first_row), passed by the
-// step (its KernelDef has no params of its own).
+// matrix, argument w or (w "") at workspace offset w_offset, written by an
+// earlier step; x, W and y of one 16-bit type; rows the int argument `rows`,
+// or fixed_rows when that is "". With to_sums, the GEMM writes fp32 sums at
+// workspace offset sums_offset and nothing else (a later step reads them).
+// Otherwise, without an epilogue the GEMM writes y (β = 1 over y holding the
+// residual, copied in first unless residual is y). With one, per slab of
+// slab_rows rows the GEMM writes fp32 sums at sums_offset and
+// kernels[epilogue] stores y from them; that kernel takes (sums, bias,
+// residual, y, int rows_of_slab, int first_row), passed by the step (its
+// KernelDef has no params of its own).
 struct CublasGemm {
-  std::string x, bias, residual, y, rows;  // arguments; bias and residual "" when the spec has none
+  std::string x, w, bias, residual, y, rows;  // arguments; w, bias, residual "" when not used
+  long long fixed_rows = 0;
+  bool to_sums = false;
   long long k = 0, n = 0;
   bool bf16 = false;  // x, W and y in bf16 (else fp16)
   size_t w_offset = 0, sums_offset = 0;

@@ -112,8 +112,8 @@ LoadedPlan load_plan(const std::string& op, const codegen::Plan& plan, const std
   for (const auto& s : plan.steps) {
     ResolvedGemm g;
     if (s.kind == codegen::PlanStep::Kind::cublas_gemm)
-      g = {position(s.gemm.x), optional(s.gemm.bias), optional(s.gemm.residual), position(s.gemm.y),
-           position(s.gemm.rows)};
+      g = {position(s.gemm.x), optional(s.gemm.w),        optional(s.gemm.bias),
+           optional(s.gemm.residual), optional(s.gemm.y), optional(s.gemm.rows)};
     p.gemms.push_back(g);
   }
   QJIT_CU(cuModuleLoadData(&p.module, cubin.data()));
@@ -257,8 +257,9 @@ CUresult run_gemm(const LoadedPlan& p, size_t step, const ArgPack& a, const Cubl
   CUresult r = workspace_of(p, stream, &workspace);
   if (r != CUDA_SUCCESS) return r;
   const auto pointer = [&](int i) { return i < 0 ? CUdeviceptr{0} : a.values[i].ptr; };
-  const CUdeviceptr x = pointer(at.x), y = pointer(at.y), residual = pointer(at.residual), w = workspace + d.w_offset;
-  const int rows = a.values[at.rows].i32;
+  const CUdeviceptr x = pointer(at.x), y = pointer(at.y), residual = pointer(at.residual);
+  const CUdeviceptr w = at.w < 0 ? workspace + d.w_offset : pointer(at.w);
+  const int rows = at.rows < 0 ? static_cast<int>(d.fixed_rows) : a.values[at.rows].i32;
   const int n = static_cast<int>(d.n), kk = static_cast<int>(d.k);
   const cudaDataType type = d.bf16 ? CUDA_R_16BF : CUDA_R_16F;
   constexpr size_t kBytes = 2;  // x, W and y: fp16 or bf16
@@ -266,6 +267,7 @@ CUresult run_gemm(const LoadedPlan& p, size_t step, const ArgPack& a, const Cubl
     return gemm_x_wt(blas, handle, m, n, kk, w, xs, type, beta, c, ct) == CUBLAS_STATUS_SUCCESS ? CUDA_SUCCESS
                                                                                                 : CUDA_ERROR_UNKNOWN;
   };
+  if (d.to_sums) return gemm(x, rows, 0.0f, workspace + d.sums_offset, CUDA_R_32F);
   if (d.epilogue < 0) {
     // Nothing but (perhaps) the residual follows: the GEMM adds it as β·y.
     if (at.residual < 0) return gemm(x, rows, 0.0f, y, type);

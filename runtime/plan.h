@@ -54,8 +54,10 @@ struct ResolvedMap {
   int source = -1, rows = -1;  // positions in the ArgPack
 };
 // A cuBLAS step's arguments as positions (-1: none).
+// A cuBLAS step's argument positions; -1 where the step does not use one
+// (w: W in the workspace; rows: the step's fixed_rows).
 struct ResolvedGemm {
-  int x = -1, bias = -1, residual = -1, y = -1, rows = -1;
+  int x = -1, w = -1, bias = -1, residual = -1, y = -1, rows = -1;
 };
 struct ResolvedCheck {
   codegen::PointerArg want;

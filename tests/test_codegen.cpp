@@ -77,6 +77,15 @@ json cfg(int warps, int rows, int vec, int unroll, int split) {
 }
 
 bool is_mma(const json& c) { return c.value("family", "simt") == "mma"; }
+bool is_cublas(const json& c) { return c.value("family", "simt") == "cublas"; }
+
+// The candidates that are one qjit kernel (simt or mma), without the cublas family's.
+std::vector<json> kernel_space(const OpDef& op, const OpSpec& spec) {
+  std::vector<json> out;
+  for (auto& c : op.tunable_space(spec))
+    if (!is_cublas(c)) out.push_back(c);
+  return out;
+}
 
 // Output rows one block computes: row groups x rows per group.
 int64_t rows_per_block(const json& c) {
@@ -148,7 +157,7 @@ TEST_CASE("generate_source: every constant is a named constexpr with its value",
     for (int iter = 0; iter < 6; ++iter) {
       const int64_t d = iter == 0 ? 4096 : 8 * (1 + rng() % 2000), h = 1 + rng() % 20000, m = 1 + rng() % 8;
       const OpSpec spec = ffn(d, h, m, dt);
-      const auto space = op.tunable_space(spec);
+      const auto space = kernel_space(op, spec);
       REQUIRE(!space.empty());
       std::vector<json> picks = {space[rng() % space.size()]};
       for (const auto& c : space)
@@ -235,7 +244,7 @@ TEST_CASE("generate_source: the template follows the preamble line for line", "[
     CHECK(src.template_path == op.template_path(config));
     const auto text = lines_of(src.text);
     const auto tmpl = lines_of(embedded_template(src.template_path));
-    REQUIRE(tmpl.size() > 50);
+    REQUIRE(tmpl.size() > (is_cublas(config) ? 10u : 50u));
     REQUIRE(src.template_first_line > 10);
     REQUIRE(text.size() == src.template_first_line - 1 + tmpl.size());
     for (size_t i = 0; i < tmpl.size(); ++i) {
@@ -276,6 +285,11 @@ TEST_CASE("tunable_space: non-empty, legal, no duplicates, vectors divide d", "[
       INFO(c.dump());
       CHECK_NOTHROW(op.validate_config(spec, c));
       CHECK(seen.insert(c.dump()).second);
+      if (is_cublas(c)) {
+        CHECK(t.x_bytes == 2);  // cuBLAS multiplies x and W of one 16-bit type
+        CHECK(t.w_bytes == 2);
+        continue;
+      }
       CHECK(c["warps"].get<int>() % c["split_d"].get<int>() == 0);
       if (is_mma(c)) {
         // tensor cores: 16-bit x and W, rows read as 16-byte vectors
@@ -295,7 +309,7 @@ TEST_CASE("tunable_space: vector widths follow the divisibility of d", "[codegen
   const auto& op = find_op("fused_ffn");
   auto vecs = [&](const OpSpec& s) {
     std::set<int> v;
-    for (auto& c : op.tunable_space(s))
+    for (auto& c : kernel_space(op, s))
       if (!is_mma(c)) v.insert(c["vec_bytes"].get<int>());
     return v;
   };
@@ -365,7 +379,7 @@ TEST_CASE("default_config is a member of the tunable space", "[codegen]") {
         // a CUDA-core default uses the widest legal vector
         if (!is_mma(def)) {
           int widest = 0;
-          for (auto& c : space)
+          for (auto& c : kernel_space(op, spec))
             if (!is_mma(c)) widest = std::max(widest, c["vec_bytes"].get<int>());
           CHECK(def["vec_bytes"].get<int>() == widest);
         }
@@ -380,7 +394,7 @@ TEST_CASE("launch_geometry: the grid covers every row of h exactly once", "[code
   for (int iter = 0; iter < 60; ++iter) {
     const int64_t h = iter < 4 ? std::vector<int64_t>{1, 2, 37, 11008}[iter] : 1 + rng() % 100000;
     const OpSpec spec = ffn(4096, h, 1 + rng() % 8, kDtypes[rng() % 4]);
-    for (const auto& c : op.tunable_space(spec)) {
+    for (const auto& c : kernel_space(op, spec)) {
       INFO(spec.label() << " " << c.dump());
       const auto g = qjit::test::geometry_of(op, spec, c);
       const int64_t rows = rows_per_block(c);
@@ -393,6 +407,69 @@ TEST_CASE("launch_geometry: the grid covers every row of h exactly once", "[code
       CHECK(g.block[2] == 1);
       CHECK(g.dynamic_smem == 0);
     }
+  }
+}
+
+TEST_CASE("fused_ffn cublas family: two cuBLAS GEMMs into fp32 sums, then the SwiGLU kernel", "[codegen]") {
+  const auto& op = find_op("fused_ffn");
+  const unsigned seed = std::random_device{}();
+  INFO("seed " << seed);
+  std::mt19937 rng(seed);
+  // fp32 and mixed have no cuBLAS GEMM of one type for x and W.
+  for (const char* dt : {"fp32", "mixed"}) {
+    const OpSpec spec = ffn(4096, 11008, 1, dt);
+    for (const auto& c : op.tunable_space(spec)) CHECK(!is_cublas(c));
+    CHECK_THROWS_AS(op.validate_config(spec, json{{"family", "cublas"}, {"threads", 128}}), qjit::Error);
+  }
+  for (int iter = 0; iter < 20; ++iter) {
+    const int64_t d = 1 + rng() % 9000, h = 1 + rng() % 20000, m = 1 + rng() % 8;
+    const char* dt = iter % 2 ? "bf16" : "fp16";
+    const OpSpec spec = ffn(d, h, m, dt);
+    INFO(spec.label());
+    std::vector<json> family;
+    for (const auto& c : op.tunable_space(spec))
+      if (is_cublas(c)) family.push_back(c);
+    REQUIRE(family == std::vector<json>{{{"family", "cublas"}, {"threads", 128}}, {{"family", "cublas"}, {"threads", 256}}});
+    for (const auto& c : family) {
+      INFO(c.dump());
+      const int threads = c["threads"].get<int>();
+      const Plan plan = op.plan(spec, c);
+      REQUIRE(plan.steps.size() == 3);
+      const size_t sums = static_cast<size_t>(m * h) * 4;
+      CHECK(plan.workspace_fixed == 2 * sums);
+      for (int i = 0; i < 2; ++i) {  // h1 = x·W1ᵀ at 0, h3 = x·W3ᵀ after it
+        const auto& s = plan.steps[i];
+        REQUIRE(s.kind == PlanStep::Kind::cublas_gemm);
+        CHECK(s.gemm.x == "x");
+        CHECK(s.gemm.w == (i == 0 ? "w1" : "w3"));
+        CHECK(s.gemm.to_sums);
+        CHECK(s.gemm.sums_offset == (i == 0 ? 0 : sums));
+        CHECK(s.gemm.rows.empty());
+        CHECK(s.gemm.fixed_rows == m);
+        CHECK((s.gemm.k == d && s.gemm.n == h));
+        CHECK(s.gemm.bf16 == (std::string(dt) == "bf16"));
+        CHECK(s.gemm.epilogue < 0);
+      }
+      REQUIRE(plan.steps[2].kind == PlanStep::Kind::kernel);
+      const KernelDef& k = plan.kernels.at(static_cast<size_t>(plan.steps[2].kernel));
+      CHECK(k.symbol == "qjit_fused_ffn_swiglu");
+      REQUIRE(k.params.size() == 2);
+      CHECK(qjit::test::is_workspace(k, 0));
+      CHECK(k.params[0].offset == 0);
+      CHECK(k.params[1].arg == "y");
+      CHECK(k.geometry.block[0] == static_cast<unsigned>(threads));
+      CHECK(int64_t{k.geometry.grid[0]} * threads >= m * h);           // every element of y
+      CHECK(int64_t{k.geometry.grid[0] - 1} * threads < m * h);        // and no idle block
+      const auto st = preamble_statements(generate_source(spec, c).text);
+      CHECK(st.at("kH") == "constexpr int kH = " + std::to_string(h) + ";");
+      CHECK(st.at("kM") == "constexpr int kM = " + std::to_string(m) + ";");
+      CHECK(st.at("kThreads") == "constexpr int kThreads = " + std::to_string(threads) + ";");
+      CHECK(st.at("TY") == std::string("using TY = ") + (iter % 2 ? "qjit::bf16_t;" : "qjit::half_t;"));
+      CHECK(st.count("kD") == 0);  // d is cuBLAS's business
+    }
+    for (const json& bad : {json{{"family", "cublas"}, {"threads", 64}}, json{{"family", "cublas"}},
+                            json{{"family", "cublas"}, {"threads", 128}, {"warps", 4}}})
+      CHECK_THROWS_AS(op.validate_config(spec, bad), qjit::Error);
   }
 }
 

@@ -102,7 +102,8 @@ TEST_CASE("nvrtc: every tunable candidate compiles for sm_80 and sm_90", "[nvrtc
     CHECK(j.res.cubin.size() > 4);
     CHECK(j.res.cubin.compare(0, 4, "\x7f" "ELF") == 0);
     CHECK(j.res.ptx.find(".target " + j.arch) != std::string::npos);
-    CHECK(j.res.ptx.find(".entry qjit_fused_ffn") != std::string::npos);
+    const bool cublas = j.config.value("family", "") == "cublas";
+    CHECK(j.res.ptx.find(cublas ? ".entry qjit_fused_ffn_swiglu" : ".entry qjit_fused_ffn") != std::string::npos);
     CHECK(j.res.registers > 0);
     CHECK(j.res.registers <= 255);
     CHECK(j.res.spill_bytes >= 0);  // reported
@@ -117,6 +118,11 @@ TEST_CASE("nvrtc: every tunable candidate compiles for sm_80 and sm_90", "[nvrtc
     }
     CHECK(j.res.stack_bytes >= 0);
     CHECK(j.res.compile_ms > 0);
+    if (cublas) {  // an elementwise kernel: no shared memory, no spills
+      CHECK(j.res.shared_bytes == 0);
+      CHECK(j.res.spill_bytes == 0);
+      continue;
+    }
     // split_d > 1 adds the partial sums in static shared memory:
     //   simt: kWarps x 2·kM·kRowsPerWarp floats; mma: kWarps x kTiles x 8 x 32 floats
     const int64_t split = j.config["split_d"], warps = j.config["warps"];
@@ -163,7 +169,7 @@ TEST_CASE("nvrtc: a syntax error is reported at its template line", "[nvrtc]") {
         if (++n >= src.template_first_line) out.push_back(l);
       return out;
     }();
-    REQUIRE(tmpl.size() > 60);
+    REQUIRE(tmpl.size() > 10);
     // Template lines before which a new statement is still code, not comment:
     // a top-level `using`/`constexpr`, the kernel's `extern "C"`, and the
     // kernel's closing brace (the last line of the file).
@@ -177,7 +183,7 @@ TEST_CASE("nvrtc: a syntax error is reported at its template line", "[nvrtc]") {
     while (last > 1 && tmpl[last - 1] != "}") --last;
     REQUIRE(tmpl[last - 1] == "}");
     targets.push_back(last);
-    REQUIRE(targets.size() >= 4);
+    REQUIRE(targets.size() >= 3);
     // all the structural ones plus a random pick among them again (fresh each run)
     targets.push_back(targets[rng() % targets.size()]);
     for (int t : targets) {

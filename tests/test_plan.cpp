@@ -49,9 +49,12 @@ void check_plan(const codegen::OpDef& op, const codegen::OpSpec& spec, const nlo
       CHECK(step_kernel(s.kernel));
       continue;
     }
-    for (const auto* name : {&s.gemm.x, &s.gemm.y, &s.gemm.bias, &s.gemm.residual})
+    for (const auto* name : {&s.gemm.x, &s.gemm.w, &s.gemm.y, &s.gemm.bias, &s.gemm.residual})
       if (!name->empty()) CHECK(has_arg(args, *name, Kind::pointer));
-    CHECK(has_arg(args, s.gemm.rows, Kind::int32));
+    if (s.gemm.rows.empty()) CHECK(s.gemm.fixed_rows > 0);
+    else CHECK(has_arg(args, s.gemm.rows, Kind::int32));
+    if (s.gemm.to_sums) CHECK(s.gemm.epilogue < 0);
+    else CHECK(!s.gemm.y.empty());
     if (s.gemm.epilogue >= 0) CHECK(step_kernel(s.gemm.epilogue));
   }
   for (const auto& p : plan.pointers) CHECK(has_arg(args, p.name, Kind::pointer));

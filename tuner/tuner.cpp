@@ -321,8 +321,8 @@ class Tuning {
     cache::dump_if_requested(rec);
     rep_.best = rec;
     // A workload's baseline is a reference point, not a plan the runtime can
-    // launch (the library paths that are, such as wq_gemm's cublas family,
-    // are candidates): say so loudly when one is faster.
+    // launch (the library paths that are, the cublas families of wq_gemm and
+    // fused_ffn, are candidates): say so loudly when one is faster.
     for (const auto& b : rep_.baselines)
       if (out_ && (b.verified || !b.checked) && b.median_us < rec.median_us)
         *out_ << "WARNING: baseline " << b.name << " (" << b.median_us << " us) is faster than the best qjit plan ("

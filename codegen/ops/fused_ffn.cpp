@@ -1,16 +1,19 @@
 #include "codegen/ops/fused_ffn.h"
 #include "codegen/error.h"
+#include "codegen/json_input.h"
 #include "codegen/ops/fp_lut.h"
 #include "codegen/ops/wq_mainloop.h"
 
 namespace qjit::codegen {
 namespace {
 
-// The tunables. Three kernel families:
+// The tunables. Four kernel families:
 //   simt (templates/fused_ffn/fused_ffn.cu): CUDA-core FMAs, any dtype, any d;
 //   mma  (templates/fused_ffn/fused_ffn_mma.cu): tensor cores, 16-bit x/W, d % 8 == 0;
 //   wq   (templates/fused_ffn/fused_ffn_wq.cu): weights=native, wq_gemm's
-//        mainloop on W1 and W3 at once (its config: WqConfig plus "family").
+//        mainloop on W1 and W3 at once (its config: WqConfig plus "family");
+//   cublas (templates/fused_ffn/fused_ffn_cublas.cu): 16-bit dense weights,
+//        two cuBLAS GEMMs then a SwiGLU kernel (CublasConfig).
 bool quantized(const OpSpec& spec) { return spec.get_str("weights") == "native"; }
 
 WqShape wq_shape(const OpSpec& spec) {
@@ -71,6 +74,28 @@ struct Config {
   }
   static Config mma(int warps, int tiles, int unroll, int split) { return {"mma", warps, split, unroll, 0, 16, tiles}; }
 };
+
+// The cuBLAS family ("family": "cublas"): two cuBLAS GEMMs into fp32 sums
+// in the workspace, then qjit_fused_ffn_swiglu stores y (the path a user
+// without qjit has, as a candidate the tuner can choose).
+struct CublasConfig {
+  int threads;  // threads per block of the SwiGLU kernel
+
+  static bool is(const nlohmann::json& j) { return j.is_object() && j.value("family", "") == "cublas"; }
+  static CublasConfig from(const nlohmann::json& j) {
+    if (j.size() != 2) throw Error("config", "fused_ffn cublas config needs family and threads: " + excerpt(j));
+    return {config_int(j, "threads", "fused_ffn cublas config")};
+  }
+  nlohmann::json to_json() const { return {{"family", "cublas"}, {"threads", threads}}; }
+};
+
+std::string cublas_problem(const OpSpec& spec, const CublasConfig& c) {
+  if (c.threads != 128 && c.threads != 256) return "threads must be 128 or 256";
+  const std::string dtype = spec.get_str("dtype");
+  // cublasGemmEx multiplies x and W of one type.
+  if (dtype != "fp16" && dtype != "bf16") return "the cublas family needs fp16 or bf16 x and W, not " + dtype;
+  return "";
+}
 
 // Why a config is illegal for a spec, or "" when it is legal. The single rule
 // set used by both pruning and validation.
@@ -185,6 +210,8 @@ std::vector<nlohmann::json> FusedFfnOp::candidates(const OpSpec& spec, const Dev
   for (int vec : {16, 8, 4, 2})
     if (vecs.size() < 2 && config_problem(spec, Config::simt(4, 1, vec, 1, 1)).empty()) vecs.push_back(vec);
   std::vector<nlohmann::json> out;
+  for (int threads : {128, 256})
+    if (cublas_problem(spec, {threads}).empty()) out.push_back(CublasConfig{threads}.to_json());
   for (int warps : {2, 4, 8})
     for (int split : {1, 2, 4})
       for (int unroll : {1, 2, 4}) {
@@ -220,13 +247,15 @@ nlohmann::json FusedFfnOp::default_config(const OpSpec& spec) const {
 
 std::string FusedFfnOp::template_path(const nlohmann::json& config) const {
   if (is_wq_config(config)) return "templates/fused_ffn/fused_ffn_wq.cu";
+  if (CublasConfig::is(config)) return "templates/fused_ffn/fused_ffn_cublas.cu";
   return Config::from(config).family == "mma" ? "templates/fused_ffn/fused_ffn_mma.cu"
                                               : "templates/fused_ffn/fused_ffn.cu";
 }
 
 void FusedFfnOp::validate_config(const OpSpec& spec, const nlohmann::json& config) const {
-  const std::string problem = quantized(spec) ? wq_config_problem(wq_shape(spec), wq_config(config))
-                                              : config_problem(spec, Config::from(config));
+  const std::string problem = quantized(spec)            ? wq_config_problem(wq_shape(spec), wq_config(config))
+                              : CublasConfig::is(config) ? cublas_problem(spec, CublasConfig::from(config))
+                                                         : config_problem(spec, Config::from(config));
   if (!problem.empty()) throw Error("config", "fused_ffn config " + config.dump() + " is illegal for " + spec.label() +
                                                   ": " + problem);
 }
@@ -248,9 +277,19 @@ std::vector<Constant> FusedFfnOp::constants(const OpSpec& spec, const nlohmann::
     add_activation(spec, out);
     return out;
   }
-  const Config c = Config::from(config);
   const auto t = fused_ffn_types(spec.get_str("dtype"));
   auto num = [](int64_t v) { return std::to_string(v); };
+  if (CublasConfig::is(config)) {
+    std::vector<Constant> out = {
+        {"using", "TY", t.y, "output element type"},
+        {"int", "kH", num(spec.get_int("h")), "hidden dimension: columns of the sums, of y"},
+        {"int", "kM", num(spec.get_int("m")), "rows of x, of y"},
+        {"int", "kThreads", num(CublasConfig::from(config).threads), "tunable: threads per block"},
+    };
+    add_activation(spec, out);
+    return out;
+  }
+  const Config c = Config::from(config);
   std::vector<Constant> out = {
       {"using", "TX", t.x, "activation element type"},
       {"using", "TW", t.w, "weight element type (W1, W3)"},
@@ -272,6 +311,29 @@ std::vector<Constant> FusedFfnOp::constants(const OpSpec& spec, const nlohmann::
   return out;
 }
 
+// The cublas family: h1 = x·W1ᵀ and h3 = x·W3ᵀ by cuBLAS into fp32 sums in
+// the workspace, then y = act(h1) ⊙ h3 by qjit_fused_ffn_swiglu.
+static Plan cublas_plan(const OpSpec& spec, const CublasConfig& c) {
+  const int64_t d = spec.get_int("d"), h = spec.get_int("h"), m = spec.get_int("m");
+  const size_t sums_bytes = static_cast<size_t>(m * h) * 4;
+  LaunchGeometry g;
+  g.grid[0] = static_cast<unsigned>((m * h + c.threads - 1) / c.threads);
+  g.block[0] = static_cast<unsigned>(c.threads);
+  // cuBLAS takes x, W1, W3 and y at any element boundary.
+  Plan p = single_kernel_plan("qjit_fused_ffn_swiglu", g, {workspace_param(0), arg_param("y")},
+                              {{"x", 2}, {"w1", 2}, {"w3", 2}, {"y", 2}});
+  CublasGemm gemm;
+  gemm.x = "x", gemm.fixed_rows = m, gemm.k = d, gemm.n = h;
+  gemm.bf16 = spec.get_str("dtype") == "bf16";
+  gemm.to_sums = true;
+  CublasGemm up = gemm;
+  gemm.w = "w1", gemm.sums_offset = 0;
+  up.w = "w3", up.sums_offset = sums_bytes;
+  p.steps.insert(p.steps.begin(), {{PlanStep::Kind::cublas_gemm, -1, gemm}, {PlanStep::Kind::cublas_gemm, -1, up}});
+  p.workspace_fixed = 2 * sums_bytes;
+  return p;
+}
+
 // Dense weights take w1 and w3 (the scales and zeros are unused); native
 // ones take each matrix as packed words, scales and zeros (wq_gemm's).
 std::vector<ArgDef> FusedFfnOp::args() const {
@@ -289,6 +351,7 @@ Plan FusedFfnOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
         {{"x", 16}, {"w1", a.qweight}, {"scales1", a.scales}, {"zeros1", a.zeros, sym}, {"w3", a.qweight},
          {"scales3", a.scales}, {"zeros3", a.zeros, sym}, {"y", s.x == "fp32" ? 4 : 2}});
   }
+  if (CublasConfig::is(config)) return cublas_plan(spec, CublasConfig::from(config));
   const Config c = Config::from(config);
   const int64_t rows_per_block = c.warps / c.split_d * (c.family == "mma" ? 16 * c.tiles : c.rows_per_warp);
   LaunchGeometry g;
