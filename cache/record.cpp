@@ -3,6 +3,8 @@
 #include <filesystem>
 #include <fstream>
 #include "codegen/error.h"
+#include "codegen/json_input.h"
+#include "codegen/registry.h"
 
 namespace qjit::cache {
 
@@ -40,6 +42,17 @@ void dump_if_requested(const KernelRecord& rec) {
   std::ofstream(base + ".cu") << rec.source;
   std::ofstream(base + ".ptx") << rec.ptx;
   std::ofstream(base + ".log") << rec.compile_log;
+}
+
+RecordLine parse_record_line(std::string_view line) {
+  nlohmann::json j = parse_json_input(line, "the record", "import");
+  if (!j.is_object() || !j.contains("format") || j["format"] != kRecordFormat)
+    throw Error("import", std::string("not a ") + kRecordFormat + " record: " + excerpt(line));
+  if (!j.contains("spec") || !j.contains("config")) throw Error("import", "the record has no spec or no config");
+  codegen::OpSpec spec = codegen::spec_from_json(j["spec"]);
+  codegen::find_op(spec.op).validate_config(spec, j["config"]);
+  nlohmann::json config = j["config"];
+  return {std::move(spec), std::move(config), std::move(j)};
 }
 
 }  // namespace qjit::cache

@@ -50,4 +50,10 @@ int config_int(const nlohmann::json& config, const char* key, const std::string&
   return v.get<int>();
 }
 
+std::string config_family(const nlohmann::json& config) {
+  if (!config.is_object()) return "";
+  const auto it = config.find("family");
+  return it != config.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
 }  // namespace qjit

@@ -28,4 +28,7 @@ std::string excerpt(const nlohmann::json& j, size_t max_chars = 120);
 // never wrapped).
 int config_int(const nlohmann::json& config, const char* key, const std::string& what);
 
+// A config's "family" when it is a string member, else "" (never throws).
+std::string config_family(const nlohmann::json& config);
+
 }  // namespace qjit

@@ -52,7 +52,7 @@ bool nvrtc_supports_arch(const std::string& arch) {
   std::vector<int> archs(n);
   nvrtcGetSupportedArchs(archs.data());
   std::smatch m;
-  if (!std::regex_match(arch, m, std::regex(R"(sm_(\d+)a?)"))) return false;
+  if (!std::regex_match(arch, m, std::regex(R"(sm_(\d{1,4})a?)"))) return false;  // (no stoi overflow)
   for (int a : archs)
     if (a == std::stoi(m[1].str())) return true;
   return false;

@@ -1,6 +1,7 @@
 #include "codegen/spec.h"
 #include <cctype>
 #include "codegen/error.h"
+#include "codegen/json_input.h"
 #include "codegen/registry.h"
 
 namespace qjit::codegen {
@@ -97,10 +98,11 @@ OpSpec make_spec(const std::string& op_name, const nlohmann::json& raw) {
       if (!v.is_number_integer())
         throw Error("spec", "bad " + d.name + "=" + (v.is_string() ? v.get<std::string>() : v.dump()) +
                                 " for " + op_name + "; expected an " + describe(d));
-      int64_t x = v.get<int64_t>();
-      if (x < d.min || x > d.max)
-        throw Error("spec", "bad " + d.name + "=" + std::to_string(x) + " for " + op_name + "; expected an " +
-                                describe(d));
+      // An unsigned value above INT64_MAX would read back negative: compare it unsigned.
+      const bool huge = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX);
+      const int64_t x = huge ? INT64_MAX : v.get<int64_t>();
+      if (huge || x < d.min || x > d.max)
+        throw Error("spec", "bad " + d.name + "=" + v.dump() + " for " + op_name + "; expected an " + describe(d));
       spec.params[d.name] = x;
     }
   }
@@ -114,7 +116,7 @@ OpSpec parse_spec(const std::string& op, const std::string& shape_kv) {
 
 OpSpec spec_from_json(const nlohmann::json& j) {
   if (!j.is_object() || !j.contains("op") || !j["op"].is_string())
-    throw Error("spec", "a spec must be a JSON object with a string \"op\": " + j.dump());
+    throw Error("spec", "a spec must be a JSON object with a string \"op\": " + excerpt(j));
   nlohmann::json params = j;
   params.erase("op");
   return make_spec(j["op"].get<std::string>(), params);

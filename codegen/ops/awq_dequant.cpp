@@ -1,5 +1,6 @@
 #include "codegen/ops/awq_dequant.h"
 #include "codegen/error.h"
+#include "codegen/json_input.h"
 
 namespace qjit::codegen {
 namespace {
@@ -11,11 +12,7 @@ struct Config {
   bool stream_stores;  // st.global.cs (evict-first) or the default write-back stores
 
   static Config from(const nlohmann::json& j) {
-    auto get = [&](const char* k) {
-      if (!j.contains(k) || !j[k].is_number_integer())
-        throw Error("config", std::string("awq_dequant config needs integer '") + k + "': " + j.dump());
-      return j[k].get<int>();
-    };
+    auto get = [&](const char* k) { return config_int(j, k, "awq_dequant config"); };
     if (!j.is_object() || j.size() != 3 || !j.contains("stream_stores") || !j["stream_stores"].is_boolean())
       throw Error("config", "awq_dequant config needs threads, items and stream_stores: " + j.dump());
     return {get("threads"), get("items"), j["stream_stores"].get<bool>()};

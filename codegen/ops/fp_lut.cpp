@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <sstream>
 #include "codegen/error.h"
+#include "codegen/json_input.h"
 #include "codegen/numeric.h"
 
 namespace qjit::codegen {
@@ -20,11 +21,7 @@ struct Config {
   int blocks_per_sm;  // direct: persistent grid of this many blocks per SM (each copies the 128 KB map once); else 0
 
   static Config from(const nlohmann::json& j) {
-    auto get = [&](const char* k) {
-      if (!j.contains(k) || !j[k].is_number_integer())
-        throw Error("config", std::string("fp_lut config needs integer '") + k + "': " + j.dump());
-      return j[k].get<int>();
-    };
+    auto get = [&](const char* k) { return config_int(j, k, "fp_lut config"); };
     if (!j.is_object() || !j.contains("table") || !j["table"].is_string() || j.size() != 5)
       throw Error("config", "fp_lut config needs threads, vec_bytes, items, table and blocks_per_sm: " + j.dump());
     return {get("threads"), get("vec_bytes"), get("items"), j["table"].get<std::string>(), get("blocks_per_sm")};

@@ -25,7 +25,7 @@ WqShape wq_shape(const OpSpec& spec) {
   return s;
 }
 
-bool is_wq_config(const nlohmann::json& j) { return j.is_object() && j.value("family", "") == "wq"; }
+bool is_wq_config(const nlohmann::json& j) { return config_family(j) == "wq"; }
 
 WqConfig wq_config(const nlohmann::json& j) {
   if (!is_wq_config(j)) throw Error("config", "fused_ffn on native weights takes \"family\": \"wq\": " + j.dump());
@@ -48,11 +48,7 @@ struct Config {
   int tiles;           // mma: 16-row tiles a row group computes
 
   static Config from(const nlohmann::json& j) {
-    auto get = [&](const char* k) {
-      if (!j.contains(k) || !j[k].is_number_integer())
-        throw Error("config", std::string("fused_ffn config needs integer '") + k + "': " + j.dump());
-      return j[k].get<int>();
-    };
+    auto get = [&](const char* k) { return config_int(j, k, "fused_ffn config"); };
     if (!j.is_object() || !j.contains("family") || !j["family"].is_string())
       throw Error("config", "fused_ffn config needs \"family\": \"simt\" or \"mma\": " + j.dump());
     Config c{j["family"].get<std::string>(), get("warps"), get("split_d"), get("unroll"), 0, 16, 0};
@@ -81,7 +77,7 @@ struct Config {
 struct CublasConfig {
   int threads;  // threads per block of the SwiGLU kernel
 
-  static bool is(const nlohmann::json& j) { return j.is_object() && j.value("family", "") == "cublas"; }
+  static bool is(const nlohmann::json& j) { return config_family(j) == "cublas"; }
   static CublasConfig from(const nlohmann::json& j) {
     if (j.size() != 2) throw Error("config", "fused_ffn cublas config needs family and threads: " + excerpt(j));
     return {config_int(j, "threads", "fused_ffn cublas config")};

@@ -1,15 +1,16 @@
 #include "codegen/ops/wq_dense.h"
 #include <algorithm>
 #include "codegen/error.h"
+#include "codegen/json_input.h"
 
 namespace qjit::codegen {
 
-bool WqDenseConfig::is_dense(const nlohmann::json& j) { return j.is_object() && j.value("family", "") == "cublas"; }
+bool WqDenseConfig::is_dense(const nlohmann::json& j) { return config_family(j) == "cublas"; }
 
 WqDenseConfig WqDenseConfig::from(const nlohmann::json& j) {
   if (!is_dense(j) || j.size() != 3)
     throw Error("config", "wq_gemm cublas config needs family, warps and tiles: " + j.dump());
-  return {wq_config_int(j, "warps", "wq_gemm cublas config"), wq_config_int(j, "tiles", "wq_gemm cublas config")};
+  return {config_int(j, "warps", "wq_gemm cublas config"), config_int(j, "tiles", "wq_gemm cublas config")};
 }
 
 nlohmann::json WqDenseConfig::to_json() const { return {{"family", "cublas"}, {"warps", warps}, {"tiles", tiles}}; }

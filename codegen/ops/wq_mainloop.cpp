@@ -1,6 +1,7 @@
 #include "codegen/ops/wq_mainloop.h"
 #include <algorithm>
 #include "codegen/error.h"
+#include "codegen/json_input.h"
 
 namespace qjit::codegen {
 namespace {
@@ -47,14 +48,8 @@ bool x_ahead_of(const WqConfig& c) { return c.stages == 0 && c.mtiles <= 2; }
 
 }  // namespace
 
-int wq_config_int(const nlohmann::json& j, const char* key, const std::string& what) {
-  if (!j.contains(key) || !j[key].is_number_integer())
-    throw Error("config", what + " needs integer '" + key + "': " + j.dump());
-  return j[key].get<int>();
-}
-
 WqConfig WqConfig::from(const nlohmann::json& j, const std::string& op, size_t extra_keys) {
-  auto get = [&](const char* k) { return wq_config_int(j, k, op + " config"); };
+  auto get = [&](const char* k) { return config_int(j, k, op + " config"); };
   auto has = [&](const char* k) { return j.is_object() && j.contains(k); };
   const bool l2ahead = has("l2ahead"), zero_after = has("zero_after"), balance = has("balance"),
              min_blocks = has("min_blocks"), x_regs = has("x_regs"), spread = has("spread"), pair = has("pair");

@@ -61,10 +61,6 @@ struct WqConfig {
   nlohmann::json to_json() const;
 };
 
-// Integer `key` of a wq config object; throws Error("config") naming `what`
-// (e.g. "wq_gemm tiled config"), the key and the config.
-int wq_config_int(const nlohmann::json& j, const char* key, const std::string& what);
-
 // Rows of x a kernel for bucket m covers in one pass, in tiles of 8 (at most 8 tiles).
 int wq_mtiles_needed(int64_t m);
 // Why the config is illegal for the shape, or "".

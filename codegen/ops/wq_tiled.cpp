@@ -1,6 +1,7 @@
 #include "codegen/ops/wq_tiled.h"
 #include <algorithm>
 #include "codegen/error.h"
+#include "codegen/json_input.h"
 
 namespace qjit::codegen {
 namespace {
@@ -15,10 +16,10 @@ int64_t wq_stage_bytes(const WqShape& s, int64_t tiles, int64_t rows, int64_t ch
   return chunks * ((pieces + align - 1) / align * align) * 16;
 }
 
-bool WqTiledConfig::is_tiled(const nlohmann::json& j) { return j.is_object() && j.value("family", "") == "tiled"; }
+bool WqTiledConfig::is_tiled(const nlohmann::json& j) { return config_family(j) == "tiled"; }
 
 WqTiledConfig WqTiledConfig::from(const nlohmann::json& j) {
-  auto get = [&](const char* k) { return wq_config_int(j, k, "wq_gemm tiled config"); };
+  auto get = [&](const char* k) { return config_int(j, k, "wq_gemm tiled config"); };
   if (!is_tiled(j) || j.size() != 7)
     throw Error("config", "wq_gemm tiled config needs family, warps_n, warps_m, warps_k, wn, wm and stages: " + j.dump());
   return {get("warps_n"), get("warps_m"), get("warps_k"), get("wn"), get("wm"), get("stages")};

@@ -1,6 +1,7 @@
 #include "codegen/ops/wq_wgmma.h"
 #include <algorithm>
 #include "codegen/error.h"
+#include "codegen/json_input.h"
 #include "codegen/ops/wq_tiled.h"
 
 namespace qjit::codegen {
@@ -10,10 +11,10 @@ bool one_of(int v, std::initializer_list<int> set) { return std::find(set.begin(
 
 }  // namespace
 
-bool WqWgmmaConfig::is_wgmma(const nlohmann::json& j) { return j.is_object() && j.value("family", "") == "wgmma"; }
+bool WqWgmmaConfig::is_wgmma(const nlohmann::json& j) { return config_family(j) == "wgmma"; }
 
 WqWgmmaConfig WqWgmmaConfig::from(const nlohmann::json& j) {
-  auto get = [&](const char* k) { return wq_config_int(j, k, "wq_gemm wgmma config"); };
+  auto get = [&](const char* k) { return config_int(j, k, "wq_gemm wgmma config"); };
   // Keys added after the family existed are optional and written only when
   // they differ from their default, so cached configs keep their meaning.
   auto optional = [&](const char* k, int fallback) { return j.is_object() && j.contains(k) ? get(k) : fallback; };
