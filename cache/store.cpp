@@ -6,6 +6,7 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 
 #include "cache/sha256.h"
 #include "codegen/error.h"
+#include "codegen/json_input.h"
 
 namespace fs = std::filesystem;
 
@@ -127,11 +129,17 @@ std::string dump(const nlohmann::json& j, const char* what) {
   }
 }
 
-nlohmann::json parse(const std::string& s, const char* what) {
+// A row that cannot be read back (a JSON column that does not parse, an
+// unknown status): the caller removes it and reads it as absent.
+struct DamagedRow {
+  std::string why;
+};
+
+nlohmann::json parse_column(const std::string& s, const char* column) {
   try {
-    return s.empty() ? nlohmann::json() : nlohmann::json::parse(s);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error("cache", std::string("stored ") + what + " is not valid JSON: " + e.what(), s);
+    return s.empty() ? nlohmann::json() : parse_json_input(s, column, "cache");
+  } catch (const Error& e) {
+    throw DamagedRow{e.what()};
   }
 }
 
@@ -244,6 +252,10 @@ int user_version(sqlite3* db, const std::string& path) {
 // Refuses files that are SQLite databases but not ours: a schema newer than
 // this build knows, a foreign table, or (once migrated) a missing table.
 void validate(sqlite3* db, const std::string& path, int version) {
+  // One flipped header byte makes the version negative or huge.
+  if (version < 0)
+    throw Error("cache", "cache database '" + path + "' is damaged: its schema version is " + std::to_string(version) +
+                             "; delete the file to start a fresh cache");
   if (version > kSchemaVersion)
     throw Error("cache", "cache database '" + path + "' has schema version " +
                              std::to_string(version) + " but this qjit only knows up to " +
@@ -296,14 +308,16 @@ std::string kernel_select(bool with_blobs) {
              "nvrtc_version, templates_hash, qjit_version, codegen_version, config_json, tuned, "
              "kernel_name, cubin_sha256, compile_log, registers, shared_bytes, spill_bytes, "
              "median_us, gbps, pct_copy_bw, verify_error, created, last_used, ") +
-         (with_blobs ? "cubin, ptx, source" : "NULL, NULL, NULL") + " FROM kernels";
+         (with_blobs ? "cubin, ptx, source" : "NULL, NULL, NULL") + ", key FROM kernels";
 }
+constexpr int kKeyColumn = 27;  // the stored key, last of kernel_select()
 
 KernelRecord read_kernel(const Stmt& s, std::string* cubin_sha256) {
   KernelRecord r;
   int c = 0;
   r.fp.op = s.text(c++);
   r.fp.spec_json = s.text(c++);
+  if (!parse_column(r.fp.spec_json, "spec_json").is_object()) throw DamagedRow{"spec_json is not a JSON object"};
   r.fp.device.name = s.text(c++);
   r.fp.device.compute_capability = s.text(c++);
   r.fp.device.sm_count = s.integer(c++);
@@ -312,7 +326,7 @@ KernelRecord read_kernel(const Stmt& s, std::string* cubin_sha256) {
   r.fp.templates_hash = s.text(c++);
   r.fp.qjit_version = s.text(c++);
   r.fp.codegen_version = s.integer(c++);
-  r.config = parse(s.text(c++), "config_json");
+  r.config = parse_column(s.text(c++), "config_json");
   r.tuned = s.integer(c++) != 0;
   r.kernel_name = s.text(c++);
   if (cubin_sha256) *cubin_sha256 = s.text(c);
@@ -360,8 +374,8 @@ ImportRecord read_import(const Stmt& s) {
   r.id = s.int64(0);
   r.op = s.text(1);
   r.spec_json = s.text(2);
-  r.config = parse(s.text(3), "import config_json");
-  r.source_record = parse(s.text(4), "import source_record");
+  r.config = parse_column(s.text(3), "import config_json");
+  r.source_record = parse_column(s.text(4), "import source_record");
   return r;
 }
 
@@ -402,9 +416,49 @@ std::string Store::default_path() {
   return (fs::path(home) / ".cache" / "qjit" / "kernels.db").string();
 }
 
+namespace {
+
+bool read_only_requested() {
+  const char* e = std::getenv("QJIT_CACHE_READ_ONLY");
+  return e && *e && std::string(e) != "0";
+}
+
+// An SQLite URI for a file path: "file:" and the absolute path with every
+// byte other than unreserved ones and '/' percent-encoded.
+std::string file_uri(const std::string& path) {
+  std::error_code ec;
+  const std::string abs = fs::absolute(path, ec).string();
+  std::string out = "file:";
+  for (unsigned char c : ec ? path : abs) {
+    if (std::isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      char hex[4];
+      std::snprintf(hex, sizeof hex, "%%%02X", c);
+      out += hex;
+    }
+  }
+  return out;
+}
+
+// Open failures that mean "this process may not write here", after which the
+// file is opened read-only instead.
+bool is_write_denied(int rc) {
+  const int primary = rc & 0xff;
+  return primary == SQLITE_READONLY || primary == SQLITE_CANTOPEN || primary == SQLITE_PERM ||
+         primary == SQLITE_AUTH || rc == SQLITE_IOERR_SHMOPEN;
+}
+
+}  // namespace
+
 Store::Store(const std::string& path) : path_(path) {
+  if (read_only_requested()) {
+    open_read_only("QJIT_CACHE_READ_ONLY is set");
+    return;
+  }
+  const bool existed = fs::exists(path_);
   fs::path parent = fs::path(path_).parent_path();
-  if (!parent.empty()) {
+  if (!parent.empty() && !existed) {
     std::error_code ec;
     fs::create_directories(parent, ec);
     if (ec)
@@ -415,15 +469,18 @@ Store::Store(const std::string& path) : path_(path) {
   int rc = sqlite3_open_v2(path_.c_str(), &db_,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                            nullptr);
+  bool denied = false;
   try {
-    if (rc != SQLITE_OK) throw sql_error(db_, path_, "cannot open cache database");
-    // sqlite3_open_v2 silently falls back to read-only when the file is
-    // write-protected; that would only surface at the first write, so check now.
-    if (sqlite3_db_readonly(db_, "main") == 1)
-      throw Error("cache", "cache database '" + path_ + "' is not writable");
+    if (rc != SQLITE_OK) {
+      if (!existed) throw sql_error(db_, path_, "cannot create cache database");
+      throw sql_error(db_, path_, "cannot open cache database");
+    }
     sqlite3_extended_result_codes(db_, 1);
     if (sqlite3_busy_timeout(db_, 10000) != SQLITE_OK)
       throw sql_error(db_, path_, "cannot set busy timeout");
+    // sqlite3_open_v2 silently falls back to read-only when the file is
+    // write-protected (or immutable); then it is opened read-only on purpose.
+    denied = sqlite3_db_readonly(db_, "main") == 1;
 
     // The first statement that reads the file, so a file that is not a
     // database fails here with SQLITE_NOTADB ("file is not a database"). On
@@ -432,61 +489,131 @@ Store::Store(const std::string& path) : path_(path) {
     // Switching a fresh file to WAL needs an exclusive lock, and SQLite returns
     // SQLITE_BUSY for it at once, without the busy handler, when another
     // process is opening the same new file: retry for up to the busy timeout.
-    int rc = SQLITE_BUSY;
-    for (int attempt = 0; attempt < 2000; ++attempt) {
+    // A folder that is not writable fails here too (no -wal, -shm, journal).
+    rc = SQLITE_BUSY;
+    for (int attempt = 0; !denied && attempt < 2000; ++attempt) {
       rc = sqlite3_exec(db_, "PRAGMA journal_mode = WAL", nullptr, nullptr, nullptr);
       if ((rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED) break;
       sqlite3_sleep(5);
     }
-    if (rc != SQLITE_OK) {
-      std::string msg = sqlite3_errmsg(db_);
-      if (sqlite3_errcode(db_) == SQLITE_NOTADB)
-        msg += " (is QJIT_CACHE pointing at the wrong file?)";
-      throw Error("cache", "cannot open cache database '" + path_ + "': " + msg);
+    if (!denied && rc != SQLITE_OK) {
+      if (existed && is_write_denied(sqlite3_extended_errcode(db_))) {
+        denied = true;
+      } else {
+        std::string msg = sqlite3_errmsg(db_);
+        if (sqlite3_errcode(db_) == SQLITE_NOTADB)
+          msg += " (is QJIT_CACHE pointing at the wrong file?)";
+        throw Error("cache", "cannot open cache database '" + path_ + "': " + msg);
+      }
     }
-    // NORMAL is safe with WAL: a power loss may drop the last commits but
-    // never corrupts the file (and every blob is checksummed anyway).
-    exec(db_, path_, "PRAGMA synchronous = NORMAL");
-    // No foreign keys yet; enforced so later migrations can rely on them.
-    exec(db_, path_, "PRAGMA foreign_keys = ON");
-    migrate(db_, path_);
+    if (!denied) {
+      // NORMAL is safe with WAL: a power loss may drop the last commits but
+      // never corrupts the file (and every blob is checksummed anyway).
+      exec(db_, path_, "PRAGMA synchronous = NORMAL");
+      // No foreign keys yet; enforced so later migrations can rely on them.
+      exec(db_, path_, "PRAGMA foreign_keys = ON");
+      migrate(db_, path_);
+    }
   } catch (...) {
     // The destructor does not run for a constructor that throws.
     sqlite3_close_v2(db_);
     db_ = nullptr;
     throw;
   }
+  if (denied) {
+    sqlite3_close_v2(db_);
+    db_ = nullptr;
+    open_read_only("the file or its folder is not writable");
+  }
+}
+
+// Read-only: mode=ro first (it still reads a WAL the writer left behind, and
+// needs the -shm file to exist or be creatable); where that cannot read,
+// immutable=1, which reads the main file alone without any lock (the file is
+// then assumed not to change while open).
+void Store::open_read_only(const std::string& reason) {
+  read_only_ = reason;
+  if (!fs::exists(path_))
+    throw Error("cache", "cache database '" + path_ + "' does not exist and cannot be created (" + reason + ")");
+  int version = -1;
+  std::string failure;
+  for (const char* mode : {"?mode=ro", "?immutable=1"}) {
+    const std::string uri = file_uri(path_) + mode;
+    int rc = sqlite3_open_v2(uri.c_str(), &db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_FULLMUTEX, nullptr);
+    try {
+      if (rc != SQLITE_OK) throw sql_error(db_, path_, "cannot open cache database read-only");
+      sqlite3_extended_result_codes(db_, 1);
+      sqlite3_busy_timeout(db_, 10000);
+      version = user_version(db_, path_);
+      break;
+    } catch (const Error& e) {
+      failure = e.what();
+      sqlite3_close_v2(db_);
+      db_ = nullptr;
+    }
+  }
+  if (!db_) throw Error("cache", failure);
+  try {
+    validate(db_, path_, version);
+    if (version < kSchemaVersion)
+      throw Error("cache", "cache database '" + path_ + "' is read-only (" + reason + ") and has schema version " +
+                               std::to_string(version) + "; this qjit needs " + std::to_string(kSchemaVersion) +
+                               " (open it once where it can be written, to upgrade it)");
+  } catch (...) {
+    sqlite3_close_v2(db_);
+    db_ = nullptr;
+    throw;
+  }
+}
+
+void Store::require_writable(const char* what) const {
+  if (!read_only_.empty())
+    throw Error("cache", "cache database '" + path_ + "' is open read-only (" + read_only_ + "); cannot " + what +
+                             " (point QJIT_CACHE at a writable file)");
+}
+
+template <typename Id>
+void Store::drop_damaged(const char* delete_sql, const Id& id, const std::string& label, const std::string& why) {
+  if (!read_only_.empty()) {
+    std::cerr << "qjit: " << label << " " << why << "; skipped (the cache is read-only)\n";
+    return;
+  }
+  Stmt del(db_, path_, delete_sql);
+  del.bind(1, id);
+  if (del.try_step() == SQLITE_DONE) {
+    ++corrupt_removed_;
+    std::cerr << "qjit: " << label << " " << why << "; removed\n";
+  } else {
+    std::cerr << "qjit: " << label << " " << why << "; could not remove it: " << sqlite3_errmsg(db_) << "\n";
+  }
 }
 
 Store::~Store() { sqlite3_close_v2(db_); }
 
 std::optional<KernelRecord> Store::lookup(const std::string& key) {
-  std::string stored_sha;
+  std::string stored_sha, damaged;
   std::optional<KernelRecord> rec;
   {
     Stmt s(db_, path_, kernel_select(true) + " WHERE key = ?1");
     s.bind(1, key);
     if (!s.step()) return std::nullopt;
-    rec = read_kernel(s, &stored_sha);
+    try {
+      rec = read_kernel(s, &stored_sha);
+    } catch (const DamagedRow& d) {
+      damaged = "is damaged (" + d.why + ")";
+    }
   }
-
   // Never hand out a blob that is not byte-for-byte what was stored: loading a
   // damaged cubin could crash the process or, worse, compute wrong results.
-  if (rec->cubin.empty() || sha256_hex(rec->cubin) != stored_sha) {
-    Stmt del(db_, path_, "DELETE FROM kernels WHERE key = ?1");
-    del.bind(1, key);
-    if (del.try_step() == SQLITE_DONE) {
-      ++corrupt_removed_;
-      std::cerr << "qjit: cache row " << key.substr(0, 12) << " failed its checksum; removed\n";
-    } else {
-      std::cerr << "qjit: cache row " << key.substr(0, 12)
-                << " failed its checksum; could not remove it: " << sqlite3_errmsg(db_) << "\n";
-    }
+  if (damaged.empty() && (rec->cubin.empty() || sha256_hex(rec->cubin) != stored_sha)) damaged = "failed its checksum";
+  if (!damaged.empty()) {
+    drop_damaged("DELETE FROM kernels WHERE key = ?1", key, "cache row " + key.substr(0, 12), damaged);
     return std::nullopt;
   }
+  if (!read_only_.empty()) return rec;
 
-  // Touch last_used. This is bookkeeping only: if the database is busy or
-  // read-only at this moment the lookup still succeeds.
+  // Touch last_used. This is bookkeeping only: if the database is busy at
+  // this moment the lookup still succeeds.
   std::string now = now_utc();
   Stmt touch(db_, path_, "UPDATE kernels SET last_used = ?1 WHERE key = ?2");
   touch.bind(1, now).bind(2, key);
@@ -497,6 +624,7 @@ std::optional<KernelRecord> Store::lookup(const std::string& key) {
 void Store::put(const KernelRecord& rec, const std::vector<TrialRecord>& trials) {
   const std::string key = rec.key();
   const std::string now = now_utc();
+  require_writable("store a kernel");
   const std::string config = dump(rec.config, "kernel config");
   Transaction tx(db_, path_);
   {
@@ -545,6 +673,7 @@ void Store::put(const KernelRecord& rec, const std::vector<TrialRecord>& trials)
 
 void Store::put_trials(const std::vector<TrialRecord>& trials) {
   if (trials.empty()) return;
+  require_writable("store trials");
   const std::string now = now_utc();
   Transaction tx(db_, path_);
   for (const auto& t : trials) insert_trial(db_, path_, t, now);
@@ -555,15 +684,24 @@ std::vector<TrialRecord> Store::trials(const std::string& key) {
   // Working candidates fastest first, then failures grouped by kind.
   Stmt s(db_, path_,
          "SELECT key, config_json, status, median_us, gbps, verify_error, compile_ms, registers, "
-         "spill_bytes, message, created FROM trials WHERE key = ?1 "
+         "spill_bytes, message, created, rowid FROM trials WHERE key = ?1 "
          "ORDER BY status <> 'ok', CASE WHEN status = 'ok' THEN median_us END, status, created");
   s.bind(1, key);
   std::vector<TrialRecord> out;
+  std::vector<std::pair<int64_t, std::string>> damaged;
   while (s.step()) {
     TrialRecord t;
     t.key = s.text(0);
-    t.config = parse(s.text(1), "trial config_json");
-    t.status = trial_status_from_string(s.text(2));
+    try {
+      t.config = parse_column(s.text(1), "trial config_json");
+      t.status = trial_status_from_string(s.text(2));
+    } catch (const DamagedRow& d) {
+      damaged.push_back({s.int64(11), d.why});
+      continue;
+    } catch (const Error& e) {
+      damaged.push_back({s.int64(11), e.what()});
+      continue;
+    }
     t.median_us = s.real(3);
     t.gbps = s.real(4);
     t.verify_error = s.real(5);
@@ -574,18 +712,33 @@ std::vector<TrialRecord> Store::trials(const std::string& key) {
     t.created = s.text(10);
     out.push_back(std::move(t));
   }
+  for (const auto& [rowid, why] : damaged)
+    drop_damaged("DELETE FROM trials WHERE rowid = ?1", rowid, "trial of cache row " + key.substr(0, 12),
+                 "is damaged (" + why + ")");
   return out;
 }
 
 std::vector<KernelRecord> Store::list(bool with_blobs) {
   // rowid breaks ties between rows created within the same millisecond.
-  Stmt s(db_, path_, kernel_select(with_blobs) + " ORDER BY created DESC, rowid DESC");
   std::vector<KernelRecord> out;
-  while (s.step()) out.push_back(read_kernel(s, nullptr));
+  std::vector<std::pair<std::string, std::string>> damaged;  // key, why
+  {
+    Stmt s(db_, path_, kernel_select(with_blobs) + " ORDER BY created DESC, rowid DESC");
+    while (s.step()) {
+      try {
+        out.push_back(read_kernel(s, nullptr));
+      } catch (const DamagedRow& d) {
+        damaged.push_back({s.text(kKeyColumn), d.why});
+      }
+    }
+  }
+  for (const auto& [key, why] : damaged)
+    drop_damaged("DELETE FROM kernels WHERE key = ?1", key, "cache row " + key.substr(0, 12), "is damaged (" + why + ")");
   return out;
 }
 
 bool Store::remove(const std::string& key) {
+  require_writable("remove a kernel");
   Transaction tx(db_, path_);
   Stmt k(db_, path_, "DELETE FROM kernels WHERE key = ?1");
   k.bind(1, key).run();
@@ -605,6 +758,7 @@ std::optional<double> Store::copy_bandwidth_gbps(const std::string& device_key) 
 }
 
 void Store::set_copy_bandwidth_gbps(const std::string& device_key, double gbps) {
+  require_writable("store the copy bandwidth");
   Transaction tx(db_, path_);
   Stmt s(db_, path_,
          "INSERT OR REPLACE INTO devices(device_key, copy_gbps, measured) VALUES(?1, ?2, ?3)");
@@ -613,6 +767,7 @@ void Store::set_copy_bandwidth_gbps(const std::string& device_key, double gbps) 
 }
 
 int64_t Store::add_import(const ImportRecord& rec) {
+  require_writable("import records");
   Transaction tx(db_, path_);
   Stmt s(db_, path_,
          "INSERT INTO imports(op, spec_json, config_json, source_record, created) "
@@ -631,24 +786,33 @@ int64_t Store::add_import(const ImportRecord& rec) {
 }
 
 std::vector<ImportRecord> Store::imports(const std::string& op, const std::string& spec_json) {
-  Stmt s(db_, path_,
-         "SELECT id, op, spec_json, config_json, source_record FROM imports "
-         "WHERE op = ?1 AND spec_json = ?2 ORDER BY id");
-  s.bind(1, op).bind(2, spec_json);
-  std::vector<ImportRecord> out;
-  while (s.step()) out.push_back(read_import(s));
-  return out;
+  return read_imports("WHERE op = ?1 AND spec_json = ?2", &op, &spec_json);
 }
 
-std::vector<ImportRecord> Store::all_imports() {
-  Stmt s(db_, path_,
-         "SELECT id, op, spec_json, config_json, source_record FROM imports ORDER BY id");
+std::vector<ImportRecord> Store::all_imports() { return read_imports("", nullptr, nullptr); }
+
+std::vector<ImportRecord> Store::read_imports(const std::string& where, const std::string* op,
+                                              const std::string* spec_json) {
   std::vector<ImportRecord> out;
-  while (s.step()) out.push_back(read_import(s));
+  std::vector<std::pair<int64_t, std::string>> damaged;
+  {
+    Stmt s(db_, path_, "SELECT id, op, spec_json, config_json, source_record FROM imports " + where + " ORDER BY id");
+    if (op) s.bind(1, *op).bind(2, *spec_json);
+    while (s.step()) {
+      try {
+        out.push_back(read_import(s));
+      } catch (const DamagedRow& d) {
+        damaged.push_back({s.int64(0), d.why});
+      }
+    }
+  }
+  for (const auto& [id, why] : damaged)
+    drop_damaged("DELETE FROM imports WHERE id = ?1", id, "import " + std::to_string(id), "is damaged (" + why + ")");
   return out;
 }
 
 void Store::remove_import(int64_t id) {
+  require_writable("remove an import");
   Transaction tx(db_, path_);
   Stmt s(db_, path_, "DELETE FROM imports WHERE id = ?1");
   s.bind(1, id).run();

@@ -11,6 +11,15 @@
 // Concurrency: WAL mode, busy timeout, every write in one transaction, so
 // several processes can tune into one file at once and nothing is lost or
 // half-written. Schema versioned with PRAGMA user_version + migrations.
+//
+// Damage: a row whose cubin fails its checksum or whose JSON columns do not
+// parse is removed when it is met and read as absent; every other row stays
+// readable.
+//
+// Read-only: a file that cannot be written (file or folder not writable, the
+// file marked immutable) or QJIT_CACHE_READ_ONLY=1 opens read-only: lookups,
+// listing and export work, misses are not stored, and each write throws
+// Error("cache") saying the cache is read-only.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -64,17 +73,19 @@ class Store {
   static std::string default_path();  // $QJIT_CACHE, else ~/.cache/qjit/kernels.db
 
   // Opens or creates the file (and its folder), sets WAL + busy timeout,
-  // migrates the schema. Throws qjit::Error("cache", ...) naming the path when
-  // it cannot be opened/written or is not a qjit database.
+  // migrates the schema; or opens it read-only (above). Throws
+  // qjit::Error("cache", ...) naming the path when it cannot be opened, is
+  // not a qjit database, or is read-only with an older schema.
   explicit Store(const std::string& path);
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
   const std::string& path() const { return path_; }
+  bool read_only() const { return !read_only_.empty(); }
 
   // Verifies the cubin checksum; a corrupt row is deleted and nullopt returned
-  // (corrupt_rows_removed() counts them). Touches last_used.
+  // (corrupt_rows_removed() counts them). Touches last_used (unless read-only).
   std::optional<KernelRecord> lookup(const std::string& key);
   // Inserts or replaces the kernel row and appends/updates trials in ONE transaction.
   void put(const KernelRecord& rec, const std::vector<TrialRecord>& trials = {});
@@ -96,8 +107,16 @@ class Store {
   int64_t file_bytes() const;  // db + wal
 
  private:
+  void open_read_only(const std::string& reason);
+  void require_writable(const char* what) const;
+  std::vector<ImportRecord> read_imports(const std::string& where, const std::string* op, const std::string* spec_json);
+  // Deletes a damaged row (delete_sql binds ?1 to id) unless read-only, and says so on stderr.
+  template <typename Id>
+  void drop_damaged(const char* delete_sql, const Id& id, const std::string& label, const std::string& why);
+
   std::string path_;
   sqlite3* db_ = nullptr;
+  std::string read_only_;  // why the file is open read-only; "" when writable
   int64_t corrupt_removed_ = 0;
 };
 

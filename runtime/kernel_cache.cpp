@@ -114,7 +114,7 @@ const LoadedPlan& KernelCache::get_slow(const std::string& fast_key, const codeg
       // A row that passes its checksum but does not load is a miss: rebuild it.
       std::fprintf(stderr, "qjit: cached kernel %s does not load (%s); recompiling\n", key.substr(0, 12).c_str(),
                    e.what());
-      store().remove(key);
+      if (!store().read_only()) store().remove(key);
       rec.reset();
     }
   }
@@ -122,7 +122,7 @@ const LoadedPlan& KernelCache::get_slow(const std::string& fast_key, const codeg
     const nlohmann::json config = op.default_config(spec);
     check_for(config);
     cache::KernelRecord fresh = build_record(spec, config, /*tuned=*/false);
-    store().put(fresh);
+    if (!store().read_only()) store().put(fresh);  // (read-only: kept in this process only)
     k = std::make_unique<LoadedPlan>(load_record(fresh, spec));
     rec = std::move(fresh);
   }

@@ -412,14 +412,132 @@ TEST_CASE("an unwritable location is refused by name", "[cache]") {
   CHECK(e.stage() == "cache");
   CHECK_THAT(e.what(), Catch::Contains(path));
 
-  if (geteuid() != 0) {  // root ignores permission bits
-    const std::string ro = dir.file("readonly.db");
-    { Store s(ro); }
-    fs::permissions(ro, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
-    auto e2 = expect_error([&] { Store s(ro); });
-    CHECK_THAT(e2.what(), Catch::Contains(ro));
-    CHECK_THAT(e2.what(), Catch::Contains("not writable"));
+}
+
+// A read-only cache: lookups and listing work, nothing is written, and every
+// write names the file and says why.
+void check_read_only(const std::string& path, const KernelRecord& rec, const std::string& reason) {
+  Store s(path);
+  CHECK(s.read_only());
+  const auto hit = s.lookup(rec.key());
+  REQUIRE(hit.has_value());
+  CHECK(hit->cubin == rec.cubin);
+  CHECK(hit->last_used == rec.last_used);  // not touched
+  CHECK(s.list().size() == 1);
+  CHECK(s.trials(rec.key()).size() == 1);
+  CHECK_FALSE(s.lookup("0000").has_value());
+  for (auto write : std::vector<std::function<void()>>{[&] { s.put(rec); },
+                                                        [&] { s.put_trials({trial(rec.key(), 32, TrialStatus::ok, 1)}); },
+                                                        [&] { s.remove(rec.key()); },
+                                                        [&] { s.set_copy_bandwidth_gbps("d", 1.0); },
+                                                        [&] { s.add_import({0, "fused_ffn", "{}", {}, {}}); }}) {
+    auto e = expect_error(write);
+    CHECK(e.stage() == "cache");
+    CHECK_THAT(e.what(), Catch::Contains(path));
+    CHECK_THAT(e.what(), Catch::Contains("read-only"));
+    CHECK_THAT(e.what(), Catch::Contains(reason));
   }
+}
+
+TEST_CASE("a read-only cache is opened read-only: reads work, writes say why", "[cache]") {
+  TempDir dir;
+  const std::string path = dir.file("shared.db");
+  KernelRecord rec = sample_record();
+  {
+    Store s(path);
+    s.put(rec, {trial(rec.key(), 64, TrialStatus::ok, 3)});
+    rec = *s.lookup(rec.key());
+  }
+  const auto before = raw_count(path, "SELECT COUNT(*) FROM kernels");
+
+  SECTION("QJIT_CACHE_READ_ONLY=1 on a writable file") {
+    setenv("QJIT_CACHE_READ_ONLY", "1", 1);
+    check_read_only(path, rec, "QJIT_CACHE_READ_ONLY");
+    unsetenv("QJIT_CACHE_READ_ONLY");
+    CHECK(raw_count(path, "SELECT COUNT(*) FROM kernels") == before);
+    CHECK_FALSE(Store(path).read_only());
+  }
+  SECTION("a file and folder without write permission") {
+    if (geteuid() == 0) {
+      WARN("running as root, which ignores permission bits: covered by the CLI test run as nobody");
+      return;
+    }
+    fs::permissions(path, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+    fs::permissions(dir.path, fs::perms::owner_read | fs::perms::owner_exec);
+    check_read_only(path, rec, "not writable");
+    fs::permissions(dir.path, fs::perms::owner_all);
+  }
+  SECTION("a missing file in a read-only setting is named") {
+    setenv("QJIT_CACHE_READ_ONLY", "1", 1);
+    auto e = expect_error([&] { Store s(dir.file("absent.db")); });
+    unsetenv("QJIT_CACHE_READ_ONLY");
+    CHECK_THAT(e.what(), Catch::Contains("absent.db"));
+    CHECK_THAT(e.what(), Catch::Contains("does not exist"));
+  }
+  SECTION("an older schema cannot be upgraded read-only") {
+    const std::string old = dir.file("v0.db");
+    raw_exec(old, "PRAGMA user_version = 0");
+    setenv("QJIT_CACHE_READ_ONLY", "1", 1);
+    auto e = expect_error([&] { Store s(old); });
+    unsetenv("QJIT_CACHE_READ_ONLY");
+    CHECK_THAT(e.what(), Catch::Contains("schema version 0"));
+  }
+}
+
+TEST_CASE("a damaged schema version is refused by name, whatever its value", "[cache]") {
+  TempDir dir;
+  for (const char* v : {"-1", "-100", "-33554431", "-2147483648"}) {
+    INFO(v);
+    const std::string path = dir.file(std::string("neg") + v + ".db");
+    { Store s(path); }
+    raw_exec(path, std::string("PRAGMA user_version = ") + v);
+    auto e = expect_error([&] { Store s(path); });
+    CHECK(e.stage() == "cache");
+    CHECK_THAT(e.what(), Catch::Contains(path));
+    CHECK_THAT(e.what(), Catch::Contains(std::string("schema version is ") + v));
+  }
+}
+
+TEST_CASE("a row with damaged JSON is removed and read as absent; the others stay", "[cache]") {
+  TempDir dir;
+  const std::string path = dir.file("k.db");
+  Store store(path);
+  KernelRecord good = sample_record("good"), bad = sample_record("bad");
+  store.put(good, {trial(good.key(), 64, TrialStatus::ok, 3), trial(good.key(), 128, TrialStatus::ok, 4)});
+  store.put(bad);
+  REQUIRE(store.list().size() == 2);
+  const std::string deep = std::string(5000, '[') + std::string(5000, ']');
+  for (const std::string& column : std::vector<std::string>{"config_json = '{\"warps\": 4'", "config_json = '" + deep + "'",
+                                    "spec_json = 'not json'", "spec_json = '[1, 2]'"}) {
+    INFO(column);
+    store.put(bad);
+    raw_exec(path, "UPDATE kernels SET " + column + " WHERE key = '" + bad.key() + "'");
+    const auto removed = store.corrupt_rows_removed();
+    const auto rows = store.list();  // lists the good row, removes the bad one
+    REQUIRE(rows.size() == 1);
+    CHECK(rows[0].key() == good.key());
+    CHECK(store.corrupt_rows_removed() == removed + 1);
+    CHECK(raw_count(path, "SELECT COUNT(*) FROM kernels WHERE key = '" + bad.key() + "'") == 0);
+    // a lookup of a damaged row is a miss that removes it
+    store.put(bad);
+    raw_exec(path, "UPDATE kernels SET " + column + " WHERE key = '" + bad.key() + "'");
+    CHECK_FALSE(store.lookup(bad.key()).has_value());
+    CHECK(raw_count(path, "SELECT COUNT(*) FROM kernels WHERE key = '" + bad.key() + "'") == 0);
+    CHECK(store.lookup(good.key()).has_value());
+  }
+  // damaged trials and imports: dropped, the rest read
+  raw_exec(path, "UPDATE trials SET config_json = '{' WHERE rowid = (SELECT MIN(rowid) FROM trials)");
+  CHECK(store.trials(good.key()).size() == 1);
+  CHECK(raw_count(path, "SELECT COUNT(*) FROM trials") == 1);
+  raw_exec(path, "UPDATE trials SET status = 'exploded'");
+  CHECK(store.trials(good.key()).empty());
+  store.add_import({0, "fused_ffn", "{}", {{"warps", 4}}, {{"format", "x"}}});
+  store.add_import({0, "fused_ffn", "{}", {{"warps", 8}}, {{"format", "x"}}});
+  raw_exec(path, "UPDATE imports SET source_record = 'nope' WHERE id = (SELECT MIN(id) FROM imports)");
+  const auto imports = store.all_imports();
+  REQUIRE(imports.size() == 1);
+  CHECK(imports[0].config == nlohmann::json{{"warps", 8}});
+  CHECK(store.imports("fused_ffn", "{}").size() == 1);
 }
 
 TEST_CASE("schema migrations and foreign databases", "[cache]") {

@@ -160,6 +160,24 @@ TEST_CASE("a corrupt cached cubin is never launched: removed, rebuilt, still cor
   CHECK_FALSE(rec->tuned);  // the corrupt row was removed and rebuilt from the default config
 }
 
+TEST_CASE("a read-only cache serves its kernels, and a miss runs the default without writing", "[gpu]") {
+  test::TempDir dir;
+  const std::string db = dir.file("kernels.db");
+  auto cached = codegen::make_spec("fused_ffn", {{"d", 512}, {"h", 100}, {"m", 1}});
+  {
+    cache::Store store(db);
+    store.put(runtime::build_record(cached, codegen::find_op("fused_ffn").default_config(cached), /*tuned=*/true));
+  }
+  setenv("QJIT_CACHE_READ_ONLY", "1", 1);
+  set_cache_path(db);  // reopens the store: read-only now
+  check_fused_ffn({512, 100, 1, DType::fp16});   // a hit
+  check_fused_ffn({256, 64, 2, DType::bf16});    // a miss: compiled, run, not stored
+  unsetenv("QJIT_CACHE_READ_ONLY");
+  set_cache_path(db);
+  cache::Store store(db);
+  CHECK(store.list().size() == 1);
+}
+
 // ---- fp_lut ----------------------------------------------------------------
 
 TEST_CASE("fp_lut: all 65536 fp16 inputs, every function and output type, bit-equal to the CPU", "[gpu]") {

@@ -460,6 +460,10 @@ class Tuning {
 }  // namespace
 
 TuneReport tune(const codegen::OpSpec& spec, cache::Store& store, const TuneOptions& opt) {
+  // Every trial is stored: say so before any GPU time rather than at the first write.
+  if (store.read_only())
+    throw Error("cache", "cache database '" + store.path() + "' is open read-only; tuning stores its results "
+                         "(point QJIT_CACHE at a writable file)");
   Tuning t(spec, store, opt);
   t.measure_floor();
   t.select_candidates();
