@@ -3,6 +3,7 @@
 #include <memory>
 #include "cli/common.h"
 #include "codegen/error.h"
+#include "codegen/json_input.h"
 #include "codegen/nvrtc.h"
 #include "codegen/registry.h"
 #include "codegen/source.h"
@@ -82,11 +83,7 @@ void add_source(CLI::App& app, int& rc) {
       return;
     }
     if (!o->config.empty()) {
-      try {
-        config = nlohmann::json::parse(o->config);
-      } catch (const nlohmann::json::exception& e) {
-        throw Error("argument", "--config is not valid JSON: " + o->config);
-      }
+      config = parse_json_input(o->config, "--config");
     }
     auto src = codegen::generate_source(spec, config);
     if (o->ptx || o->log) {

@@ -5,6 +5,7 @@
 #include <memory>
 #include "cli/common.h"
 #include "codegen/error.h"
+#include "codegen/json_input.h"
 #include "codegen/ops/fp_lut_table.h"
 #include "tuner/lut_tools.h"
 
@@ -16,12 +17,11 @@ namespace lut = codegen::lut;
 // --table FILE | --fn NAME [--cuts default|seed]
 lut::Table load_table(const std::string& file, const std::string& fn, const std::string& cuts) {
   if (!file.empty()) {
-    std::ifstream f(file);
-    if (!f) throw Error("argument", "cannot read --table " + file);
+    const nlohmann::json j = parse_json_input(read_input_file("--table", file), "--table " + file);
     try {
-      return lut::from_json(nlohmann::json::parse(f));
+      return lut::from_json(j);
     } catch (const nlohmann::json::exception& e) {
-      throw Error("argument", "--table " + file + " is not valid JSON: " + e.what());
+      throw Error("argument", "--table " + file + " is not a LUT table: " + e.what());
     }
   }
   if (cuts == "seed") {

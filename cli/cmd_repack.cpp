@@ -1,9 +1,11 @@
 // qjit repack: 4-bit AWQ or GPTQ checkpoint tensors → wq_gemm's native layout,
 // offline and bit-exact (tuner/reference/wq_gemm.h does the unpacking and
 // packing; this file reads, validates and writes files). Outputs are written
-// to "<out>.tmp.<pid>", fsynced and renamed, so a killed run never leaves half
-// a file behind, and an output path may never be an input path.
+// unnamed (O_TMPFILE), fsynced, then named and renamed into place, so a killed
+// run leaves neither half a file nor a temporary behind, and an output path
+// may never be an input path.
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 #include <cerrno>
 #include <cstring>
@@ -97,29 +99,80 @@ bool same_file(const std::string& a, const std::string& b) {
   return fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec) && !ec;
 }
 
-// Writes `bytes` to "<path>.tmp.<pid>" and fsyncs it; returns the temporary name.
-std::string write_tmp(const std::string& option, const std::string& path, const unsigned char* bytes, size_t size) {
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error("io", option + " " + path + ": cannot create " + tmp + ": " + std::strerror(errno));
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t w = ::write(fd, bytes + done, size - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw Error("io", option + " " + path + ": write failed: " + why);
+// An output's bytes, written and fsynced where its name is not yet visible:
+// an O_TMPFILE inode in the output's folder, which vanishes with the process
+// if it is killed. publish() gives it the name "<path>.tmp.<pid>" and renames
+// that over path, so the named temporary exists only between two system
+// calls. Filesystems without O_TMPFILE get "<path>.tmp.<pid>" from the start.
+class PendingOutput {
+ public:
+  PendingOutput(std::string option, std::string path) : option_(std::move(option)), path_(std::move(path)) {
+    tmp_ = path_ + ".tmp." + std::to_string(getpid());
+    const std::string dir = fs::absolute(path_).parent_path().string();
+    fd_ = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd_ < 0) {
+      fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      named_ = true;
     }
-    done += static_cast<size_t>(w);
+    if (fd_ < 0) fail("cannot create " + tmp_);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw Error("io", option + " " + path + ": fsync/close failed: " + why);
+  ~PendingOutput() {
+    if (fd_ >= 0) ::close(fd_);
+    if (named_) ::unlink(tmp_.c_str());  // not published: no temporary is left behind
   }
-  return tmp;
+  PendingOutput(const PendingOutput&) = delete;
+  PendingOutput& operator=(const PendingOutput&) = delete;
+
+  void write(const unsigned char* bytes, size_t size) {
+    for (size_t done = 0; done < size;) {
+      const ssize_t w = ::write(fd_, bytes + done, size - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) fail("write failed");
+      done += static_cast<size_t>(w);
+    }
+    if (::fsync(fd_) != 0) fail("fsync failed");
+  }
+
+  void publish() {
+    if (!named_) {
+      const std::string proc = "/proc/self/fd/" + std::to_string(fd_);
+      ::unlink(tmp_.c_str());  // a leftover of a reused pid
+      if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, tmp_.c_str(), AT_SYMLINK_FOLLOW) != 0) fail("cannot link " + tmp_);
+      named_ = true;
+    }
+    if (::close(fd_) != 0) {
+      fd_ = -1;
+      fail("close failed");
+    }
+    fd_ = -1;
+    if (std::rename(tmp_.c_str(), path_.c_str()) != 0) fail("rename from " + tmp_ + " failed");
+    named_ = false;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) {
+    throw Error("io", option_ + " " + path_ + ": " + what + ": " + std::strerror(errno));
+  }
+  std::string option_, path_, tmp_;
+  int fd_ = -1;
+  bool named_ = false;
+};
+
+// Removes "<path>.tmp.<pid>" files that a process killed between the two
+// calls of publish() (or one on a filesystem without O_TMPFILE) left, where
+// that process no longer runs.
+void remove_stale_temporaries(const std::string& path) {
+  std::error_code ec;
+  const fs::path p = fs::absolute(path, ec);
+  if (ec) return;
+  const std::string prefix = p.filename().string() + ".tmp.";
+  for (const auto& e : fs::directory_iterator(p.parent_path(), ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string pid = name.substr(prefix.size());
+    if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (::kill(static_cast<pid_t>(std::stol(pid)), 0) != 0 && errno == ESRCH) fs::remove(e.path(), ec);
+  }
 }
 
 void fsync_dir_of(const std::string& path) {  // best effort: make the rename itself durable
@@ -146,8 +199,9 @@ void add_repack(CLI::App& app, int& rc) {
                   "GPTQ's checkpoint_format gptq_v2), or with --gptq-v1 as zero - 1 (the original GPTQ format:\n"
                   "w = (q - (nibble + 1))·s, zero points 1..16, which the one-byte zeros hold exactly);\n"
                   "GPTQ checkpoints with act-order (a g_idx other than k/g) are not supported.\n"
-                  "Needs n % 16 == 0, k % 64 == 0, g in {32, 64, 128, k}. Outputs are written to <out>.tmp.<pid>,\n"
-                  "fsynced and renamed into place; an output path may not be an input path. No GPU needed.\n") +
+                  "Needs n % 16 == 0, k % 64 == 0, g in {32, 64, 128, k}. Outputs are written whole and fsynced\n"
+                  "before they take their names, so a killed run leaves no partial file; an output path may not\n"
+                  "be an input path. No GPU needed.\n") +
               kExitCodesHelp);
   struct Opts {
     std::string from, shape, qweight, qzeros, scales, out_qweight, out_zeros;
@@ -171,6 +225,9 @@ void add_repack(CLI::App& app, int& rc) {
       throw Error("argument", "--sym is for gptq (symmetric, every zero is 8); awq checkpoints carry qzeros");
     if (o->v1 && o->from != "gptq") throw Error("argument", "--gptq-v1 is for --from gptq; awq qzeros hold the zeros");
     if (o->v1 && o->sym) throw Error("argument", "--gptq-v1 reads qzeros; --sym reads none (every zero is 8)");
+    for (const auto& [option, path] : {std::pair<const char*, const std::string&>{"--qweight", o->qweight},
+                                       {"--out-qweight", o->out_qweight}})
+      if (path.empty()) throw Error("argument", std::string(option) + " is an empty path");
     const Shape s = parse_shape(o->shape);
     if (o->sym) {
       if (!o->qzeros.empty()) throw Error("argument", "--qzeros " + o->qzeros + " is not read with --sym (every zero is 8)");
@@ -223,21 +280,20 @@ void add_repack(CLI::App& app, int& rc) {
     for (size_t i = 0; i < native.size(); ++i)
       for (int b = 0; b < 4; ++b) qbytes[4 * i + b] = static_cast<unsigned char>(native[i] >> (8 * b));
 
-    // Write both temporaries first, then rename: no output is ever half written.
-    std::vector<std::string> tmps;
-    try {
-      tmps.push_back(write_tmp("--out-qweight", o->out_qweight, qbytes.data(), qbytes.size()));
-      if (!o->sym) tmps.push_back(write_tmp("--out-zeros", o->out_zeros, p.z.data(), p.z.size()));
-      for (size_t i = 0; i < tmps.size(); ++i) {
-        const std::string& dest = outputs[i].second;
-        if (std::rename(tmps[i].c_str(), dest.c_str()) != 0)
-          throw Error("io", outputs[i].first + " " + dest + ": rename from " + tmps[i] + " failed: " +
-                                std::strerror(errno));
-        fsync_dir_of(dest);
-      }
-    } catch (...) {
-      for (auto& t : tmps) ::unlink(t.c_str());  // already renamed ones are gone: unlink fails harmlessly
-      throw;
+    // Write both outputs first, then publish them: no output is ever half written.
+    for (auto& [oname, opath] : outputs) remove_stale_temporaries(opath);
+    PendingOutput out_q("--out-qweight", o->out_qweight);
+    out_q.write(qbytes.data(), qbytes.size());
+    std::unique_ptr<PendingOutput> out_z;
+    if (!o->sym) {
+      out_z = std::make_unique<PendingOutput>("--out-zeros", o->out_zeros);
+      out_z->write(p.z.data(), p.z.size());
+    }
+    out_q.publish();
+    fsync_dir_of(o->out_qweight);
+    if (out_z) {
+      out_z->publish();
+      fsync_dir_of(o->out_zeros);
     }
 
     if (o->json) {

@@ -5,15 +5,16 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
+#include "cache/record.h"
 #include "cli/common.h"
 #include "codegen/error.h"
+#include "codegen/json_input.h"
 #include "codegen/registry.h"
 #include "runtime/device.h"
 #include "tuner/tuner.h"
 
 namespace qjit::cli {
-
-static constexpr const char* kFormat = "qjit-record-v1";
 
 void add_export(CLI::App& app, int& rc) {
   auto* cmd = app.add_subcommand("export", "write cached tuning results as JSON lines");
@@ -37,7 +38,7 @@ void add_export(CLI::App& app, int& rc) {
     int n = 0;
     for (auto& r : store.list(false)) {
       if (!o->op.empty() && r.fp.op != o->op) continue;
-      nlohmann::json j = {{"format", kFormat},          {"fingerprint", r.fp.to_json()},
+      nlohmann::json j = {{"format", cache::kRecordFormat},          {"fingerprint", r.fp.to_json()},
                           {"spec", nlohmann::json::parse(r.fp.spec_json)},
                           {"config", r.config},         {"tuned", r.tuned},
                           {"median_us", r.median_us},   {"gbps", r.gbps},
@@ -71,12 +72,7 @@ void add_import(CLI::App& app, int& rc) {
   cmd->add_option("file", o->file, "JSON-lines file from qjit export ('-' for stdin)")->required();
   cmd->add_flag("--no-verify", o->no_verify, "only store them; verify at the next qjit tune");
   cmd->callback([o, &rc] {
-    std::ifstream file;
-    if (o->file != "-") {
-      file.open(o->file);
-      if (!file) throw Error("argument", "cannot read " + o->file);
-    }
-    std::istream& is = o->file == "-" ? std::cin : file;
+    std::istringstream is(read_input_file("file", o->file));
     struct Item {
       codegen::OpSpec spec;
       cache::ImportRecord rec;
@@ -86,12 +82,8 @@ void add_import(CLI::App& app, int& rc) {
     for (int lineno = 1; std::getline(is, line); ++lineno) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
       try {
-        auto j = nlohmann::json::parse(line);
-        if (j.value("format", "") != kFormat) throw Error("import", "not a " + std::string(kFormat) + " record");
-        nlohmann::json spec_json = j.at("spec");
-        auto spec = codegen::spec_from_json(spec_json);
-        codegen::find_op(spec.op).validate_config(spec, j.at("config"));
-        items.push_back({spec, {0, spec.op, spec.canonical_json(), j.at("config"), j}});
+        auto r = cache::parse_record_line(line);
+        items.push_back({r.spec, {0, r.spec.op, r.spec.canonical_json(), r.config, r.record}});
       } catch (const std::exception& e) {
         throw Error("argument", o->file + ":" + std::to_string(lineno) + ": " + e.what() + "; nothing imported");
       }

@@ -1,4 +1,7 @@
 // qjit tune / qjit bench.
+#include <cctype>
+#include <climits>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -23,10 +26,11 @@ void parse_budget(const std::string& b, tuner::TuneOptions& o) {
     size_t used = 0;
     double v = std::stod(b, &used);
     std::string unit = b.substr(used);
-    if (v <= 0) throw std::invalid_argument("");
+    // (a count is compared with INT_MAX before the cast: converting a larger double is undefined)
+    if (!std::isfinite(v) || v <= 0) throw std::invalid_argument("");
     if (unit == "s") o.budget_seconds = v;
     else if (unit == "m") o.budget_seconds = 60 * v;
-    else if (unit.empty() && v == static_cast<int>(v)) o.budget_candidates = static_cast<int>(v);
+    else if (unit.empty() && v <= INT_MAX && v == std::floor(v)) o.budget_candidates = static_cast<int>(v);
     else throw std::invalid_argument("");
   } catch (const std::logic_error&) {
     throw Error("argument", "malformed --budget '" + b + "' (expected seconds like 30s or 2m, or a candidate count like 40)");
@@ -59,6 +63,8 @@ int gpu_free_part(const std::vector<codegen::OpSpec>& specs, const std::string& 
     const nlohmann::json named = spec.key_params();  // items() would not keep a temporary alive
     for (auto& [k, v] : named.items())
       name += "_" + k + (v.is_string() ? v.get<std::string>() : v.dump());
+    for (char& c : name)  // a file name, whatever a string parameter holds
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') c = '_';
     if (name.size() > 120) name = spec.op + "_" + cache::sha256_hex(spec.canonical_json()).substr(0, 16);
     const auto file = dir / (name + ".cu");
     std::ofstream out(file);

@@ -1,6 +1,12 @@
 #include "cli/common.h"
+#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
 #include "codegen/error.h"
 #include "codegen/registry.h"
 
@@ -77,6 +83,23 @@ std::string human_bytes(double b) {
   int u = 0;
   while (b >= 1000 && u < 4) b /= 1000, ++u;
   return fmt(u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+}
+
+std::string read_input_file(const std::string& option, const std::string& path) {
+  if (path.empty()) throw Error("argument", option + " is an empty path");
+  std::ostringstream text;
+  if (path == "-") {
+    text << std::cin.rdbuf();
+    return text.str();
+  }
+  std::error_code ec;
+  // A folder opens as a stream that reads nothing: refuse it by name.
+  if (std::filesystem::is_directory(path, ec)) throw Error("argument", option + " " + path + " is a folder, not a file");
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error("argument", option + " " + path + ": cannot read (" + std::strerror(errno) + ")");
+  text << f.rdbuf();
+  if (f.bad()) throw Error("argument", option + " " + path + ": read failed");
+  return text.str();
 }
 
 }  // namespace qjit::cli

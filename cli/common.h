@@ -36,6 +36,11 @@ struct CacheOption {
   std::string resolved() const { return path.empty() ? cache::Store::default_path() : path; }
 };
 
+// The whole of an input file named by `option` ("-": standard input);
+// throws Error("argument") naming the option and path when it is missing, a
+// folder, or unreadable.
+std::string read_input_file(const std::string& option, const std::string& path);
+
 std::string fmt(const char* format, ...);
 // "2.1 MB"
 std::string human_bytes(double bytes);

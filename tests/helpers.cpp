@@ -41,18 +41,26 @@ static std::string slurp(const std::string& path) {
   return ss.str();
 }
 
-CommandResult run_qjit(const std::string& args, const std::string& cache_path, const std::string& stdin_text) {
+CommandResult run_command(const std::string& command_line, const std::string& stdin_text) {
   TempDir io;
   const std::string in = io.file("in"), out = io.file("out"), err = io.file("err");
   std::ofstream(in) << stdin_text;
-  const std::string cmd = "QJIT_CACHE='" + cache_path + "' '" + qjit_binary() + "' " + args + " <'" + in + "' >'" +
-                          out + "' 2>'" + err + "'";
+  const std::string cmd = "( " + command_line + " ) <'" + in + "' >'" + out + "' 2>'" + err + "'";
   const int status = std::system(cmd.c_str());
   CommandResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   r.out = slurp(out);
   r.err = slurp(err);
   return r;
+}
+
+CommandResult run_qjit_env(const std::string& env, const std::string& args, const std::string& cache_path,
+                           const std::string& stdin_text) {
+  return run_command(env + " QJIT_CACHE='" + cache_path + "' '" + qjit_binary() + "' " + args, stdin_text);
+}
+
+CommandResult run_qjit(const std::string& args, const std::string& cache_path, const std::string& stdin_text) {
+  return run_qjit_env("", args, cache_path, stdin_text);
 }
 
 void compile_jobs(std::vector<CompileJob>& jobs, const std::string& arch, const std::string& label) {

@@ -42,8 +42,13 @@ struct CommandResult {
 
 // Path of the qjit binary: next to this test binary (installed layout), else the build tree's.
 std::string qjit_binary();
+// Runs a shell command line, stdin from stdin_text, stdout and stderr captured.
+CommandResult run_command(const std::string& command_line, const std::string& stdin_text = "");
 // Runs `qjit <args>` through the shell with QJIT_CACHE pointing at cache_path.
 CommandResult run_qjit(const std::string& args, const std::string& cache_path, const std::string& stdin_text = "");
+// The same with environment assignments first ("QJIT_LOG=1 CUDA_VISIBLE_DEVICES=").
+CommandResult run_qjit_env(const std::string& env, const std::string& args, const std::string& cache_path,
+                           const std::string& stdin_text = "");
 
 // One candidate to compile, and what came of it (error: generate_source or
 // compile threw).
