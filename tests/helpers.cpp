@@ -2,6 +2,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -61,6 +62,16 @@ CommandResult run_qjit_env(const std::string& env, const std::string& args, cons
 
 CommandResult run_qjit(const std::string& args, const std::string& cache_path, const std::string& stdin_text) {
   return run_qjit_env("", args, cache_path, stdin_text);
+}
+
+Sample compile_sample(size_t stride, const std::string& label) {
+  const char* env = std::getenv("QJIT_TEST_EXHAUSTIVE");
+  if (env && std::string(env) == "1") return {stride, 0};
+  Sample s{stride * 4, 0};
+  s.offset = std::random_device{}() % s.stride;
+  std::cout << "[" << label << "] every " << s.stride << "th candidate from " << s.offset
+            << " (QJIT_TEST_EXHAUSTIVE=1: every " << stride << "th)\n";
+  return s;
 }
 
 void compile_jobs(std::vector<CompileJob>& jobs, const std::string& arch, const std::string& label) {

@@ -59,6 +59,16 @@ struct CompileJob {
   codegen::CompileResult result;
   std::string error;
 };
+// Which items of a long compile list a run takes: every stride-th from a
+// fresh random offset, stride multiplied by 4 unless QJIT_TEST_EXHAUSTIVE=1
+// (then the given stride, offset 0). Runs in turn cover the whole list while
+// the CPU suite stays within CI's time; the offset is printed with `label`.
+struct Sample {
+  size_t stride = 1, offset = 0;
+  bool takes(size_t i) const { return i % stride == offset; }
+};
+Sample compile_sample(size_t stride, const std::string& label);
+
 // Compiles every job for `arch` on two threads; prints "[label] compiled N
 // candidates in T s".
 void compile_jobs(std::vector<CompileJob>& jobs, const std::string& arch, const std::string& label);

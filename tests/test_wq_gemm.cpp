@@ -180,20 +180,25 @@ TEST_CASE("wq_gemm: candidates compile for sm_90 without spills", "[wq_gemm][nvr
   const auto& op = codegen::find_op("wq_gemm");
   // The full space of the main shape at M = 1 and every other config at
   // M = 16 (both hold every key); then every bit width, zero mode and type
-  // through each spec's default and a spread of its space.
+  // through each spec's default and a spread of its space. (In CI a quarter
+  // of each list, a different quarter each run: test::compile_sample.)
   std::vector<test::CompileJob> jobs;
   // (Not the spread configs: spread changes the launch, not the kernel; the
   // spread test checks that their sources match.)
   for (const auto& [s, stride] : {std::pair{"k=4096,n=11008,m=1", 1}, std::pair{"k=4096,n=11008,m=16", 2}}) {
     auto space = op.tunable_space(codegen::parse_spec("wq_gemm", s));
     std::erase_if(space, [](const nlohmann::json& c) { return c.value("spread", 0) == 1; });
-    for (size_t i = 0; i < space.size(); i += stride) jobs.push_back({codegen::parse_spec("wq_gemm", s), space[i]});
+    const auto sample = test::compile_sample(stride, std::string("wq_gemm ") + s);
+    for (size_t i = 0; i < space.size(); ++i)
+      if (sample.takes(i)) jobs.push_back({codegen::parse_spec("wq_gemm", s), space[i]});
   }
   // The large-M buckets: a spread of both families.
   for (const char* s : {"k=4096,n=11008,m=64", "k=11008,n=4096,m=256"}) {
     const auto spec = codegen::parse_spec("wq_gemm", s);
     const auto space = op.tunable_space(spec);
-    for (size_t i = 0; i < space.size(); i += 6) jobs.push_back({spec, space[i]});
+    const auto sample = test::compile_sample(6, std::string("wq_gemm ") + s);
+    for (size_t i = 0; i < space.size(); ++i)
+      if (sample.takes(i)) jobs.push_back({spec, space[i]});
     jobs.push_back({spec, op.default_config(spec)});
   }
   for (const char* s : {"k=64,n=16,bits=2,zero=sym,g=32,m=1", "k=192,n=48,bits=3,zero=float,scales=bf16,x=fp32,m=64,g=64",
@@ -210,9 +215,10 @@ TEST_CASE("wq_gemm: candidates compile for sm_90 without spills", "[wq_gemm][nvr
   for (const auto& [s, stride] : {std::pair{"k=4096,n=11008,m=256", 4},
                                   std::pair{"k=320,n=80,bits=3,zero=float,scales=bf16,x=bf16,m=128,g=64", 1}}) {
     const auto spec = codegen::parse_spec("wq_gemm", s);
-    int i = 0;
+    const auto sample = test::compile_sample(stride, std::string("wq_gemm wgmma ") + s);
+    size_t i = 0;
     for (const auto& c : op.tunable_space(spec))
-      if (c.value("family", "") == "wgmma" && i++ % stride == 0) jobs.push_back({spec, c});
+      if (c.value("family", "") == "wgmma" && sample.takes(i++)) jobs.push_back({spec, c});
   }
   test::compile_jobs(jobs, "sm_90", "wq_gemm");
   size_t spilling = 0;
