@@ -135,6 +135,18 @@ struct DamagedRow {
   std::string why;
 };
 
+// Text columns end up in JSON (the fingerprint key, export lines, --json
+// output), which must be valid UTF-8: a row with one that is not is damaged.
+void require_utf8(std::initializer_list<const std::string*> texts) {
+  for (const std::string* t : texts) {
+    try {
+      (void)nlohmann::json(*t).dump();
+    } catch (const nlohmann::json::exception&) {
+      throw DamagedRow{"a text column is not valid UTF-8: '" + excerpt(std::string_view(*t), 40) + "'"};
+    }
+  }
+}
+
 nlohmann::json parse_column(const std::string& s, const char* column) {
   try {
     return s.empty() ? nlohmann::json() : parse_json_input(s, column, "cache");
@@ -344,6 +356,10 @@ KernelRecord read_kernel(const Stmt& s, std::string* cubin_sha256) {
   r.cubin = s.blob(c++);
   r.ptx = s.text(c++);
   r.source = s.text(c++);
+  require_utf8({&r.fp.op, &r.fp.device.name, &r.fp.device.compute_capability, &r.fp.nvrtc_version,
+                &r.fp.templates_hash, &r.fp.qjit_version, &r.kernel_name, &r.compile_log, &r.created, &r.last_used,
+                &r.ptx, &r.source});
+  if (cubin_sha256) require_utf8({cubin_sha256});
   return r;
 }
 
@@ -376,6 +392,7 @@ ImportRecord read_import(const Stmt& s) {
   r.spec_json = s.text(2);
   r.config = parse_column(s.text(3), "import config_json");
   r.source_record = parse_column(s.text(4), "import source_record");
+  require_utf8({&r.op, &r.spec_json});
   return r;
 }
 
@@ -695,6 +712,9 @@ std::vector<TrialRecord> Store::trials(const std::string& key) {
     try {
       t.config = parse_column(s.text(1), "trial config_json");
       t.status = trial_status_from_string(s.text(2));
+      t.message = s.text(9);
+      t.created = s.text(10);
+      require_utf8({&t.message, &t.created});
     } catch (const DamagedRow& d) {
       damaged.push_back({s.int64(11), d.why});
       continue;
@@ -708,8 +728,6 @@ std::vector<TrialRecord> Store::trials(const std::string& key) {
     t.compile_ms = s.real(6);
     t.registers = s.integer(7);
     t.spill_bytes = s.integer(8);
-    t.message = s.text(9);
-    t.created = s.text(10);
     out.push_back(std::move(t));
   }
   for (const auto& [rowid, why] : damaged)

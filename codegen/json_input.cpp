@@ -11,7 +11,7 @@ std::string excerpt(std::string_view s, size_t max_chars) {
   return std::string(s.substr(0, max_chars)) + "... (" + std::to_string(s.size()) + " bytes)";
 }
 
-std::string excerpt(const nlohmann::json& j, size_t max_chars) {
+std::string json_excerpt(const nlohmann::json& j, size_t max_chars) {
   // Values come from parse_json_input or from qjit itself, so dump's
   // recursion is bounded; invalid UTF-8 in a string is replaced, not thrown.
   const std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -41,7 +41,7 @@ nlohmann::json parse_json_input(std::string_view text, const std::string& what, 
 
 int config_int(const nlohmann::json& config, const char* key, const std::string& what) {
   if (!config.is_object() || !config.contains(key) || !config[key].is_number_integer())
-    throw Error("config", what + " needs integer '" + key + "': " + excerpt(config));
+    throw Error("config", what + " needs integer '" + key + "': " + json_excerpt(config));
   const nlohmann::json& v = config[key];
   // An unsigned above INT64_MAX reads negative as int64: compare as each kind.
   const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(INT_MAX)

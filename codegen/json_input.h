@@ -19,8 +19,8 @@ nlohmann::json parse_json_input(std::string_view text, const std::string& what, 
 
 // At most max_chars of s, with "... (N bytes)" when cut.
 std::string excerpt(std::string_view s, size_t max_chars = 120);
-// j.dump(), cut the same way.
-std::string excerpt(const nlohmann::json& j, size_t max_chars = 120);
+// j.dump(), cut the same way (named apart: a std::string converts to both).
+std::string json_excerpt(const nlohmann::json& j, size_t max_chars = 120);
 
 // An integer member of a config that fits an int: throws Error("config",
 // "<what> needs integer '<key>'") when missing or not an integer, and

@@ -116,7 +116,7 @@ OpSpec parse_spec(const std::string& op, const std::string& shape_kv) {
 
 OpSpec spec_from_json(const nlohmann::json& j) {
   if (!j.is_object() || !j.contains("op") || !j["op"].is_string())
-    throw Error("spec", "a spec must be a JSON object with a string \"op\": " + excerpt(j));
+    throw Error("spec", "a spec must be a JSON object with a string \"op\": " + json_excerpt(j));
   nlohmann::json params = j;
   params.erase("op");
   return make_spec(j["op"].get<std::string>(), params);

@@ -508,6 +508,7 @@ TEST_CASE("a row with damaged JSON is removed and read as absent; the others sta
   REQUIRE(store.list().size() == 2);
   const std::string deep = std::string(5000, '[') + std::string(5000, ']');
   for (const std::string& column : std::vector<std::string>{"config_json = '{\"warps\": 4'", "config_json = '" + deep + "'",
+                                                             "device_name = CAST(X'C328FF' AS TEXT)",
                                     "spec_json = 'not json'", "spec_json = '[1, 2]'"}) {
     INFO(column);
     store.put(bad);

@@ -79,7 +79,7 @@ struct CublasConfig {
 
   static bool is(const nlohmann::json& j) { return config_family(j) == "cublas"; }
   static CublasConfig from(const nlohmann::json& j) {
-    if (j.size() != 2) throw Error("config", "fused_ffn cublas config needs family and threads: " + excerpt(j));
+    if (j.size() != 2) throw Error("config", "fused_ffn cublas config needs family and threads: " + json_excerpt(j));
     return {config_int(j, "threads", "fused_ffn cublas config")};
   }
   nlohmann::json to_json() const { return {{"family", "cublas"}, {"threads", threads}}; }
