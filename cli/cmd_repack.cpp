@@ -15,12 +15,14 @@
 #include <memory>
 #include "cli/common.h"
 #include "codegen/error.h"
+#include "io/tensor_file.h"
 #include "tuner/reference/wq_gemm.h"
 
 namespace qjit::cli {
 namespace {
 
 namespace fs = std::filesystem;
+namespace io = qjit::io;
 
 constexpr int64_t kMaxDim = int64_t{1} << 20;  // wq_gemm's limit on k and n
 
@@ -74,19 +76,35 @@ void expect_file_size(const std::string& option, const std::string& path, uintma
                                 std::to_string(want) + " (" + what + ")");
 }
 
-// A raw little-endian int32 file of exactly `words` words.
-std::vector<uint32_t> read_words(const std::string& option, const std::string& path, int64_t words,
+// A [rows][cols] int32 tensor: a raw little-endian file of exactly that many
+// words, a .npy file, or a tensor of a .safetensors file (PATH:NAME), whose
+// dtype and shape are checked.
+std::vector<uint32_t> read_words(const std::string& option, const std::string& path, int64_t rows, int64_t cols,
                                  const std::string& what) {
-  const uintmax_t want = static_cast<uintmax_t>(words) * 4;
-  expect_file_size(option, path, want, what + " int32");
-  std::vector<unsigned char> bytes(want);
-  std::ifstream f(path, std::ios::binary);
-  if (!f || !f.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(want)))
-    throw Error("io", option + " " + path + ": read failed: " + std::strerror(errno));
+  const int64_t words = rows * cols;
+  std::string bytes;
+  if (io::is_tensor_path(path)) {
+    io::Tensor t = io::read_tensor(path);
+    if (t.dtype != io::DType::i32 && t.dtype != io::DType::u32)
+      throw Error("argument", option + " " + path + " holds " + io::dtype_name(t.dtype) + "; expected int32 (" + what + ")");
+    if (t.shape != std::vector<int64_t>{rows, cols}) {
+      std::string shape;
+      for (int64_t d : t.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+      throw Error("argument", option + " " + path + " has shape [" + shape + "]; expected " + what);
+    }
+    bytes = std::move(t.bytes);
+  } else {
+    const uintmax_t want = static_cast<uintmax_t>(words) * 4;
+    expect_file_size(option, path, want, what + " int32");
+    bytes.resize(want);
+    std::ifstream f(path, std::ios::binary);
+    if (!f || !f.read(bytes.data(), static_cast<std::streamsize>(want)))
+      throw Error("io", option + " " + path + ": read failed: " + std::strerror(errno));
+  }
   std::vector<uint32_t> out(words);
+  const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
   for (int64_t i = 0; i < words; ++i)
-    out[i] = uint32_t{bytes[4 * i]} | uint32_t{bytes[4 * i + 1]} << 8 | uint32_t{bytes[4 * i + 2]} << 16 |
-             uint32_t{bytes[4 * i + 3]} << 24;
+    out[i] = uint32_t{b[4 * i]} | uint32_t{b[4 * i + 1]} << 8 | uint32_t{b[4 * i + 2]} << 16 | uint32_t{b[4 * i + 3]} << 24;
   return out;
 }
 
@@ -188,7 +206,8 @@ void fsync_dir_of(const std::string& path) {  // best effort: make the rename it
 void add_repack(CLI::App& app, int& rc) {
   auto* cmd = app.add_subcommand("repack", "convert 4-bit AWQ or GPTQ checkpoint tensors to wq_gemm's native layout");
   cmd->footer(std::string(
-                  "Inputs are raw little-endian int32 files:\n"
+                  "Inputs are int32 tensors: raw little-endian files, .npy files, or tensors of a .safetensors\n"
+                  "checkpoint named as FILE.safetensors:TENSOR (e.g. model.safetensors:model.layers.0.mlp.up_proj.qweight):\n"
                   "  awq:  qweight [K, N/8], qzeros [K/g, N/8]\n"
                   "  gptq: qweight [K/8, N], qzeros [K/g, N/8] (not read with --sym: every zero is 8)\n"
                   "Outputs: the native qweight as raw uint32 words (bits=4), and, unless --sym, the zero points\n"
@@ -211,9 +230,9 @@ void add_repack(CLI::App& app, int& rc) {
   cmd->add_option("--from", o->from, "layout of the inputs: awq or gptq")->required();
   cmd->add_option("--shape", o->shape, "k=IN_FEATURES,n=OUT_FEATURES,g=GROUP e.g. k=4096,n=11008,g=128")->required();
   cmd->add_flag("--sym", o->sym, "gptq symmetric: every zero point is 8 (no --qzeros, no --out-zeros; zero=sym)");
-  cmd->add_option("--qweight", o->qweight, "input qweight (raw int32)")->required();
-  cmd->add_option("--qzeros", o->qzeros, "input qzeros (raw int32); required unless --sym");
-  cmd->add_option("--scales", o->scales, "the checkpoint's scales (fp16 or bf16 [K/g][N]): only checked for their length");
+  cmd->add_option("--qweight", o->qweight, "input qweight (raw int32, .npy, or FILE.safetensors:NAME)")->required();
+  cmd->add_option("--qzeros", o->qzeros, "input qzeros (as --qweight); required unless --sym");
+  cmd->add_option("--scales", o->scales, "the checkpoint's scales (fp16 or bf16 [K/g][N], raw, .npy or .safetensors:NAME): only checked");
   cmd->add_option("--out-qweight", o->out_qweight, "output: native qweight (raw uint32)")->required();
   cmd->add_option("--out-zeros", o->out_zeros, "output: zero points, one byte each [K/g][N]; required unless --sym");
   cmd->add_flag("--gptq-v1", o->v1, "gptq qzeros store zero - 1 (checkpoint_format gptq, not gptq_v2)");
@@ -244,9 +263,9 @@ void add_repack(CLI::App& app, int& rc) {
     codegen::parse_spec("wq_gemm", wq);  // the spec printed at the end is one wq_gemm accepts
 
     // No output may be an input, nor the other output.
-    std::vector<std::pair<std::string, std::string>> inputs = {{"--qweight", o->qweight}};
-    if (!o->qzeros.empty()) inputs.push_back({"--qzeros", o->qzeros});
-    if (!o->scales.empty()) inputs.push_back({"--scales", o->scales});
+    std::vector<std::pair<std::string, std::string>> inputs = {{"--qweight", io::file_of(o->qweight)}};
+    if (!o->qzeros.empty()) inputs.push_back({"--qzeros", io::file_of(o->qzeros)});
+    if (!o->scales.empty()) inputs.push_back({"--scales", io::file_of(o->scales)});
     std::vector<std::pair<std::string, std::string>> outputs = {{"--out-qweight", o->out_qweight}};
     if (!o->out_zeros.empty()) outputs.push_back({"--out-zeros", o->out_zeros});
     for (auto& [oname, opath] : outputs)
@@ -261,12 +280,21 @@ void add_repack(CLI::App& app, int& rc) {
     const bool awq = o->from == "awq";
     const std::string qw_what = awq ? "awq qweight " + dims(s.k, s.n / 8) : "gptq qweight " + dims(s.k / 8, s.n);
     const std::string qz_what = o->from + " qzeros " + dims(s.k / s.g, s.n / 8);
-    const auto qweight = read_words("--qweight", o->qweight, awq ? s.k * (s.n / 8) : (s.k / 8) * s.n, qw_what);
+    const auto qweight = awq ? read_words("--qweight", o->qweight, s.k, s.n / 8, qw_what)
+                             : read_words("--qweight", o->qweight, s.k / 8, s.n, qw_what);
     std::vector<uint32_t> qzeros;
-    if (!o->sym) qzeros = read_words("--qzeros", o->qzeros, (s.k / s.g) * (s.n / 8), qz_what);
-    if (!o->scales.empty())
-      expect_file_size("--scales", o->scales, static_cast<uintmax_t>((s.k / s.g) * s.n) * 2,
-                       "scales " + dims(s.k / s.g, s.n) + " of 2 bytes each");
+    if (!o->sym) qzeros = read_words("--qzeros", o->qzeros, s.k / s.g, s.n / 8, qz_what);
+    if (!o->scales.empty()) {
+      const std::string want = "scales " + dims(s.k / s.g, s.n) + " of 2 bytes each";
+      if (io::is_tensor_path(o->scales)) {
+        const io::Tensor t = io::read_tensor(o->scales);
+        if ((t.dtype != io::DType::f16 && t.dtype != io::DType::bf16) || t.shape != std::vector<int64_t>{s.k / s.g, s.n})
+          throw Error("argument", "--scales " + o->scales + " is " + io::dtype_name(t.dtype) + " of " +
+                                      std::to_string(t.elements()) + " elements; expected " + want);
+      } else {
+        expect_file_size("--scales", o->scales, static_cast<uintmax_t>((s.k / s.g) * s.n) * 2, want);
+      }
+    }
     tuner::PlainQuant p = awq ? tuner::unpack_awq(qweight, qzeros, s.k, s.n, s.g)
                               : tuner::unpack_gptq(qweight, qzeros, s.k, s.n, s.g, o->sym);
     p.bits = 4;

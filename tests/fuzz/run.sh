@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 SECONDS_EACH=${1:-30}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(spec config record_line lut_table cache_file)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(spec config record_line lut_table cache_file npy safetensors)
 command -v clang++ >/dev/null || { echo "fuzz: clang++ is needed (Debian: apt install clang)" >&2; exit 1; }
 cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DQJIT_FUZZ=ON -DBUILD_TESTING=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCUDAToolkit_ROOT="${CUDA_HOME:-/usr/local/cuda}" >/dev/null
