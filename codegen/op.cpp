@@ -27,11 +27,13 @@ std::string Plan::describe() const {
     if (s.kind == PlanStep::Kind::kernel) {
       const auto& k = kernels.at(static_cast<size_t>(s.kernel));
       const auto& g = k.geometry;
+      if (s.repeat > 1) out << s.repeat << " times, step = 0.." << s.repeat - 1 << ": ";
       out << k.symbol << "(";
       for (size_t p = 0; p < k.params.size(); ++p)
         out << (p ? ", " : "")
-            << (k.params[p].kind == KernelParam::Kind::arg ? k.params[p].arg
-                                                          : "workspace+" + std::to_string(k.params[p].offset));
+            << (k.params[p].kind == KernelParam::Kind::arg         ? k.params[p].arg
+                : k.params[p].kind == KernelParam::Kind::iteration ? std::string("step")
+                                                                   : "workspace+" + std::to_string(k.params[p].offset));
       for (const auto& m : k.tensor_maps) out << ", map(" << m.source << ")";
       out << ") on ";
       if (g.grid_per_sm) out << g.grid_per_sm << " blocks per SM";

@@ -122,13 +122,15 @@ struct TensorMap {
 // again where they need zeros, e.g. counters the last block resets; null
 // when the plan needs none).
 struct KernelParam {
-  enum class Kind { arg, workspace };
+  // iteration: an int, the launch's index 0..repeat-1 within its step (PlanStep::repeat).
+  enum class Kind { arg, workspace, iteration };
   Kind kind = Kind::arg;
   std::string arg;    // Kind::arg
   size_t offset = 0;  // Kind::workspace: bytes into the workspace
 };
 inline KernelParam arg_param(std::string name) { return {KernelParam::Kind::arg, std::move(name), 0}; }
 inline KernelParam workspace_param(size_t offset = 0) { return {KernelParam::Kind::workspace, "", offset}; }
+inline KernelParam iteration_param() { return {KernelParam::Kind::iteration, "", 0}; }
 
 // A kernel of the op's module (an extern "C" symbol of its template).
 // init: run once each time the module is loaded, before any call (e.g.
@@ -174,6 +176,9 @@ struct PlanStep {
   Kind kind = Kind::kernel;
   int kernel = -1;  // Kind::kernel: index into Plan::kernels
   CublasGemm gemm;  // Kind::cublas_gemm
+  // Kind::kernel: launched this many times in a row on the stream (a
+  // recurrence's steps), each launch seeing its index in its iteration param.
+  int64_t repeat = 1;
 };
 
 // A pointer argument's requirements under a config: the alignment its

@@ -294,14 +294,16 @@ CUresult run_gemm(const LoadedPlan& p, size_t step, const ArgPack& a, const Cubl
 
 }  // namespace
 
-CUresult launch_kernel(const LoadedPlan& p, int kernel, const ArgPack& a, CUstream stream) {
+CUresult launch_kernel(const LoadedPlan& p, int kernel, const ArgPack& a, CUstream stream, int iteration) {
   const LoadedKernel& k = p.kernels[static_cast<size_t>(kernel)];
   void* params[kMaxParams];
   CUdeviceptr workspace = 0, offsets[kMaxParams];
   CUtensorMap maps[codegen::KernelDef::kMaxTensorMaps];
   size_t i = 0;
   for (const auto& prm : k.params) {
-    if (prm.kind == codegen::KernelParam::Kind::arg) {
+    if (prm.kind == codegen::KernelParam::Kind::iteration) {
+      params[i] = &iteration;
+    } else if (prm.kind == codegen::KernelParam::Kind::arg) {
       // Both members of the union start at its address: an int parameter
       // reads i32, a pointer ptr.
       params[i] = const_cast<ArgPack::Value*>(&a.values[prm.arg]);
@@ -330,8 +332,14 @@ CUresult run_steps(const LoadedPlan& p, const ArgPack& a, CUstream stream) {
   if (p.needs_cublas && !handle) return CUDA_ERROR_NOT_SUPPORTED;  // nothing launched
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const auto& s = p.steps[i];
-    const CUresult r = s.kind == codegen::PlanStep::Kind::kernel ? launch_kernel(p, s.kernel, a, stream)
-                                                                  : run_gemm(p, i, a, *blas, handle, stream);
+    if (s.kind == codegen::PlanStep::Kind::kernel) {
+      for (int64_t it = 0; it < s.repeat; ++it) {
+        const CUresult r = launch_kernel(p, s.kernel, a, stream, static_cast<int>(it));
+        if (r != CUDA_SUCCESS) return r;
+      }
+      continue;
+    }
+    const CUresult r = run_gemm(p, i, a, *blas, handle, stream);
     if (r != CUDA_SUCCESS) return r;
   }
   return CUDA_SUCCESS;

@@ -122,8 +122,9 @@ void check_pointers(const std::vector<codegen::ArgDef>& args, const codegen::Pla
 // (the probes launch their own kernels with it).
 CUresult launch_function(CUfunction function, const codegen::LaunchGeometry& geometry, bool programmatic,
                          void** params, CUstream stream);
-// Kernel `kernel` of the plan with the call's arguments (its params, then its tensor maps).
-CUresult launch_kernel(const LoadedPlan& p, int kernel, const ArgPack& a, CUstream stream);
+// Kernel `kernel` of the plan with the call's arguments (its params, then its
+// tensor maps); `iteration` is what an iteration param receives.
+CUresult launch_kernel(const LoadedPlan& p, int kernel, const ArgPack& a, CUstream stream, int iteration = 0);
 // Every step of the plan in order, on `stream`: what one call of the op
 // does unless its runtime/ops file composes its steps otherwise. Returns
 // CUDA_ERROR_NOT_SUPPORTED, nothing launched, where a cuBLAS step finds no
