@@ -8,6 +8,8 @@
 #include <iostream>
 #include <sstream>
 #include "codegen/error.h"
+#include "codegen/json_input.h"
+#include "codegen/ops/gru_quant.h"
 #include "codegen/registry.h"
 
 namespace qjit::cli {
@@ -26,6 +28,13 @@ void SpecOptions::add_to(CLI::App* app, bool shape_required) {
 
 std::vector<codegen::OpSpec> SpecOptions::specs() const {
   nlohmann::json params = codegen::parse_kv_list(shape);
+  // gru_quant's params document comes from a file (params=@FILE), canonicalised.
+  if (params.contains("params") && params["params"].is_string()) {
+    const std::string v = params["params"].get<std::string>();
+    if (!v.empty() && v[0] == '@')
+      params["params"] = codegen::gru::canonical_params(
+          parse_json_input(read_input_file("--shape params=@", v.substr(1)), "params " + v.substr(1)));
+  }
   if (!dtype.empty()) {
     if (params.contains("dtype")) throw Error("spec", "dtype given both in --shape and --dtype");
     params["dtype"] = dtype;

@@ -15,4 +15,5 @@
   X(fused_ffn)      \
   X(fp_lut)         \
   X(awq_dequant)    \
-  X(wq_gemm)
+  X(wq_gemm)        \
+  X(gru_quant)

@@ -37,6 +37,12 @@ class SpecFields {
     return append(value);
   }
 
+  // A long value (gru_quant's params document): the JSON spec gets it whole,
+  // the fast key its digest (the caller's SHA-256 of the same text).
+  SpecFields& add_long(std::string_view key, std::string_view value, std::string_view digest) {
+    return add(key, mode_ == Mode::json ? value : digest);
+  }
+
   std::string_view fast_key() const { return {buf_, len_}; }
   const nlohmann::json& params() const { return params_; }
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
+#include "codegen/error.h"
 #include "codegen/nvrtc.h"
 #include "codegen/op.h"
 #include "codegen/spec.h"
@@ -39,6 +40,17 @@ struct CommandResult {
   std::string out;  // stdout
   std::string err;  // stderr
 };
+
+// What f throws as qjit::Error (its what()), or "(no error)".
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
 
 // Path of the qjit binary: next to this test binary (installed layout), else the build tree's.
 std::string qjit_binary();

@@ -3,6 +3,7 @@
 // float64 GRU with the seed's (Haste) gate formula.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 #include <random>
 #include <string>
@@ -12,11 +13,19 @@
 
 #include "codegen/error.h"
 #include "codegen/ops/gru_params.h"
+#include "codegen/ops/gru_quant.h"
+#include "codegen/registry.h"
+#include "codegen/source.h"
+#include "codegen/spec.h"
+#include "tests/gru_helpers.h"
+#include "tests/helpers.h"
 #include "tuner/reference/gru_quant.h"
 
 using namespace qjit::codegen::gru;
 using qjit::tuner::GruWeights;
 using json = nlohmann::json;
+
+using qjit::test::error_of;
 
 namespace {
 
@@ -263,5 +272,53 @@ TEST_CASE("gru reference: saturation at every saturated point, and the step's pi
   for (int j = 0; j < 2; ++j) {
     const int64_t n_aligned = rshift_round(s.n[j], p.n_out.shift - p.h.shift);  // zero points 0
     CHECK(s.h[j] == p.h.saturate(rshift_round(s.u[j] * h[j] + (256 - s.u[j]) * n_aligned, 8)));
+  }
+}
+
+TEST_CASE("gru_quant spec: canonical params only, c and h must match, the step plan", "[gru]") {
+  std::mt19937_64 rng(std::random_device{}());
+  const json doc = qjit::test::random_gru_params(rng, 24, 37, 4, 16);
+  const std::string canonical = qjit::codegen::gru::canonical_params(doc);
+  const auto spec = qjit::codegen::make_spec("gru_quant", {{"t", 7}, {"n", 3}, {"c", 24}, {"h", 37}, {"params", canonical}});
+  CHECK_THAT(error_of([&] { qjit::codegen::make_spec("gru_quant", {{"t", 7}, {"n", 3}, {"c", 24}, {"h", 37}, {"params", doc.dump()}}); }),
+             Catch::Contains("not in canonical form"));
+  CHECK_THAT(error_of([&] { qjit::codegen::make_spec("gru_quant", {{"t", 7}, {"n", 3}, {"c", 25}, {"h", 37}, {"params", canonical}}); }),
+             Catch::Contains("the spec has c=25"));
+  const auto& op = qjit::codegen::find_op("gru_quant");
+  for (const auto& config : op.tunable_space(spec)) {
+    const auto plan = op.plan(spec, config);
+    REQUIRE(plan.steps.size() == 2);
+    CHECK(plan.steps[0].repeat == 1);
+    CHECK(plan.steps[1].repeat == 7);  // one launch per time step
+    CHECK(plan.kernels.at(static_cast<size_t>(plan.steps[1].kernel)).params.at(0).kind ==
+          qjit::codegen::KernelParam::Kind::iteration);
+    CHECK(plan.workspace_fixed == size_t{7 * 3 * 3 * 37 * 4});
+    const auto g = plan.kernels[0].geometry;
+    CHECK(g.grid[0] == 21u);
+    CHECK(int64_t{g.grid[1]} * g.block[0] >= 3 * 37);
+  }
+  const auto src = qjit::codegen::generate_source(spec, op.default_config(spec));
+  CHECK(src.text.find("struct ULut") != std::string::npos);
+  CHECK(src.text.find("constexpr long long kQOne") != std::string::npos);
+}
+
+TEST_CASE("gru_quant: sources compile for sm_80 and sm_90 over random params", "[gru][nvrtc]") {
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<qjit::test::CompileJob> jobs;
+  for (const auto& [c, h, lo, hi] : std::vector<std::array<int, 4>>{{16, 32, 8, 8}, {40, 37, 4, 16}, {256, 256, 8, 8}}) {
+    const auto spec = qjit::codegen::make_spec(
+        "gru_quant", {{"t", 5}, {"n", 2}, {"c", c}, {"h", h},
+                      {"params", qjit::codegen::gru::canonical_params(qjit::test::random_gru_params(rng, c, h, lo, hi))}});
+    for (const auto& config : qjit::codegen::find_op("gru_quant").tunable_space(spec)) jobs.push_back({spec, config});
+  }
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    qjit::test::compile_jobs(jobs, arch, std::string("gru_quant ") + arch);
+    for (const auto& j : jobs) {
+      INFO(j.spec.label().substr(0, 80) << " " << j.config.dump() << "\n" << j.error << j.result.log);
+      REQUIRE(j.error.empty());
+      CHECK(j.result.ok);
+      CHECK(j.result.ptx.find(".entry qjit_gru_step") != std::string::npos);
+      CHECK(j.result.ptx.find(".entry qjit_gru_input") != std::string::npos);
+    }
   }
 }

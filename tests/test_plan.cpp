@@ -2,13 +2,17 @@
 // plan uses is an argument of its op, every step refers to a kernel, and each
 // typed argument struct packs exactly the op's argument list.
 #include <catch2/catch.hpp>
+#include <random>
 #include <string>
+#include <vector>
 #include "codegen/error.h"
+#include "codegen/ops/gru_quant.h"
 #include "codegen/registry.h"
 #include "codegen/spec.h"
 #include "qjit/qjit.h"
 #include "runtime/plan.h"
 #include "runtime/spec_key.h"
+#include "tests/gru_helpers.h"
 
 using namespace qjit;
 
@@ -75,9 +79,15 @@ TEST_CASE("every shipped op's plans name only its arguments and its kernels", "[
       {"wq_gemm", "k=4096,n=11008,m=256,bias=yes,act=relu"},
       {"wq_gemm", "k=4096,n=11008,m=1024,residual=yes,zero=float,scales=bf16,x=bf16"},
   };
-  for (const auto& [op_name, shape] : specs) {
-    const auto& op = codegen::find_op(op_name);
-    const auto spec = codegen::parse_spec(op_name, shape);
+  std::vector<codegen::OpSpec> all;
+  for (const auto& [op_name, shape] : specs) all.push_back(codegen::parse_spec(op_name, shape));
+  // gru_quant's params document travels as one canonical JSON string, not a --shape item.
+  std::mt19937_64 rng(5);
+  all.push_back(codegen::make_spec(
+      "gru_quant", {{"t", 9}, {"n", 2}, {"c", 20}, {"h", 33},
+                    {"params", codegen::gru::canonical_params(test::random_gru_params(rng, 20, 33, 4, 16))}}));
+  for (const auto& spec : all) {
+    const auto& op = codegen::find_op(spec.op);
     check_plan(op, spec, op.default_config(spec));
     // Each family's first few configs (wq_gemm's space begins with the cuBLAS family).
     const auto space = op.tunable_space(spec);
@@ -99,6 +109,7 @@ TEST_CASE("each typed argument struct packs its op's argument list", "[codegen]"
   matches("fp_lut", FpLutArgs{p, p}.pack());
   matches("awq_dequant", AwqDequantArgs{p, p, p, p}.pack());
   matches("wq_gemm", WqGemmArgs{p, p, p, p, p, p, p, 3}.pack());
+  matches("gru_quant", GruQuantArgs{p, p, p, p, p, p, p}.pack());
   // A pack that does not fit the op is refused before anything runs.
   const auto& op = codegen::find_op("wq_gemm");
   const auto spec = codegen::parse_spec("wq_gemm", "k=4096,n=11008,m=16");

@@ -16,6 +16,8 @@
 using namespace qjit::io;
 using qjit::test::TempDir;
 
+using qjit::test::error_of;
+
 namespace {
 
 Tensor random_tensor(DType t, std::vector<int64_t> shape, std::mt19937& rng) {
@@ -29,16 +31,6 @@ std::string le32(uint32_t v) {
   std::string s(4, '\0');
   for (int i = 0; i < 4; ++i) s[i] = static_cast<char>(v >> (8 * i));
   return s;
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const qjit::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace

@@ -202,6 +202,29 @@ inline void fused_ffn(const QuantFfnShape& shape, const void* x, const QuantMatr
 }
 
 // Use another cache file for this process (default: $QJIT_CACHE or ~/.cache/qjit/kernels.db).
+// Fixed-point GRU forward (../shared/seeds/000_*), bit-exact with the CPU
+// reference: h_t for t = 1..T of N sequences. `params` is the layer's
+// quantization document (JSON text: bit widths, shifts, zero points, LUTs;
+// see codegen/ops/gru_params.h); every value in it is baked into the kernels.
+// Tensors hold integer codes within each tensor's bit range: x int32 [T][N][C],
+// h0 int32 [N][H], W int8 [3H][C], R int8 [3H][H] (gate rows u, r, n), bw and
+// br int32 [3H], y int32 [T][N][H].
+struct GruQuantShape {
+  int t = 0, n = 0, c = 0, h = 0;
+  std::string params;
+};
+struct GruQuantArgs {
+  const void* x = nullptr;
+  const void* h0 = nullptr;
+  const void* W = nullptr;
+  const void* R = nullptr;
+  const void* bw = nullptr;
+  const void* br = nullptr;
+  void* y = nullptr;
+  ArgPack pack() const { return ArgPack("gru_quant").ptr(x).ptr(h0).ptr(W).ptr(R).ptr(bw).ptr(br).ptr(y); }
+};
+void gru_quant(const GruQuantShape& shape, const GruQuantArgs& args, CUstream_st* stream = nullptr);
+
 void set_cache_path(const std::string& path);
 
 }  // namespace qjit
