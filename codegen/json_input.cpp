@@ -43,11 +43,14 @@ int config_int(const nlohmann::json& config, const char* key, const std::string&
   if (!config.is_object() || !config.contains(key) || !config[key].is_number_integer())
     throw Error("config", what + " needs integer '" + key + "': " + json_excerpt(config));
   const nlohmann::json& v = config[key];
-  // An unsigned above INT64_MAX reads negative as int64: compare as each kind.
-  const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(INT_MAX)
-                                           : v.get<int64_t>() >= INT_MIN && v.get<int64_t>() <= INT_MAX;
-  if (!fits) throw Error("config", what + " '" + key + "' = " + v.dump() + " is out of range");
+  if (!json_int_within(v, INT_MIN, INT_MAX)) throw Error("config", what + " '" + key + "' = " + v.dump() + " is out of range");
   return v.get<int>();
+}
+
+bool json_int_within(const nlohmann::json& v, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer()) return false;
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return false;
+  return v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
 }
 
 std::string config_family(const nlohmann::json& config) {

@@ -28,6 +28,10 @@ std::string json_excerpt(const nlohmann::json& j, size_t max_chars = 120);
 // never wrapped).
 int config_int(const nlohmann::json& config, const char* key, const std::string& what);
 
+// Whether v is a JSON integer in [lo, hi]: an unsigned value above INT64_MAX
+// is out of range, never read back negative.
+bool json_int_within(const nlohmann::json& v, int64_t lo, int64_t hi);
+
 // A config's "family" when it is a string member, else "" (never throws).
 std::string config_family(const nlohmann::json& config);
 

@@ -98,12 +98,9 @@ OpSpec make_spec(const std::string& op_name, const nlohmann::json& raw) {
       if (!v.is_number_integer())
         throw Error("spec", "bad " + d.name + "=" + (v.is_string() ? v.get<std::string>() : v.dump()) +
                                 " for " + op_name + "; expected an " + describe(d));
-      // An unsigned value above INT64_MAX would read back negative: compare it unsigned.
-      const bool huge = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX);
-      const int64_t x = huge ? INT64_MAX : v.get<int64_t>();
-      if (huge || x < d.min || x > d.max)
+      if (!json_int_within(v, d.min, d.max))
         throw Error("spec", "bad " + d.name + "=" + v.dump() + " for " + op_name + "; expected an " + describe(d));
-      spec.params[d.name] = x;
+      spec.params[d.name] = v.get<int64_t>();
     }
   }
   op.validate(spec.params);

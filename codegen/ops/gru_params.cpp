@@ -1,7 +1,6 @@
 #include "codegen/ops/gru_params.h"
 
 #include <algorithm>
-#include <cfenv>
 #include <cmath>
 #include <iterator>
 #include <limits>
@@ -21,11 +20,9 @@ int64_t get_int(const nlohmann::json& j, const char* key, const std::string& whe
   if (!j.is_object() || !j.contains(key) || !j[key].is_number_integer())
     fail(where + " needs integer \"" + key + "\"");
   const auto& v = j[key];
-  const bool huge = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX);
-  const int64_t x = huge ? INT64_MAX : v.get<int64_t>();
-  if (huge || x < lo || x > hi)
+  if (!json_int_within(v, lo, hi))
     fail(where + "." + key + " = " + v.dump() + " is outside " + std::to_string(lo) + ".." + std::to_string(hi));
-  return x;
+  return v.get<int64_t>();
 }
 
 QTensor tensor_from(const nlohmann::json& j, const std::string& where) {
@@ -112,6 +109,14 @@ void require_int32(double bound, const std::string& what) {
          ", past int32; lower the bit widths or raise the shifts");
 }
 
+// Round half to even without touching the FPU's rounding mode (nearbyint
+// would follow whatever mode the calling program set).
+double round_half_even(double y) {
+  double r = std::floor(y + 0.5);
+  if (r - y == 0.5 && std::fmod(r, 2.0) != 0.0) r -= 1.0;
+  return r;
+}
+
 double activation(const std::string& fn, double x) { return fn == "tanh" ? std::tanh(x) : 1.0 / (1.0 + std::exp(-x)); }
 
 }  // namespace
@@ -137,8 +142,7 @@ int64_t eval_lut(const Lut& lut, int64_t q_x) {
 int64_t lut_target(const Lut& lut, int64_t q_x) {
   const double x = std::ldexp(static_cast<double>(q_x - lut.in.zp), -lut.in.shift);
   const double y = std::ldexp(activation(lut.fn, x), lut.out.shift);
-  std::fesetround(FE_TONEAREST);  // nearbyint: ties to even
-  return lut.out.saturate(static_cast<int64_t>(std::nearbyint(y)) + lut.out.zp);
+  return lut.out.saturate(static_cast<int64_t>(round_half_even(y)) + lut.out.zp);
 }
 
 LutError lut_error(const Lut& lut) {
@@ -217,12 +221,12 @@ Lut fit_lut(const std::string& fn, const QTensor& in, const QTensor& out, int se
     if (slope != 0.0) {
       // As many fraction bits as keep |q_b| below 2^15.
       s.n = std::clamp(14 - static_cast<int>(std::ceil(std::log2(std::fabs(slope)))), 0, 40);
-      s.q_b = static_cast<int64_t>(std::nearbyint(std::ldexp(slope, s.n)));
+      s.q_b = static_cast<int64_t>(round_half_even(std::ldexp(slope, s.n)));
     }
     // term_c: the value near c0 with the smallest largest error over the piece.
     Lut one{fn, in, out, {s}};
     int64_t best = INT64_MAX;
-    const int64_t centre = static_cast<int64_t>(std::nearbyint(c0));
+    const int64_t centre = static_cast<int64_t>(round_half_even(c0));
     for (int64_t c = centre - 3; c <= centre + 3; ++c) {
       one.segments[0].term_c = c;
       int64_t worst = 0;
