@@ -75,7 +75,7 @@ CompileResult compile(const GeneratedSource& src, const std::string& arch) {
     texts.push_back(text.c_str());
   }
   if (src.needs_sm90a && arch != "sm_90")
-    throw Error("nvrtc", src.template_path + " uses sm_90a instructions (wgmma): it runs on compute capability 9.0 only, not " + arch);
+    throw Error("nvrtc", src.template_path + " uses sm_90a instructions (wgmma, thread-block clusters): it runs on compute capability 9.0 only, not " + arch);
   const std::string arch_opt = "-arch=" + (src.needs_sm90a ? std::string("sm_90a") : arch);
   // -Xptxas=-v puts registers/spills/smem in the log: static pruning needs no GPU.
   // No fast-math: the CPU reference defines the arithmetic (DESIGN.md numerics).

@@ -91,6 +91,10 @@ struct LaunchGeometry {
   // whose blocks fit 4 to an SM ran 4 on 52 SMs of an H100 and 1 or 2 on the
   // rest (qjit_timeline_probe), and the SMs with 4 set its time.
   bool spread = false;
+  // The kernel's compile-time cluster (__cluster_dims__) has more than the
+  // portable 8 blocks: the runtime allows it on the function
+  // (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED; H100 takes 16).
+  bool cluster_non_portable = false;
   // Workspace bytes per block of this kernel (Plan::workspace_bytes adds
   // them, once the grid is known on the device, to the plan's fixed part).
   size_t workspace_per_block = 0;

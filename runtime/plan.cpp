@@ -89,6 +89,8 @@ void resolve_for_device(LoadedKernel& k) {
   if (g.dynamic_smem > 0 && static_cast<unsigned>(static_smem) + g.dynamic_smem > 48 * 1024)
     QJIT_CU(cuFuncSetAttribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                static_cast<int>(g.dynamic_smem)));
+  if (g.cluster_non_portable)
+    QJIT_CU(cuFuncSetAttribute(k.function, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1));
   k.programmatic = g.programmatic && programmatic_launch_enabled() &&
                    std::stoi(dev.identity.compute_capability) >= 9;
 }

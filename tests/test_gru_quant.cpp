@@ -275,7 +275,7 @@ TEST_CASE("gru reference: saturation at every saturated point, and the step's pi
   }
 }
 
-TEST_CASE("gru_quant spec: canonical params only, c and h must match, the step plan", "[gru]") {
+TEST_CASE("gru_quant spec: canonical params only, c and h must match, the step and cluster plans", "[gru]") {
   std::mt19937_64 rng(std::random_device{}());
   const json doc = qjit::test::random_gru_params(rng, 24, 37, 4, 16);
   const std::string canonical = qjit::codegen::gru::canonical_params(doc);
@@ -285,40 +285,105 @@ TEST_CASE("gru_quant spec: canonical params only, c and h must match, the step p
   CHECK_THAT(error_of([&] { qjit::codegen::make_spec("gru_quant", {{"t", 7}, {"n", 3}, {"c", 25}, {"h", 37}, {"params", canonical}}); }),
              Catch::Contains("the spec has c=25"));
   const auto& op = qjit::codegen::find_op("gru_quant");
+  int step = 0, fused = 0, pre = 0;
   for (const auto& config : op.tunable_space(spec)) {
+    INFO(config.dump());
     const auto plan = op.plan(spec, config);
-    REQUIRE(plan.steps.size() == 2);
-    CHECK(plan.steps[0].repeat == 1);
-    CHECK(plan.steps[1].repeat == 7);  // one launch per time step
-    CHECK(plan.kernels.at(static_cast<size_t>(plan.steps[1].kernel)).params.at(0).kind ==
-          qjit::codegen::KernelParam::Kind::iteration);
-    CHECK(plan.workspace_fixed == size_t{7 * 3 * 3 * 37 * 4});
-    const auto g = plan.kernels[0].geometry;
-    CHECK(g.grid[0] == 21u);
-    CHECK(int64_t{g.grid[1]} * g.block[0] >= 3 * 37);
+    if (config["family"] == "step") {
+      ++step;
+      REQUIRE(plan.steps.size() == 2);
+      CHECK(plan.steps[0].repeat == 1);
+      CHECK(plan.steps[1].repeat == 7);  // one launch per time step
+      CHECK(plan.kernels.at(static_cast<size_t>(plan.steps[1].kernel)).params.at(0).kind ==
+            qjit::codegen::KernelParam::Kind::iteration);
+      CHECK(plan.workspace_fixed == size_t{7 * 3 * 3 * 37 * 4});
+      const auto g = plan.kernels[0].geometry;
+      CHECK(g.grid[0] == 21u);
+      CHECK(int64_t{g.grid[1]} * g.block[0] >= 3 * 37);
+      continue;
+    }
+    // Cluster: one persistent launch (after the input projection for "pre").
+    const int cs = config["cluster"], batch = config["batch"], warps = config["warps"];
+    const bool is_fused = config["input"] == "fused";
+    ++(is_fused ? fused : pre);
+    REQUIRE(plan.steps.size() == (is_fused ? 1u : 2u));
+    for (const auto& st : plan.steps) CHECK(st.repeat == 1);
+    const auto& persistent = plan.kernels.at(static_cast<size_t>(plan.steps.back().kernel));
+    CHECK(persistent.symbol == "qjit_gru_cluster");
+    CHECK(persistent.geometry.grid[0] == static_cast<unsigned>(cs * ((3 + batch - 1) / batch)));
+    CHECK(persistent.geometry.block[0] == static_cast<unsigned>(warps * 32));
+    CHECK(persistent.geometry.dynamic_smem > 0);
+    CHECK(persistent.geometry.dynamic_smem <= 227u * 1024);
+    CHECK(persistent.geometry.cluster_non_portable == (cs > 8));
+    CHECK(op.needs_sm90a(config));
+    CHECK(plan.workspace_fixed == (is_fused ? 0u : size_t{7 * 3 * 3 * 37 * 4}));
+    if (!is_fused) {
+      const auto& g = plan.kernels.at(static_cast<size_t>(plan.steps[0].kernel)).geometry;
+      CHECK(int64_t{g.grid[0]} * 32 >= 21);  // rows (t, n)
+      CHECK(int64_t{g.grid[1]} * 64 >= 3 * 37);  // gate rows
+    }
   }
+  CHECK(step == 4);
+  CHECK(fused > 0);
+  CHECK(pre == fused);
   const auto src = qjit::codegen::generate_source(spec, op.default_config(spec));
   CHECK(src.text.find("struct ULut") != std::string::npos);
   CHECK(src.text.find("constexpr long long kQOne") != std::string::npos);
+  CHECK_FALSE(src.needs_sm90a);
+
+  // Illegal cluster configs are refused by what is wrong with them.
+  const auto cluster = [](int cs, int batch, int warps, int ksplit) {
+    return json{{"family", "cluster"}, {"cluster", cs}, {"batch", batch}, {"warps", warps}, {"ksplit", ksplit}, {"input", "fused"}};
+  };
+  CHECK_THAT(error_of([&] { op.validate_config(spec, cluster(3, 1, 4, 1)); }), Catch::Contains("cluster must be"));
+  CHECK_THAT(error_of([&] { op.validate_config(spec, cluster(2, 4, 4, 1)); }), Catch::Contains("batch must be"));
+  CHECK_THAT(error_of([&] { op.validate_config(spec, cluster(16, 1, 4, 1)); }), Catch::Contains("no hidden unit"));
+  CHECK_THAT(error_of([&] { op.validate_config(spec, cluster(2, 1, 4, 3)); }), Catch::Contains("ksplit must be"));
+  json bad_input = cluster(2, 1, 4, 1);
+  bad_input["input"] = "later";
+  CHECK_THAT(error_of([&] { op.validate_config(spec, bad_input); }), Catch::Contains("\"input\" must be"));
+  // H = 2048 in a cluster of 2: 3·1024 rows of 2048 bytes do not fit a block's shared memory.
+  const auto wide = qjit::codegen::make_spec(
+      "gru_quant", {{"t", 2}, {"n", 1}, {"c", 8}, {"h", 2048},
+                    {"params", qjit::codegen::gru::canonical_params(qjit::test::random_gru_params(rng, 8, 2048, 8, 8))}});
+  CHECK_THAT(error_of([&] { op.validate_config(wide, cluster(2, 1, 4, 1)); }), Catch::Contains("bytes of shared memory"));
+  for (const auto& config : op.tunable_space(wide))
+    if (config["family"] == "cluster") CHECK(config["cluster"] == 16);
 }
 
 TEST_CASE("gru_quant: sources compile for sm_80 and sm_90 over random params", "[gru][nvrtc]") {
   std::mt19937_64 rng(std::random_device{}());
   std::vector<qjit::test::CompileJob> jobs;
+  // Every step config; of the cluster space (about 70 per spec) every 4th here, all exhaustively.
+  const auto sample = qjit::test::compile_sample(1, "gru_quant cluster");
   for (const auto& [c, h, lo, hi] : std::vector<std::array<int, 4>>{{16, 32, 8, 8}, {40, 37, 4, 16}, {256, 256, 8, 8}}) {
     const auto spec = qjit::codegen::make_spec(
         "gru_quant", {{"t", 5}, {"n", 2}, {"c", c}, {"h", h},
                       {"params", qjit::codegen::gru::canonical_params(qjit::test::random_gru_params(rng, c, h, lo, hi))}});
-    for (const auto& config : qjit::codegen::find_op("gru_quant").tunable_space(spec)) jobs.push_back({spec, config});
+    size_t i = 0;
+    for (const auto& config : qjit::codegen::find_op("gru_quant").tunable_space(spec))
+      if (config["family"] == "step" || sample.takes(i++)) jobs.push_back({spec, config});
   }
-  for (const char* arch : {"sm_80", "sm_90"}) {
-    qjit::test::compile_jobs(jobs, arch, std::string("gru_quant ") + arch);
-    for (const auto& j : jobs) {
+  // The step plan compiles for both; the cluster plan for compute capability 9.0 (sm_90a) only.
+  std::vector<qjit::test::CompileJob> step_jobs;
+  for (const auto& j : jobs)
+    if (j.config["family"] == "step") step_jobs.push_back(j);
+  qjit::test::compile_jobs(step_jobs, "sm_80", "gru_quant step sm_80");
+  qjit::test::compile_jobs(jobs, "sm_90", "gru_quant sm_90");
+  for (const auto* set : {&step_jobs, &jobs})
+    for (const auto& j : *set) {
       INFO(j.spec.label().substr(0, 80) << " " << j.config.dump() << "\n" << j.error << j.result.log);
       REQUIRE(j.error.empty());
       CHECK(j.result.ok);
-      CHECK(j.result.ptx.find(".entry qjit_gru_step") != std::string::npos);
-      CHECK(j.result.ptx.find(".entry qjit_gru_input") != std::string::npos);
+      if (j.config["family"] == "step") {
+        CHECK(j.result.ptx.find(".entry qjit_gru_step") != std::string::npos);
+        CHECK(j.result.ptx.find(".entry qjit_gru_input") != std::string::npos);
+      } else {
+        CHECK(j.result.ptx.find(".entry qjit_gru_cluster") != std::string::npos);
+        CHECK(j.result.ptx.find(".entry qjit_gru_input_mma") != std::string::npos);
+        CHECK(j.result.ptx.find("barrier.cluster") != std::string::npos);
+        // No spills: the pairs' registers and the fragments stay in registers.
+        CHECK(j.result.log.find(" 0 bytes spill stores") != std::string::npos);
+      }
     }
-  }
 }

@@ -1,5 +1,7 @@
 #include "codegen/ops/gru_quant.h"
 
+#include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "codegen/error.h"
@@ -8,21 +10,102 @@
 namespace qjit::codegen {
 namespace {
 
-// The step plan's one tunable (more plans come with their own families).
+// Two plan families (docs/gru_quant.md):
+//   step:    {"family": "step", "threads": T} — a launch per step, CUDA cores;
+//   cluster: {"family": "cluster", "cluster": CS, "batch": Nc, "warps": W,
+//             "ksplit": KS, "input": "fused"|"pre"} — one launch, R in the
+//            shared memory of a cluster of CS blocks, Nc sequences per cluster.
 struct Config {
-  int threads;  // threads per block of both kernels
+  std::string family;
+  int threads = 0;                                   // step
+  int cluster = 0, batch = 0, warps = 0, ksplit = 0;  // cluster
+  bool fused = false;                                // cluster: W·x inside the persistent kernel
 
   static Config from(const nlohmann::json& j) {
-    if (config_family(j) != "step" || j.size() != 2)
-      throw Error("config", "gru_quant config needs \"family\": \"step\" and threads: " + json_excerpt(j));
-    return {config_int(j, "threads", "gru_quant config")};
+    const std::string f = config_family(j);
+    const char* what = "gru_quant config";
+    Config c;
+    c.family = f;
+    if (f == "step" && j.size() == 2) {
+      c.threads = config_int(j, "threads", what);
+      return c;
+    }
+    if (f == "cluster" && j.size() == 6 && j.contains("input") && j["input"].is_string()) {
+      c.cluster = config_int(j, "cluster", what);
+      c.batch = config_int(j, "batch", what);
+      c.warps = config_int(j, "warps", what);
+      c.ksplit = config_int(j, "ksplit", what);
+      const std::string input = j["input"].get<std::string>();
+      if (input != "fused" && input != "pre")
+        throw Error("config", "gru_quant config \"input\" must be \"fused\" or \"pre\": " + json_excerpt(j));
+      c.fused = input == "fused";
+      return c;
+    }
+    throw Error("config", "gru_quant config needs {\"family\": \"step\", \"threads\"} or {\"family\": \"cluster\", "
+                          "\"cluster\", \"batch\", \"warps\", \"ksplit\", \"input\"}: " + json_excerpt(j));
   }
-  nlohmann::json to_json() const { return {{"family", "step"}, {"threads", threads}}; }
+  nlohmann::json to_json() const {
+    if (family == "step") return {{"family", "step"}, {"threads", threads}};
+    return {{"family", "cluster"}, {"cluster", cluster}, {"batch", batch}, {"warps", warps},
+            {"ksplit", ksplit},    {"input", fused ? "fused" : "pre"}};
+  }
 };
 
-std::string config_problem(const Config& c) {
-  return c.threads == 32 || c.threads == 64 || c.threads == 128 || c.threads == 256 ? ""
-                                                                                      : "threads must be 32, 64, 128 or 256";
+// A power of two as a C++ hexadecimal literal (exact, unlike a decimal one).
+std::string hexfloat(double v) {
+  std::ostringstream s;
+  s << std::hexfloat << v;
+  return s.str();
+}
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// The cluster plan's derived sizes (templates/gru_quant/gru_quant_cluster.cu
+// lays its shared memory out from the same numbers and asserts the total).
+struct ClusterShape {
+  int64_t hs = 0;              // hidden units per block, a multiple of 16
+  int64_t rows = 0;            // 3·hs gate rows per block
+  int64_t n_tiles = 0;         // ceil(batch / 8)
+  int64_t kh = 0, kx = 0;      // k steps of 32 over H and C
+  int h_planes = 1, x_planes = 1;
+  int64_t pair_slots = 0;      // (sequence, unit) pairs per thread
+  int64_t smem = 0;            // dynamic shared memory, bytes
+
+  ClusterShape(const Config& c, const gru::GruParams& p) {
+    const int64_t h = p.hidden_size, cin = p.input_size;
+    hs = round_up((h + c.cluster - 1) / c.cluster, 16);
+    rows = 3 * hs;
+    n_tiles = (c.batch + 7) / 8;
+    kh = (h + 31) / 32;
+    kx = (cin + 31) / 32;
+    h_planes = p.h.bits > 8 ? 2 : 1;
+    x_planes = p.x.bits > 8 ? 2 : 1;
+    pair_slots = (c.batch * hs + c.warps * 32 - 1) / (c.warps * 32);
+    const int64_t fused = c.fused ? 1 : 0, ncp = n_tiles * 8;
+    smem = rows * kh * 32 + fused * rows * kx * 32         // R (and W) in fragment order
+           + 2 * h_planes * kh * n_tiles * 256             // h, double buffered
+           + fused * x_planes * kx * n_tiles * 256         // x_t
+           + 4 * c.ksplit * (h_planes + fused * x_planes) * rows * ncp  // int32 partial sums
+           + 12 * rows * (1 + fused);                      // per-row bias (int64) and shift (int32)
+  }
+};
+
+std::string config_problem(const Config& c, const OpSpec& spec, const gru::GruParams& p, const DeviceLimits& device) {
+  if (c.family == "step")
+    return c.threads == 32 || c.threads == 64 || c.threads == 128 || c.threads == 256 ? ""
+                                                                                        : "threads must be 32, 64, 128 or 256";
+  if (c.family != "cluster") return "family must be step or cluster";
+  if (c.cluster != 2 && c.cluster != 4 && c.cluster != 8 && c.cluster != 16) return "cluster must be 2, 4, 8 or 16";
+  if (c.warps != 4 && c.warps != 8 && c.warps != 16) return "warps must be 4, 8 or 16";
+  if (c.ksplit != 1 && c.ksplit != 2 && c.ksplit != 4) return "ksplit must be 1, 2 or 4";
+  if (c.batch < 1 || c.batch > 64 || c.batch > spec.get_int("n")) return "batch must be within 1..min(64, n)";
+  const ClusterShape s(c, p);
+  if ((c.cluster - 1) * s.hs >= p.hidden_size) return "some block of the cluster would own no hidden unit";
+  if (s.pair_slots > 8) return "more than 8 (sequence, unit) pairs per thread";
+  const int64_t limit = device.smem_per_sm - device.smem_reserved_per_block;
+  if (s.smem > limit)
+    return "needs " + std::to_string(s.smem) + " bytes of shared memory per block; the device has " + std::to_string(limit);
+  return "";
 }
 
 // `struct name { static constexpr T kA[N] = {...}; ... }` from named arrays.
@@ -88,18 +171,49 @@ void GruQuantOp::validate(const nlohmann::json& p) const {
                         "which also writes out the fitted LUTs the cache key must cover)");
 }
 
-std::vector<ArgDef> GruQuantOp::args() const { return {{"x"}, {"h0"}, {"W"}, {"R"}, {"bw"}, {"br"}, {"y"}}; }
+std::vector<ArgDef> GruQuantOp::args() const { return {{"x"}, {"h0"}, {"W"}, {"R"}, {"bw"}, {"br"}, {"y"}, {"y_float"}}; }
 
-std::vector<nlohmann::json> GruQuantOp::candidates(const OpSpec&, const DeviceLimits&) const {
+Config step_config(int threads) {
+  Config c;
+  c.family = "step";
+  c.threads = threads;
+  return c;
+}
+
+std::string GruQuantOp::template_path(const nlohmann::json& config) const {
+  return Config::from(config).family == "cluster" ? "templates/gru_quant/gru_quant_cluster.cu"
+                                                  : "templates/gru_quant/gru_quant_step.cu";
+}
+
+bool GruQuantOp::needs_sm90a(const nlohmann::json& config) const { return Config::from(config).family == "cluster"; }
+
+std::vector<nlohmann::json> GruQuantOp::candidates(const OpSpec& spec, const DeviceLimits& device) const {
   std::vector<nlohmann::json> out;
-  for (int threads : {32, 64, 128, 256}) out.push_back(Config{threads}.to_json());
+  for (int threads : {32, 64, 128, 256}) out.push_back(step_config(threads).to_json());
+  const gru::GruParams p = gru::params_of(spec);
+  const int64_t n = spec.get_int("n");
+  std::vector<int> batches;
+  for (int b : {8, 16, 32, 64}) {
+    const int v = static_cast<int>(std::min<int64_t>(b, n));
+    if (std::find(batches.begin(), batches.end(), v) == batches.end()) batches.push_back(v);
+  }
+  for (int cluster : {2, 4, 8, 16})
+    for (int batch : batches)
+      for (int warps : {4, 8, 16})
+        for (int ksplit : {1, 2, 4})
+          for (bool fused : {true, false}) {
+            Config c;
+            c.family = "cluster";
+            c.cluster = cluster, c.batch = batch, c.warps = warps, c.ksplit = ksplit, c.fused = fused;
+            if (config_problem(c, spec, p, device).empty()) out.push_back(c.to_json());
+          }
   return out;
 }
 
-nlohmann::json GruQuantOp::default_config(const OpSpec&) const { return Config{128}.to_json(); }
+nlohmann::json GruQuantOp::default_config(const OpSpec&) const { return step_config(128).to_json(); }
 
 void GruQuantOp::validate_config(const OpSpec& spec, const nlohmann::json& config) const {
-  const std::string p = config_problem(Config::from(config));
+  const std::string p = config_problem(Config::from(config), spec, gru::params_of(spec), DeviceLimits{});
   if (!p.empty()) throw Error("config", "gru_quant config " + json_excerpt(config) + " is illegal for " + spec.label() + ": " + p);
 }
 
@@ -125,8 +239,29 @@ std::vector<Constant> GruQuantOp::constants(const OpSpec& spec, const nlohmann::
       {"int", "kN", num(spec.get_int("n")), "sequences"},
       {"int", "kC", num(p.input_size), "input size"},
       {"int", "kH", num(p.hidden_size), "hidden size"},
-      {"int", "kThreads", num(c.threads), "tunable: threads per block"},
   };
+  if (c.family == "step") {
+    out.push_back({"int", "kThreads", num(c.threads), "tunable: threads per block"});
+  } else {
+    const ClusterShape cs(c, p);
+    const std::vector<Constant> cluster = {
+        {"int", "kCS", num(c.cluster), "tunable: blocks per cluster"},
+        {"int", "kNc", num(c.batch), "tunable: sequences per cluster"},
+        {"int", "kWarps", num(c.warps), "tunable: warps per block"},
+        {"int", "kKSplit", num(c.ksplit), "tunable: k ranges of a block's GEMM, one task each"},
+        {"bool", "kFused", c.fused ? "true" : "false", "tunable: W·x computed inside the persistent kernel"},
+        {"int", "kHs", num(cs.hs), "hidden units per block (a multiple of 16)"},
+        {"int", "kNT", num(cs.n_tiles), "n tiles of 8 sequences"},
+        {"int", "kKH", num(cs.kh), "k steps of 32 over H"},
+        {"int", "kKX", num(cs.kx), "k steps of 32 over C"},
+        {"int", "kHPlanes", num(cs.h_planes), "byte planes of an h code"},
+        {"int", "kXPlanes", num(cs.x_planes), "byte planes of an x code"},
+        {"bool", "kHSigned", p.h.is_signed ? "true" : "false", ""},
+        {"bool", "kXSigned", p.x.is_signed ? "true" : "false", ""},
+        {"int", "kSmemBytes", num(cs.smem), "dynamic shared memory of the persistent kernel"},
+    };
+    out.insert(out.end(), cluster.begin(), cluster.end());
+  }
   for (const auto& [name, t] : std::vector<std::pair<std::string, const gru::QTensor*>>{
            {"kX", &p.x}, {"kHid", &p.h}, {"kIh", &p.ih}, {"kHh", &p.hh}, {"kUIn", &p.u_in}, {"kUOut", &p.u_out},
            {"kRIn", &p.r_in}, {"kROut", &p.r_out}, {"kNIn", &p.n_in}, {"kNOut", &p.n_out}})
@@ -140,6 +275,7 @@ std::vector<Constant> GruQuantOp::constants(const OpSpec& spec, const nlohmann::
       {"int", "kRHhToNIn", num(p.r_out.shift + p.hh.shift - p.n_in.shift), "r·(hh − zp) to the new gate's input"},
       {"int", "kNOutToHid", num(p.n_out.shift - p.h.shift), "n aligned to h's scale"},
       {"int", "kUOutShift", num(p.u_out.shift), "S_u·S_h to S_h: the final rescale"},
+      {"float", "kHidScale", hexfloat(std::ldexp(1.0, -p.h.shift)) + "f", "2^−shift_h: y_float = (y − zp_h)·kHidScale, exact"},
       {"long long", "kQOne", num((int64_t{1} << p.u_out.shift) + p.u_out.zp), "1 in u_out's space: round(2^shift) + zp"},
   };
   out.insert(out.end(), shifts.begin(), shifts.end());
@@ -154,28 +290,61 @@ std::vector<Constant> GruQuantOp::constants(const OpSpec& spec, const nlohmann::
 // The step plan: qjit_gru_input computes W·x + bw for all T·N rows into the
 // workspace (int32 [T·N][3H]); then qjit_gru_step runs T times, step t reading
 // h_{t-1} (h0, or y's row t−1) and writing y's row t.
+// The cluster plan: one launch of qjit_gru_cluster, ceil(N / batch) clusters
+// of CS blocks; with input "pre", qjit_gru_input_mma fills the same
+// workspace first.
 Plan GruQuantOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
   const Config c = Config::from(config);
-  const int64_t t = spec.get_int("t"), n = spec.get_int("n"), h = spec.get_int("h");
+  const int64_t t = spec.get_int("t"), n = spec.get_int("n"), h = spec.get_int("h"), cin = spec.get_int("c");
   Plan p;
+  p.pointers = {{"x", 4}, {"h0", 4}, {"W", 1}, {"R", 1}, {"bw", 4}, {"br", 4}, {"y", 4}, {"y_float", 4, true}};
+  if (c.family == "step") {
+    KernelDef input;
+    input.symbol = "qjit_gru_input";
+    input.geometry.grid[0] = static_cast<unsigned>(t * n);
+    input.geometry.grid[1] = static_cast<unsigned>((3 * h + c.threads - 1) / c.threads);
+    input.geometry.block[0] = static_cast<unsigned>(c.threads);
+    input.params = {arg_param("x"), arg_param("W"), arg_param("bw"), workspace_param(0)};
+    KernelDef step;
+    step.symbol = "qjit_gru_step";
+    step.geometry.grid[0] = static_cast<unsigned>(n);
+    step.geometry.grid[1] = static_cast<unsigned>((h + c.threads - 1) / c.threads);
+    step.geometry.block[0] = static_cast<unsigned>(c.threads);
+    step.params = {iteration_param(), workspace_param(0), arg_param("h0"), arg_param("R"),
+                   arg_param("br"),    arg_param("y"),     arg_param("y_float")};
+    p.kernels = {input, step};
+    PlanStep first{PlanStep::Kind::kernel, 0, {}};
+    PlanStep steps{PlanStep::Kind::kernel, 1, {}};
+    steps.repeat = t;
+    p.steps = {first, steps};
+    p.workspace_fixed = static_cast<size_t>(t * n * 3 * h) * 4;
+    return p;
+  }
+  const ClusterShape cs(c, gru::params_of(spec));
+  // R's (and W's) rows are read a 32-bit word at a time when their length is a multiple of 4.
+  p.pointers[3].align = h % 4 == 0 ? 4 : 1;
+  p.pointers[2].align = cin % 4 == 0 ? 4 : 1;
+  KernelDef persistent;
+  persistent.symbol = "qjit_gru_cluster";
+  persistent.geometry.grid[0] = static_cast<unsigned>(c.cluster * ((n + c.batch - 1) / c.batch));
+  persistent.geometry.block[0] = static_cast<unsigned>(c.warps * 32);
+  persistent.geometry.dynamic_smem = static_cast<unsigned>(cs.smem);
+  persistent.geometry.cluster_non_portable = c.cluster > 8;
+  persistent.params = {arg_param("x"),  arg_param("h0"), arg_param("W"),      arg_param("R"),
+                       arg_param("bw"), arg_param("br"), workspace_param(0), arg_param("y"), arg_param("y_float")};
+  if (c.fused) {
+    p.kernels = {persistent};
+    p.steps = {PlanStep{PlanStep::Kind::kernel, 0, {}}};
+    return p;
+  }
   KernelDef input;
-  input.symbol = "qjit_gru_input";
-  input.geometry.grid[0] = static_cast<unsigned>(t * n);
-  input.geometry.grid[1] = static_cast<unsigned>((3 * h + c.threads - 1) / c.threads);
-  input.geometry.block[0] = static_cast<unsigned>(c.threads);
+  input.symbol = "qjit_gru_input_mma";
+  input.geometry.grid[0] = static_cast<unsigned>((t * n + 31) / 32);  // 32 rows (t, n) per warp
+  input.geometry.grid[1] = static_cast<unsigned>((3 * h + 63) / 64);  // 4 warps of 16 channels
+  input.geometry.block[0] = 128;
   input.params = {arg_param("x"), arg_param("W"), arg_param("bw"), workspace_param(0)};
-  KernelDef step;
-  step.symbol = "qjit_gru_step";
-  step.geometry.grid[0] = static_cast<unsigned>(n);
-  step.geometry.grid[1] = static_cast<unsigned>((h + c.threads - 1) / c.threads);
-  step.geometry.block[0] = static_cast<unsigned>(c.threads);
-  step.params = {iteration_param(), workspace_param(0), arg_param("h0"), arg_param("R"), arg_param("br"), arg_param("y")};
-  p.kernels = {input, step};
-  PlanStep first{PlanStep::Kind::kernel, 0, {}};
-  PlanStep steps{PlanStep::Kind::kernel, 1, {}};
-  steps.repeat = t;
-  p.steps = {first, steps};
-  p.pointers = {{"x", 4}, {"h0", 4}, {"W", 1}, {"R", 1}, {"bw", 4}, {"br", 4}, {"y", 4}};
+  p.kernels = {input, persistent};
+  p.steps = {PlanStep{PlanStep::Kind::kernel, 0, {}}, PlanStep{PlanStep::Kind::kernel, 1, {}}};
   p.workspace_fixed = static_cast<size_t>(t * n * 3 * h) * 4;
   return p;
 }

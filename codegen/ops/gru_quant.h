@@ -16,7 +16,8 @@ class GruQuantOp final : public OpDef {
   std::string summary() const override { return "bit-exact fixed-point GRU forward over T steps (seed 000)"; }
   std::vector<ParamDef> params() const override;
   void validate(const nlohmann::json& params) const override;
-  std::string template_path(const nlohmann::json&) const override { return "templates/gru_quant/gru_quant_step.cu"; }
+  std::string template_path(const nlohmann::json& config) const override;
+  bool needs_sm90a(const nlohmann::json& config) const override;
   std::vector<ArgDef> args() const override;
   std::vector<nlohmann::json> candidates(const OpSpec& spec, const DeviceLimits& device) const override;
   nlohmann::json default_config(const OpSpec& spec) const override;

@@ -3,7 +3,9 @@
 // not by reading weights), bit-exact verification against
 // gru_quant_reference. peers.py measures cuDNN's float GRU.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "codegen/ops/gru_quant.h"
 #include "runtime/driver.h"
@@ -42,31 +44,43 @@ class GruQuantWorkload final : public Workload {
     bw_d_ = upload(w_.bw.data(), w_.bw.size() * 4);
     br_d_ = upload(w_.br.data(), w_.br.size() * 4);
     y_d_ = DeviceBuffer(static_cast<size_t>(t_ * n_ * H) * 4);
+    y_float_d_ = DeviceBuffer(static_cast<size_t>(t_ * n_ * H) * 4);
     add_copy(GruQuantArgs{dev(x_d_.ptr()), dev(h0_d_.ptr()), dev(W_d_.ptr()), dev(R_d_.ptr()), dev(bw_d_.ptr()),
-                          dev(br_d_.ptr()), dev(y_d_.ptr())}
+                          dev(br_d_.ptr()), dev(y_d_.ptr()), dev(y_float_d_.ptr())}
                  .pack());
   }
 
-  void poison_output(CUstream stream) override { QJIT_CU(cuMemsetD8Async(y_d_.ptr(), 0xff, y_d_.bytes(), stream)); }
+  void poison_output(CUstream stream) override {
+    QJIT_CU(cuMemsetD8Async(y_d_.ptr(), 0xff, y_d_.bytes(), stream));
+    QJIT_CU(cuMemsetD8Async(y_float_d_.ptr(), 0xff, y_float_d_.bytes(), stream));
+  }
 
   Verification verify(double) override {
     QJIT_CU(cuCtxSynchronize());
     std::vector<int32_t> got(static_cast<size_t>(t_ * n_ * p_.hidden_size));
+    std::vector<float> got_float(got.size());
     y_d_.download(got.data(), got.size() * 4);
+    y_float_d_.download(got_float.data(), got_float.size() * 4);
     if (want_.empty()) want_ = gru_quant_reference(p_, w_, x_, h0_, t_, n_);
     Verification v;
-    int64_t bad = 0, first = -1;
-    for (size_t i = 0; i < want_.size(); ++i)
+    int64_t bad = 0, first = -1, bad_float = 0;
+    for (size_t i = 0; i < want_.size(); ++i) {
       if (got[i] != want_[i] && bad++ == 0) first = static_cast<int64_t>(i);
-    v.ok = bad == 0;
+      // The dequantized state is exact: (q − zp)·2^−shift in fp32, bit for bit.
+      const float want_float = static_cast<float>(std::ldexp(static_cast<double>(want_[i] - p_.h.zp), -p_.h.shift));
+      if (std::memcmp(&got_float[i], &want_float, 4) != 0) ++bad_float;
+    }
+    v.ok = bad == 0 && bad_float == 0;
     v.rel_error = static_cast<double>(bad) / static_cast<double>(want_.size());  // fraction not bit-equal
-    if (!v.ok) {
+    if (bad) {
       const int64_t H = p_.hidden_size;
       char buf[200];
       std::snprintf(buf, sizeof buf, "%lld of %zu states differ; first y[t=%lld][n=%lld][%lld] = %d, reference %d",
                     static_cast<long long>(bad), want_.size(), static_cast<long long>(first / (n_ * H)),
                     static_cast<long long>(first / H % n_), static_cast<long long>(first % H), got[first], want_[first]);
       v.message = buf;
+    } else if (bad_float) {
+      v.message = std::to_string(bad_float) + " dequantized states (y_float) differ from (y − zp)·2^−shift";
     }
     return v;
   }
@@ -87,7 +101,7 @@ class GruQuantWorkload final : public Workload {
   int64_t t_, n_;
   GruWeights w_;
   std::vector<int32_t> x_, h0_, want_;
-  DeviceBuffer x_d_, h0_d_, W_d_, R_d_, bw_d_, br_d_, y_d_;
+  DeviceBuffer x_d_, h0_d_, W_d_, R_d_, bw_d_, br_d_, y_d_, y_float_d_;
 };
 
 }  // namespace

@@ -208,7 +208,8 @@ inline void fused_ffn(const QuantFfnShape& shape, const void* x, const QuantMatr
 // see codegen/ops/gru_params.h); every value in it is baked into the kernels.
 // Tensors hold integer codes within each tensor's bit range: x int32 [T][N][C],
 // h0 int32 [N][H], W int8 [3H][C], R int8 [3H][H] (gate rows u, r, n), bw and
-// br int32 [3H], y int32 [T][N][H].
+// br int32 [3H], y int32 [T][N][H]; y_float (optional, null to skip) float32
+// [T][N][H], the dequantized states (y − zp_h)·2^−shift_h, exact.
 struct GruQuantShape {
   int t = 0, n = 0, c = 0, h = 0;
   std::string params;
@@ -221,7 +222,8 @@ struct GruQuantArgs {
   const void* bw = nullptr;
   const void* br = nullptr;
   void* y = nullptr;
-  ArgPack pack() const { return ArgPack("gru_quant").ptr(x).ptr(h0).ptr(W).ptr(R).ptr(bw).ptr(br).ptr(y); }
+  void* y_float = nullptr;
+  ArgPack pack() const { return ArgPack("gru_quant").ptr(x).ptr(h0).ptr(W).ptr(R).ptr(bw).ptr(br).ptr(y).ptr(y_float); }
 };
 void gru_quant(const GruQuantShape& shape, const GruQuantArgs& args, CUstream_st* stream = nullptr);
 

@@ -1,0 +1,411 @@
+// gru_quant, cluster plan: the whole sequence in one launch, R resident in
+// shared memory, one cluster barrier per step (Hopper thread-block clusters,
+// sm_90). Same arithmetic as the step plan (gru_gates.cuh), bit for bit.
+//
+// Work split: a cluster of kCS blocks runs kNc sequences of the batch
+// (blockIdx.x / kCS picks which); block `rank` of it owns the hidden units
+// j ∈ [rank·kHs, rank·kHs + kHs) and the three gate rows u, r, n of each —
+// kRows = 3·kHs rows of R (and of W when the input projection is fused),
+// copied into shared memory once. Per step every block needs all of
+// h_{t−1}: each block pushes its new units into every block's copy of h
+// (st.shared::cluster) and the cluster barrier publishes them
+// (barrier.cluster.arrive.release / wait.acquire, PTX ISA). h is double
+// buffered — step t reads buffer t % 2 and writes buffer (t + 1) % 2 — so
+// one barrier per step suffices: a block writes buffer t % 2 again only in
+// step t + 1, after every block arrived at step t's barrier, i.e. after
+// every block's step-t reads.
+//
+// The recurrent GEMM runs on int8 tensor cores (mma.sync m16n8k32, s32
+// accumulation) from operands kept in fragment order: R as the A operand
+// (16 bytes per lane per k-step, one conflict-free 128-bit load), h as B
+// (8 bytes per lane). h and x codes wider than 8 bits are split into byte
+// planes, v = 256·hi + lo with lo unsigned and hi of v's signedness; each
+// plane is its own exact int32 product, combined in int64. The zero point
+// comes off afterwards: Σ R·(h − zp) = Σ R·h − zp·Σ R, with the row sums
+// taken while R is copied in. Every int32 sum is exact: |R| ≤ 128, a byte
+// ≤ 255 and at most 16384 terms.
+//
+// Input projection: fused (kFused) — W's rows in shared memory too, and
+// W·x_{t+1} computed between this step's barrier arrive and wait, off the
+// recurrence's critical path — or precomputed for all T by
+// qjit_gru_input_mma into the workspace (ih, int32 [T·N][3H]) and
+// prefetched one step ahead.
+
+#include "qjit/gru_quant/gru_gates.cuh"
+
+using namespace qjit_spec;
+using namespace qjit_gru;
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "gru_quant's cluster plan needs thread-block clusters (compute capability 9.0)"
+#endif
+
+constexpr int kThreads = kWarps * 32;
+constexpr int kRows = 3 * kHs;  // the block's gate rows: u, r, n of its kHs units
+constexpr int kMT = kRows / 16; // m tiles of 16 rows
+constexpr int kNcP = kNT * 8;   // sequences padded to n tiles of 8
+static_assert(kHs % 16 == 0, "units per block a multiple of 16 (whole m tiles)");
+
+// --- fragment-order buffers -----------------------------------------------
+// A operand (m16n8k32, PTX ISA "matrix fragments for mma.m16n8k32"): lane
+// l = 4g + q holds rows g and g + 8, k 4q..4q+3 and 16+4q..16+4q+3, as
+// registers a0 = (g, 4q), a1 = (g + 8, 4q), a2 = (g, 16 + 4q), a3 = (g + 8,
+// 16 + 4q). Stored [m tile][k step][lane] × 16 bytes.
+// B operand: lane 4g + q holds column (sequence) g, k 4q..4q+3 (b0) and
+// 16+4q..16+4q+3 (b1). Stored [plane][k step][n tile][lane] × 8 bytes; the
+// byte of (sequence n, k) is at b_offset(n, k) within its plane.
+__device__ __forceinline__ int b_offset(int n, int k, int n_tiles) {
+  const int ks = k >> 5, kk = k & 31;
+  const int lane = (n & 7) * 4 + ((kk & 15) >> 2);
+  return ((ks * n_tiles + (n >> 3)) * 32 + lane) * 8 + (kk >> 4) * 4 + (kk & 3);
+}
+
+// Byte plane p of a code: one plane holds the code itself (its low byte,
+// read as s8 or u8 by the mma); two hold lo = v & 255 (u8) and hi = v >> 8
+// (of v's signedness).
+__device__ __forceinline__ unsigned plane_byte(int v, int p) { return static_cast<unsigned>(v >> (8 * p)) & 255u; }
+// Whether plane p of kPlanes is read as s8 (else u8).
+template <int kPlanes, bool kSigned>
+constexpr bool signed_plane(int p) { return p == kPlanes - 1 ? kSigned : false; }
+
+template <bool kBSigned>
+__device__ __forceinline__ void mma_s8(int (&d)[4], const uint4& a, const uint2& b) {
+  if constexpr (kBSigned)
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b.x), "r"(b.y));
+  else
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b.x), "r"(b.y));
+}
+
+// Sum of the four signed bytes of w (the row sums of the zero-point term).
+__device__ __forceinline__ int byte_sum(unsigned w) { return __dp4a(static_cast<int>(w), 0x01010101, 0); }
+
+// Four bytes of row `row` of a [rows][K] int8 matrix at k..k+3, zeros past
+// row_count or K. One 32-bit load when K is a multiple of 4 (rows then start
+// 4-byte aligned: the plan asks the pointer for 4).
+template <int K>
+__device__ __forceinline__ unsigned load_row_bytes(const signed char* m, long long row, bool row_ok, int k) {
+  if (!row_ok || k >= K) return 0;
+  const signed char* p = m + row * K + k;
+  if constexpr (K % 4 == 0) return *reinterpret_cast<const unsigned*>(p);
+  unsigned w = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    if (k + i < K) w |= (static_cast<unsigned>(p[i]) & 255u) << (8 * i);
+  return w;
+}
+
+// --- cluster primitives (PTX ISA: mapa, st.shared::cluster, barrier.cluster)
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void store_remote_u8(unsigned local, unsigned rank, unsigned v) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("st.shared::cluster.u8 [%0], %1;" ::"r"(remote), "r"(v) : "memory");
+}
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+
+// Shared memory (dynamic), in this order; kSmemBytes (from the plan) is the total.
+constexpr int kHPlaneBytes = kKH * kNT * 256, kXPlaneBytes = kKX * kNT * 256;
+constexpr int kRFrag = kRows * kKH * 32;
+constexpr int kWFrag = kFused ? kRows * kKX * 32 : 0;
+constexpr int kHBuf = kHPlanes * kHPlaneBytes;  // one of the two h buffers
+constexpr int kXBuf = kFused ? kXPlanes * kXPlaneBytes : 0;
+constexpr int kAccH = kKSplit * kHPlanes * kRows * kNcP;  // int32 partial sums
+constexpr int kAccX = kFused ? kKSplit * kXPlanes * kRows * kNcP : 0;
+constexpr int kOffW = kRFrag, kOffH = kOffW + kWFrag, kOffX = kOffH + 2 * kHBuf, kOffAccH = kOffX + kXBuf,
+              kOffAccX = kOffAccH + 4 * kAccH, kOffRowH = kOffAccX + 4 * kAccX, kOffRowX = kOffRowH + 12 * kRows,
+              kSmemTotal = kOffRowX + (kFused ? 12 * kRows : 0);
+static_assert(kSmemTotal == kSmemBytes, "the plan's shared memory differs from the template's layout");
+
+// Global row of local gate row `row` (gate = row / kHs), or −1 for a padding unit.
+__device__ __forceinline__ long long global_row(int row, unsigned rank) {
+  const int j = static_cast<int>(rank) * kHs + row % kHs;
+  return j < kH ? static_cast<long long>(row / kHs) * kH + j : -1;
+}
+
+// Copies the block's rows of a [3H][K] weight into fragment order and adds
+// each row's byte sum into row_sum (zeroed before).
+template <int K, int kKSteps>
+__device__ void load_fragments(const signed char* m, unsigned rank, uint4* frag, int* row_sum) {
+  for (int chunk = threadIdx.x; chunk < kMT * kKSteps * 32; chunk += kThreads) {
+    const int lane = chunk & 31, ks = (chunk >> 5) % kKSteps, mt = (chunk >> 5) / kKSteps;
+    const int r0 = mt * 16 + (lane >> 2), r1 = r0 + 8, k = ks * 32 + (lane & 3) * 4;
+    const long long g0 = global_row(r0, rank), g1 = global_row(r1, rank);
+    uint4 a;
+    a.x = load_row_bytes<K>(m, g0, g0 >= 0, k);
+    a.y = load_row_bytes<K>(m, g1, g1 >= 0, k);
+    a.z = load_row_bytes<K>(m, g0, g0 >= 0, k + 16);
+    a.w = load_row_bytes<K>(m, g1, g1 >= 0, k + 16);
+    frag[chunk] = a;
+    atomicAdd(&row_sum[r0], byte_sum(a.x) + byte_sum(a.z));
+    atomicAdd(&row_sum[r1], byte_sum(a.y) + byte_sum(a.w));
+  }
+}
+
+// Per gate row: the bias in the GEMM's scale minus zp·(row sum), and the
+// shift to the linear output. bias [3H] and the shift tables by global row.
+template <class RowShifts>
+__device__ void row_constants(const int* bias, const int* row_sum, long long zp, unsigned rank, long long* row_bias,
+                              int* row_shift) {
+  for (int row = threadIdx.x; row < kRows; row += kThreads) {
+    const long long g = global_row(row, rank);
+    row_bias[row] = g < 0 ? 0 : rshift_round(bias[g], RowShifts::bias_shift(g)) - zp * row_sum[row];
+    row_shift[row] = g < 0 ? 0 : RowShifts::out_shift(g);
+  }
+}
+struct HhShifts {
+  __device__ static int bias_shift(long long g) { return static_cast<int>(Rows::kHhBias[g]); }
+  __device__ static int out_shift(long long g) { return static_cast<int>(Rows::kHhOut[g]); }
+};
+struct IhShifts {
+  __device__ static int bias_shift(long long g) { return static_cast<int>(Rows::kIhBias[g]); }
+  __device__ static int out_shift(long long g) { return static_cast<int>(Rows::kIhOut[g]); }
+};
+
+// acc[kq][plane][row][n] = the block's GEMM of the A fragments with buffer
+// b, k split in kKSplit ranges; tasks (m tile, n tile, k range) over warps.
+template <int kKSteps, int kPlanes, bool kSigned>
+__device__ void block_gemm(const uint4* frag, const unsigned char* b, int plane_bytes, int* acc) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  constexpr int kTasks = kMT * kNT * kKSplit, kPer = (kKSteps + kKSplit - 1) / kKSplit;
+  for (int task = warp; task < kTasks; task += kWarps) {
+    const int mt = task % kMT, nt = (task / kMT) % kNT, kq = task / (kMT * kNT);
+    int d[kPlanes][4] = {};
+    const int k1 = min((kq + 1) * kPer, kKSteps);
+#pragma unroll 2
+    for (int ks = kq * kPer; ks < k1; ++ks) {
+      const uint4 a = frag[(mt * kKSteps + ks) * 32 + lane];
+#pragma unroll
+      for (int p = 0; p < kPlanes; ++p) {
+        const uint2 bv = reinterpret_cast<const uint2*>(b + p * plane_bytes)[(ks * kNT + nt) * 32 + lane];
+        if (signed_plane<kPlanes, kSigned>(p)) mma_s8<true>(d[p], a, bv);
+        else mma_s8<false>(d[p], a, bv);
+      }
+    }
+    const int row = mt * 16 + (lane >> 2), n = nt * 8 + (lane & 3) * 2;
+#pragma unroll
+    for (int p = 0; p < kPlanes; ++p) {
+      int* out = acc + (kq * kPlanes + p) * kRows * kNcP;
+      out[row * kNcP + n] = d[p][0];
+      out[row * kNcP + n + 1] = d[p][1];
+      out[(row + 8) * kNcP + n] = d[p][2];
+      out[(row + 8) * kNcP + n + 1] = d[p][3];
+    }
+  }
+}
+
+// Σ over k ranges and planes (plane p weighs 256^p) of row `row`, sequence n.
+template <int kPlanes>
+__device__ __forceinline__ long long gemm_sum(const int* acc, int row, int n) {
+  long long s = 0;
+#pragma unroll
+  for (int kq = 0; kq < kKSplit; ++kq)
+#pragma unroll
+    for (int p = 0; p < kPlanes; ++p) s += static_cast<long long>(acc[((kq * kPlanes + p) * kRows + row) * kNcP + n]) << (8 * p);
+  return s;
+}
+
+// x_t of the cluster's sequences into the local x buffer (fused projection).
+__device__ void load_x(const int* x, int t, int n0, unsigned char* xbuf) {
+  for (int i = threadIdx.x; i < kNc * kC; i += kThreads) {
+    const int n = i / kC, k = i % kC;
+    const int v = n0 + n < kN ? x[(static_cast<long long>(t) * kN + n0 + n) * kC + k] : static_cast<int>(kXZp);
+#pragma unroll
+    for (int p = 0; p < kXPlanes; ++p) xbuf[p * kXPlaneBytes + b_offset(n, k, kNT)] = plane_byte(v, p);
+  }
+}
+
+constexpr int kPairs = kNc * kHs;  // (sequence, unit) pairs of the gate stage
+constexpr int kPairSlots = (kPairs + kThreads - 1) / kThreads;
+
+extern "C" __global__ void __cluster_dims__(kCS, 1, 1) __launch_bounds__(kThreads, 1)
+qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const signed char* __restrict__ W,
+                 const signed char* __restrict__ R, const int* __restrict__ bw, const int* __restrict__ br,
+                 const int* __restrict__ ih, int* __restrict__ y, float* __restrict__ y_float) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  uint4* r_frag = reinterpret_cast<uint4*>(smem);
+  uint4* w_frag = reinterpret_cast<uint4*>(smem + kOffW);
+  unsigned char* hbuf = smem + kOffH;
+  unsigned char* xbuf = smem + kOffX;
+  int* acc_h = reinterpret_cast<int*>(smem + kOffAccH);
+  int* acc_x = reinterpret_cast<int*>(smem + kOffAccX);
+  long long* hh_bias = reinterpret_cast<long long*>(smem + kOffRowH);
+  int* hh_shift = reinterpret_cast<int*>(smem + kOffRowH + 8 * kRows);
+  long long* ih_bias = reinterpret_cast<long long*>(smem + kOffRowX);
+  int* ih_shift = reinterpret_cast<int*>(smem + kOffRowX + 8 * kRows);
+  const unsigned rank = cluster_rank();
+  const int n0 = static_cast<int>(blockIdx.x / kCS) * kNc;
+
+  // Zero h's buffers (padding sequences and k read as zero codes times a
+  // zero weight column) and use the accumulators as the row-sum scratch.
+  for (int i = threadIdx.x; i < (kSmemTotal - kOffH) / 4; i += kThreads) reinterpret_cast<int*>(smem + kOffH)[i] = 0;
+  __syncthreads();
+  int* r_sum = acc_h;
+  int* w_sum = acc_h + kRows;
+  load_fragments<kH, kKH>(R, rank, r_frag, r_sum);
+  if constexpr (kFused) load_fragments<kC, kKX>(W, rank, w_frag, w_sum);
+  // h0 of the cluster's sequences, every unit (each block keeps a full copy).
+  for (int i = threadIdx.x; i < kNc * kH; i += kThreads) {
+    const int n = i / kH, k = i % kH;
+    const int v = n0 + n < kN ? h0[static_cast<long long>(n0 + n) * kH + k] : static_cast<int>(kHidZp);
+#pragma unroll
+    for (int p = 0; p < kHPlanes; ++p) hbuf[p * kHPlaneBytes + b_offset(n, k, kNT)] = plane_byte(v, p);
+  }
+  if constexpr (kFused) load_x(x, 0, n0, xbuf);
+  __syncthreads();
+  row_constants<HhShifts>(br, r_sum, kHidZp, rank, hh_bias, hh_shift);
+  if constexpr (kFused) row_constants<IhShifts>(bw, w_sum, kXZp, rank, ih_bias, ih_shift);
+
+  // Each thread's pairs: unit jl = p % kHs (consecutive threads, consecutive
+  // units: coalesced stores of y), sequence p / kHs. Their previous codes and,
+  // when precomputed, the next step's ih stay in registers.
+  int h_prev[kPairSlots];
+  int ih_next[kPairSlots][3];
+#pragma unroll
+  for (int i = 0; i < kPairSlots; ++i) {
+    const int p = threadIdx.x + i * kThreads, jl = p % kHs, n = p / kHs, j = static_cast<int>(rank) * kHs + jl;
+    const bool ok = p < kPairs && j < kH && n0 + n < kN;
+    h_prev[i] = ok ? h0[static_cast<long long>(n0 + n) * kH + j] : static_cast<int>(kHidZp);
+#pragma unroll
+    for (int g = 0; g < 3; ++g)
+      ih_next[i][g] = !kFused && ok ? ih[(static_cast<long long>(n0 + n)) * 3 * kH + g * kH + j] : static_cast<int>(kIhZp);
+  }
+  __syncthreads();  // row sums read; the accumulators are free again
+  if constexpr (kFused) block_gemm<kKX, kXPlanes, kXSigned>(w_frag, xbuf, kXPlaneBytes, acc_x);
+  // Every block of the cluster has started and zeroed its h buffers before
+  // any block writes into them (distributed shared memory of a block that
+  // has not started is not accessible).
+  cluster_arrive();
+  cluster_wait();
+
+  for (int t = 0; t < kT; ++t) {
+    const unsigned char* h_now = hbuf + (t & 1) * kHBuf;
+    unsigned char* h_next = hbuf + ((t + 1) & 1) * kHBuf;
+    block_gemm<kKH, kHPlanes, kHSigned>(r_frag, h_now, kHPlaneBytes, acc_h);
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kPairSlots; ++i) {
+      const int p = threadIdx.x + i * kThreads;
+      if (p >= kPairs) continue;
+      const int jl = p % kHs, n = p / kHs, j = static_cast<int>(rank) * kHs + jl;
+      long long hh[3], ihc[3];
+#pragma unroll
+      for (int g = 0; g < 3; ++g) {
+        const int row = g * kHs + jl;
+        hh[g] = linear_out<kHhZp, kHhLo, kHhHi>(gemm_sum<kHPlanes>(acc_h, row, n), hh_bias[row], hh_shift[row]);
+        if constexpr (kFused)
+          ihc[g] = linear_out<kIhZp, kIhLo, kIhHi>(gemm_sum<kXPlanes>(acc_x, row, n), ih_bias[row], ih_shift[row]);
+        else
+          ihc[g] = ih_next[i][g] - kIhZp;
+      }
+      const int h_new = static_cast<int>(gru_cell(ihc[0], ihc[1], ihc[2], hh[0], hh[1], hh[2], h_prev[i]));
+      h_prev[i] = h_new;
+      if (j >= kH) continue;
+      if (n0 + n < kN) {
+        const long long at = (static_cast<long long>(t) * kN + n0 + n) * kH + j;
+        y[at] = h_new;
+        if (y_float) y_float[at] = dequantize_h(h_new);
+      }
+      if (t + 1 < kT) {
+        const unsigned local = smem_addr(h_next + b_offset(n, j, kNT));
+#pragma unroll
+        for (int pl = 0; pl < kHPlanes; ++pl)
+          for (unsigned r = 0; r < kCS; ++r)
+            store_remote_u8(local + pl * kHPlaneBytes, r, plane_byte(h_new, pl));
+        if constexpr (!kFused) {
+          if (n0 + n < kN) {
+#pragma unroll
+            for (int g = 0; g < 3; ++g) ih_next[i][g] = ih[((t + 1LL) * kN + n0 + n) * 3 * kH + g * kH + j];
+          }
+        }
+      }
+    }
+    if (t + 1 == kT) break;
+    cluster_arrive();
+    // Off the critical path: the next step's input projection.
+    if constexpr (kFused) {
+      load_x(x, t + 1, n0, xbuf);
+      __syncthreads();
+      block_gemm<kKX, kXPlanes, kXSigned>(w_frag, xbuf, kXPlaneBytes, acc_x);
+    }
+    cluster_wait();
+  }
+}
+
+// The precomputed input projection: ih[row][c] for every row = t·N + n, one
+// warp per 16 channels × 32 rows, operands straight from global memory into
+// fragments (W and x are read from L2 by the blocks sharing them).
+constexpr int kInRowTiles = 4;  // n tiles of 8 rows per warp
+constexpr int kInWarps = 4;
+
+extern "C" __global__ void __launch_bounds__(kInWarps * 32)
+qjit_gru_input_mma(const int* __restrict__ x, const signed char* __restrict__ W, const int* __restrict__ bw,
+                   int* __restrict__ ih) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const int c0 = (blockIdx.y * kInWarps + warp) * 16;
+  const long long row0 = static_cast<long long>(blockIdx.x) * 8 * kInRowTiles;
+  constexpr long long kRowsTotal = static_cast<long long>(kT) * kN;
+  if (c0 >= 3 * kH) return;
+  int d[kInRowTiles][kXPlanes][4] = {};
+  int sum0 = 0, sum1 = 0;  // byte sums of rows c0 + g and c0 + g + 8 over this lane's k
+  for (int ks = 0; ks < kKX; ++ks) {
+    const int k = ks * 32 + q * 4;
+    uint4 a;
+    a.x = load_row_bytes<kC>(W, c0 + g, c0 + g < 3 * kH, k);
+    a.y = load_row_bytes<kC>(W, c0 + g + 8, c0 + g + 8 < 3 * kH, k);
+    a.z = load_row_bytes<kC>(W, c0 + g, c0 + g < 3 * kH, k + 16);
+    a.w = load_row_bytes<kC>(W, c0 + g + 8, c0 + g + 8 < 3 * kH, k + 16);
+    sum0 += byte_sum(a.x) + byte_sum(a.z);
+    sum1 += byte_sum(a.y) + byte_sum(a.w);
+#pragma unroll
+    for (int nt = 0; nt < kInRowTiles; ++nt) {
+      const long long row = row0 + nt * 8 + g;
+      int v[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int kk = k + (i & 3) + (i >> 2) * 16;
+        v[i] = row < kRowsTotal && kk < kC ? x[row * kC + kk] : 0;
+      }
+#pragma unroll
+      for (int p = 0; p < kXPlanes; ++p) {
+        uint2 b;
+        b.x = plane_byte(v[0], p) | plane_byte(v[1], p) << 8 | plane_byte(v[2], p) << 16 | plane_byte(v[3], p) << 24;
+        b.y = plane_byte(v[4], p) | plane_byte(v[5], p) << 8 | plane_byte(v[6], p) << 16 | plane_byte(v[7], p) << 24;
+        if (signed_plane<kXPlanes, kXSigned>(p)) mma_s8<true>(d[nt][p], a, b);
+        else mma_s8<false>(d[nt][p], a, b);
+      }
+    }
+  }
+  // Row sums over all k: the four lanes of a group hold a quarter each.
+  sum0 += __shfl_xor_sync(0xffffffffu, sum0, 1);
+  sum0 += __shfl_xor_sync(0xffffffffu, sum0, 2);
+  sum1 += __shfl_xor_sync(0xffffffffu, sum1, 1);
+  sum1 += __shfl_xor_sync(0xffffffffu, sum1, 2);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int c = c0 + g + 8 * half;
+    if (c >= 3 * kH) continue;
+    const long long bias = rshift_round(bw[c], static_cast<int>(Rows::kIhBias[c])) - kXZp * (half ? sum1 : sum0);
+    const int shift = static_cast<int>(Rows::kIhOut[c]);
+#pragma unroll
+    for (int nt = 0; nt < kInRowTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const long long row = row0 + nt * 8 + q * 2 + e;
+        if (row >= kRowsTotal) continue;
+        long long s = 0;
+#pragma unroll
+        for (int p = 0; p < kXPlanes; ++p) s += static_cast<long long>(d[nt][p][2 * half + e]) << (8 * p);
+        ih[row * 3 * kH + c] = static_cast<int>(linear_out<kIhZp, kIhLo, kIhHi>(s, bias, shift) + kIhZp);
+      }
+  }
+}
