@@ -71,6 +71,15 @@ extern "C" qjit_status qjit_fp_lut(const char* fn, long long n, const char* in, 
   });
 }
 
+extern "C" qjit_status qjit_gru_quant(const qjit_gru_quant_args* a, void* stream) {
+  return guarded([&] {
+    if (!a) throw qjit::Error("argument", "gru_quant: args is null");
+    if (!a->params) throw qjit::Error("argument", "gru_quant: params is null");
+    qjit::gru_quant({a->t, a->n, a->c, a->h, a->params}, {a->x, a->h0, a->W, a->R, a->bw, a->br, a->y, a->y_float},
+                    static_cast<CUstream_st*>(stream));
+  });
+}
+
 extern "C" qjit_status qjit_set_cache_path(const char* path) {
   return guarded([&] {
     if (!path || !*path) throw qjit::Error("argument", "qjit_set_cache_path: empty path");

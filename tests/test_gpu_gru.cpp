@@ -11,6 +11,7 @@
 #include "codegen/ops/gru_quant.h"
 #include "codegen/spec.h"
 #include "qjit/qjit.h"
+#include "qjit/qjit_c.h"
 #include "runtime/device.h"
 #include "tests/gpu_helpers.h"
 #include "tests/gru_helpers.h"
@@ -59,8 +60,40 @@ TEST_CASE("gru_quant: the typed API, bit-exact, tuned or not", "[gpu]") {
   work->poison_output(nullptr);
   CHECK_THROWS_WITH(gru_quant(shape, {ptr(0), ptr(1), ptr(2), ptr(3), nullptr, ptr(5), ptr(6)}), Catch::Contains("bw is null"));
   CHECK_FALSE(work->verify(1.0).ok);
+  // Without y_float the states are right and the float output is not written.
   gru_quant(shape, {ptr(0), ptr(1), ptr(2), ptr(3), ptr(4), ptr(5), ptr(6)});
   auto v = work->verify(1.0);
+  CHECK_THAT(v.message, Catch::Contains("y_float"));
+  CHECK_FALSE(v.ok);
+  gru_quant(shape, {ptr(0), ptr(1), ptr(2), ptr(3), ptr(4), ptr(5), ptr(6), ptr(7)});
+  v = work->verify(1.0);
   INFO(v.message);
   CHECK(v.ok);
+}
+
+TEST_CASE("gru_quant: the C API, bit-exact, errors as status and text", "[gpu]") {
+  test::TempDir dir;
+  REQUIRE(qjit_set_cache_path(dir.file("c.db").c_str()) == QJIT_OK);
+  std::mt19937_64 rng(test::fresh_seed());
+  const auto spec = gru_spec(rng, 9, 3, 20, 33, 8, 16);
+  auto work = tuner::make_workload(spec, test::fresh_seed(), 0);
+  const ArgPack& a = work->args(0);
+  auto ptr = [&](int i) { return reinterpret_cast<void*>(a.values[i].ptr); };
+  const std::string params = spec.get_str("params");
+  qjit_gru_quant_args args{9, 3, 20, 33, params.c_str(), ptr(0), ptr(1), ptr(2), ptr(3), ptr(4), ptr(5), ptr(6), ptr(7)};
+  work->poison_output(nullptr);
+  REQUIRE(qjit_gru_quant(&args, nullptr) == QJIT_OK);
+  CHECK(std::string(qjit_last_error()).empty());
+  const auto v = work->verify(1.0);
+  INFO(v.message);
+  CHECK(v.ok);
+  qjit_gru_quant_args wrong = args;
+  wrong.h = 34;
+  CHECK(qjit_gru_quant(&wrong, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(qjit_last_error(), Catch::Contains("h=34"));
+  wrong = args;
+  wrong.R = nullptr;
+  CHECK(qjit_gru_quant(&wrong, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(qjit_last_error(), Catch::Contains("R is null"));
+  CHECK(qjit_gru_quant(nullptr, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
 }

@@ -16,6 +16,21 @@ qjit_status qjit_fused_ffn(int d, int h, int m, const char* dtype, const char* a
 /* fn, cuts as in qjit.h (cuts NULL = "default"); in/out: "fp16", "bf16", "fp32". */
 qjit_status qjit_fp_lut(const char* fn, long long n, const char* in, const char* out, const char* cuts, const void* x,
                         void* y, void* stream);
+/* Fixed-point GRU forward (qjit.h: GruQuantShape, GruQuantArgs): params is the
+ * layer's quantization document (JSON text); y_float may be NULL. */
+typedef struct {
+  int t, n, c, h;
+  const char* params;
+  const void* x;
+  const void* h0;
+  const void* W;
+  const void* R;
+  const void* bw;
+  const void* br;
+  void* y;
+  void* y_float;
+} qjit_gru_quant_args;
+qjit_status qjit_gru_quant(const qjit_gru_quant_args* args, void* stream);
 qjit_status qjit_set_cache_path(const char* path);
 /* The message of the last failed call on this thread ("" after a success). */
 const char* qjit_last_error(void);
