@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# gru_quant on the GPU machine: its [gpu] tests, the cluster-exchange probe,
+# a tune and bench of the issue's shapes (8-bit params, T = 100), cuDNN's
+# GRU through peers.py, and a table last. Logs and JSON go to $OUT.
+#   usage (repo root on the GPU machine): bash tests/gpu_gru.sh [tests|bench|all]
+# Expects the install tree in .dist and peers.py in .device/peers.py.
+set -u
+DIST=${DIST:-.dist}
+Q="$DIST/bin/qjit"
+OUT=${OUT:-/tmp/qjit_gru_out}
+mkdir -p "$OUT"
+export QJIT_CACHE=/tmp/qjit_gru.db
+PART=${1:-all}
+echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+
+if [ "$PART" != bench ]; then
+  echo "== GPU tests (gru_quant)"
+  ( time "$DIST/bin/qjit_tests" "gru_quant*" ) >"$OUT/gru_tests.log" 2>&1
+  echo "gru tests exit $?"; grep -E "FAILED|failed|passed" "$OUT/gru_tests.log" | head -20; tail -3 "$OUT/gru_tests.log"
+fi
+[ "$PART" = tests ] && exit 0
+
+echo "== cluster probe"
+"$DIST/bin/qjit_cluster_probe" | tee "$OUT/cluster_probe.jsonl"
+
+# An 8-bit layer (every activation 8-bit, weights 8-bit, biases 16-bit): the
+# speed depends on the widths and shapes, not on the values.
+params() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+c, h = int(sys.argv[1]), int(sys.argv[2])
+t = lambda shift, signed=True: {"bits": 8, "signed": signed, "shift": shift, "zp": 0}
+print(json.dumps({"input_size": c, "hidden_size": h,
+    "tensors": {"x": t(5), "h": t(7), "ih": t(3), "hh": t(3), "u_in": t(3), "u_out": t(8, False), "r_in": t(3),
+                "r_out": t(8, False), "n_in": t(3), "n_out": t(7)},
+    "weights": {"W": {"bits": 8, "shift": 9}, "R": {"bits": 8, "shift": 9},
+                "bw": {"bits": 16, "shift": 12}, "br": {"bits": 16, "shift": 12}}}))
+PY
+}
+rm -f "$QJIT_CACHE"
+i=0
+for s in "1 256" "16 512" "64 256" "16 1024"; do
+  i=$((i+1)); set -- $s; n=$1; h=$2
+  params "$h" "$h" >"$OUT/gru8_$h.json"
+  shape="t=100,n=$n,c=$h,h=$h,params=@$OUT/gru8_$h.json"
+  /usr/bin/time -f "tune wall %e s" "$Q" tune --op gru_quant --shape "$shape" --json >"$OUT/tune_$i.json" 2>>"$OUT/tune.log"
+  tail -1 "$OUT/tune.log"
+  "$Q" bench --op gru_quant --shape "$shape" --json >"$OUT/bench_$i.json" 2>>"$OUT/bench.log" || echo "bench $s failed"
+done
+
+echo "== cuDNN (peers.py gru_quant)"
+PYTHONUNBUFFERED=1 python3 .device/peers.py gru_quant --json "$OUT/peers.json" >"$OUT/peers.log" 2>&1 || echo "peers failed"
+tail -9 "$OUT/peers.log"
+
+python3 - "$OUT" <<'PY'
+import json, glob, os, sys
+out = sys.argv[1]
+peers = {}
+if os.path.exists(f"{out}/peers.json"):
+    for r in json.load(open(f"{out}/peers.json"))["rows"]:
+        peers[r["case"]] = r["us"]
+probe = {}
+for line in open(f"{out}/cluster_probe.jsonl"):
+    j = json.loads(line)
+    if j.get("pushers") == 32: probe[j["cluster"]] = j["us_per_step"]
+print(f"\n{'N':>3} {'H':>5} {'qjit us':>9} {'us/step':>8} {'config':<70} {'cuDNN fp16':>10} {'x fp16':>7} {'cuDNN fp32':>10} {'x fp32':>7} {'barrier us':>10}")
+for i, (n, h) in enumerate([(1, 256), (16, 512), (64, 256), (16, 1024)], 1):
+    try:
+        b = json.load(open(f"{out}/bench_{i}.json"))[0]
+    except Exception:
+        print(f"{n:>3} {h:>5} (no bench)"); continue
+    q = b["rows"][0]
+    us = q["median_us"]
+    cfg = q.get("config")
+    if isinstance(cfg, str):
+        try: cfg = json.loads(cfg)
+        except Exception: cfg = {}
+    f16 = next((v for k, v in peers.items() if k.startswith(f"cuDNN GRU float16 T=100 N={n} C={h} H={h} ")), None)
+    f32 = next((v for k, v in peers.items() if k.startswith(f"cuDNN GRU float32 T=100 N={n} C={h} H={h} ")), None)
+    bar = probe.get(cfg.get("cluster")) if isinstance(cfg, dict) else None
+    cfg = json.dumps(cfg, separators=(",", ":"))
+    print(f"{n:>3} {h:>5} {us:>9.1f} {us / 100:>8.2f} {cfg[:70]:<70} {f16 or 0:>10.1f} {(f16 or 0) / us:>7.2f} "
+          f"{f32 or 0:>10.1f} {(f32 or 0) / us:>7.2f} {bar if bar is not None else float('nan'):>10.3f}")
+PY
