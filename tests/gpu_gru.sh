@@ -7,8 +7,13 @@
 set -u
 DIST=${DIST:-.dist}
 Q="$DIST/bin/qjit"
-OUT=${OUT:-/tmp/qjit_gru_out}
-mkdir -p "$OUT"
+# Logs go to a work folder and come back as one tarball (the device tool
+# returns a few files only).
+FINAL=${OUT:-/tmp/qjit_gru_out}
+OUT=/tmp/qjit_gru/out
+rm -rf /tmp/qjit_gru
+mkdir -p "$OUT" "$FINAL"
+trap 'tar czf "$FINAL/gru_logs.tgz" -C /tmp/qjit_gru out' EXIT
 export QJIT_CACHE=/tmp/qjit_gru.db
 PART=${1:-all}
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
@@ -46,6 +51,12 @@ for s in "1 256" "16 512" "64 256" "16 1024"; do
   /usr/bin/time -f "tune wall %e s" "$Q" tune --op gru_quant --shape "$shape" --json >"$OUT/tune_$i.json" 2>>"$OUT/tune.log"
   tail -1 "$OUT/tune.log"
   "$Q" bench --op gru_quant --shape "$shape" --json >"$OUT/bench_$i.json" 2>>"$OUT/bench.log" || echo "bench $s failed"
+  # Each kernel of the winner's plan on its own (the input projection, the persistent kernel).
+  if command -v ncu >/dev/null && [ "${NCU:-1}" = 1 ]; then
+    ncu --clock-control none -k regex:qjit_gru --launch-skip 4 --launch-count 2 --metrics gpu__time_duration.sum \
+      "$Q" bench --op gru_quant --shape "$shape" >"$OUT/ncu_$i.txt" 2>&1
+    grep -E "qjit_gru|gpu__time_duration" "$OUT/ncu_$i.txt" | sed 's/^ */  /' | head -4
+  fi
 done
 
 echo "== cuDNN (peers.py gru_quant)"

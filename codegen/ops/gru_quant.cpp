@@ -51,6 +51,15 @@ struct Config {
   }
 };
 
+// |u·(h − zp) + (1 − u)·(n aligned to h)| before the final rescale (the
+// bound validation checks after it).
+double combined_bound(const gru::GruParams& p) {
+  const double aligned = std::ldexp(static_cast<double>(p.n_out.hi() - p.n_out.lo()), -(p.n_out.shift - p.h.shift)) + 1;
+  const double one = std::ldexp(1.0, p.u_out.shift) + static_cast<double>(p.u_out.zp);
+  const double one_minus_u = std::max(std::fabs(one - static_cast<double>(p.u_out.lo())), std::fabs(one - static_cast<double>(p.u_out.hi())));
+  return static_cast<double>(p.u_out.hi() - p.u_out.lo()) * static_cast<double>(p.h.hi() - p.h.lo()) + one_minus_u * aligned;
+}
+
 // A power of two as a C++ hexadecimal literal (exact, unlike a decimal one).
 std::string hexfloat(double v) {
   std::ostringstream s;
@@ -102,6 +111,9 @@ std::string config_problem(const Config& c, const OpSpec& spec, const gru::GruPa
   const ClusterShape s(c, p);
   if ((c.cluster - 1) * s.hs >= p.hidden_size) return "some block of the cluster would own no hidden unit";
   if (s.pair_slots > 8) return "more than 8 (sequence, unit) pairs per thread";
+  // The fused projection prefetches each thread's share of x_{t+1} into registers.
+  if (c.fused && (c.batch * p.input_size + c.warps * 32 - 1) / (c.warps * 32) > 16)
+    return "the fused input projection's slice of x is more than 16 codes per thread";
   const int64_t limit = device.smem_per_sm - device.smem_reserved_per_block;
   if (s.smem > limit)
     return "needs " + std::to_string(s.smem) + " bytes of shared memory per block; the device has " + std::to_string(limit);
@@ -109,30 +121,51 @@ std::string config_problem(const Config& c, const OpSpec& spec, const gru::GruPa
 }
 
 // `struct name { static constexpr T kA[N] = {...}; ... }` from named arrays.
-Constant array_struct(const std::string& name, const std::vector<std::pair<std::string, std::vector<int64_t>>>& arrays,
-                      const std::string& comment) {
+Constant array_struct(const std::string& name, const std::string& type,
+                      const std::vector<std::pair<std::string, std::vector<int64_t>>>& arrays, const std::string& comment) {
   std::ostringstream s;
   for (const auto& [member, values] : arrays) {
-    s << "  static constexpr long long " << member << "[" << values.size() << "] = {";
+    s << "  static constexpr " << type << " " << member << "[" << values.size() << "] = {";
     for (size_t i = 0; i < values.size(); ++i) s << (i % 16 == 0 ? "\n      " : " ") << values[i] << (i + 1 < values.size() ? "," : "");
     s << "};\n";
   }
   return {"struct", name, s.str(), comment};
 }
 
-// A LUT as a struct: its segments and the ranges of its input and output.
+constexpr double kInt32Limit = 2147483647.0;
+
+// A LUT as a struct: its segments (ints: thresholds and term_c lie within
+// int32 by validation, q_b has 15 bits), the ranges of its input and output,
+// and kWide when q_b·(q − zp) before the rescale may leave int32.
 Constant lut_struct(const std::string& name, const gru::Lut& l) {
   std::vector<int64_t> thr, qb, n, tc;
-  for (const auto& s : l.segments) thr.push_back(s.threshold), qb.push_back(s.q_b), n.push_back(s.n), tc.push_back(s.term_c);
-  Constant c = array_struct(name, {{"kThreshold", thr}, {"kQb", qb}, {"kShift", n}, {"kTermC", tc}},
+  double widest = 0;
+  for (const auto& s : l.segments) {
+    thr.push_back(s.threshold), qb.push_back(s.q_b), n.push_back(s.n), tc.push_back(s.term_c);
+    widest = std::max(widest, std::fabs(static_cast<double>(s.q_b)) * static_cast<double>(l.in.hi() - l.in.lo()));
+  }
+  Constant c = array_struct(name, "int", {{"kThreshold", thr}, {"kQb", qb}, {"kShift", n}, {"kTermC", tc}},
                             l.fn + ": y = rshift_round(kQb[i]·(q − kInZp), kShift[i]) + kTermC[i], segment i the first "
                                    "with q < kThreshold[i] (else the last)");
   std::ostringstream s;
   s << "  static constexpr int kCount = " << l.segments.size() << ";\n"
-    << "  static constexpr long long kInLo = " << l.in.lo() << ", kInHi = " << l.in.hi() << ", kInZp = " << l.in.zp
-    << ";\n  static constexpr long long kOutLo = " << l.out.lo() << ", kOutHi = " << l.out.hi() << ";\n";
+    << "  static constexpr int kInLo = " << l.in.lo() << ", kInHi = " << l.in.hi() << ", kInZp = " << l.in.zp
+    << ";\n  static constexpr int kOutLo = " << l.out.lo() << ", kOutHi = " << l.out.hi() << ";\n"
+    << "  static constexpr bool kWide = " << (widest > kInt32Limit ? "true" : "false") << ";\n";
   c.value = s.str() + c.value;
   return c;
+}
+
+// Whether a linear layer's GEMM sum may leave int32: |Σ w·v| over `k` terms
+// with the raw codes (the cluster plan's planes) or centred ones, plus the
+// zero-point term and the largest bias in the GEMM's scale.
+bool sum_is_wide(int64_t k, const gru::QWeight& w, const gru::QTensor& v, const gru::QWeight& b, int v_shift) {
+  const double codes = static_cast<double>(std::max(std::llabs(v.lo()), std::llabs(v.hi())));
+  const double zp = std::fabs(static_cast<double>(v.zp)), spread = static_cast<double>(v.hi() - v.lo());
+  double bias = 0;
+  for (size_t c = 0; c < w.shift.size(); ++c)
+    bias = std::max(bias, std::ldexp(static_cast<double>(b.max_abs()), -(b.shift[c] - (w.shift[c] + v_shift))) + 1);
+  return static_cast<double>(k) * static_cast<double>(w.max_abs()) * (codes + zp + spread) + bias > kInt32Limit;
 }
 
 }  // namespace
@@ -229,10 +262,11 @@ std::vector<Constant> GruQuantOp::constants(const OpSpec& spec, const nlohmann::
     hh_bias.push_back(p.br.shift[r] - (p.R.shift[r] + p.h.shift));
     hh_out.push_back(p.R.shift[r] + p.h.shift - p.hh.shift);
   }
+  const auto wide = [](bool w) { return std::string(w ? "true" : "false"); };
   const auto range = [&](const std::string& name, const gru::QTensor& t) {
-    return std::vector<Constant>{{"long long", name + "Zp", num(t.zp), ""},
-                                 {"long long", name + "Lo", num(t.lo()), ""},
-                                 {"long long", name + "Hi", num(t.hi()), ""}};
+    return std::vector<Constant>{{"int", name + "Zp", num(t.zp), ""},
+                                 {"int", name + "Lo", num(t.lo()), ""},
+                                 {"int", name + "Hi", num(t.hi()), ""}};
   };
   std::vector<Constant> out = {
       {"int", "kT", num(spec.get_int("t")), "time steps"},
@@ -277,9 +311,14 @@ std::vector<Constant> GruQuantOp::constants(const OpSpec& spec, const nlohmann::
       {"int", "kUOutShift", num(p.u_out.shift), "S_u·S_h to S_h: the final rescale"},
       {"float", "kHidScale", hexfloat(std::ldexp(1.0, -p.h.shift)) + "f", "2^−shift_h: y_float = (y − zp_h)·kHidScale, exact"},
       {"long long", "kQOne", num((int64_t{1} << p.u_out.shift) + p.u_out.zp), "1 in u_out's space: round(2^shift) + zp"},
+      {"bool", "kWideSumH", wide(sum_is_wide(p.hidden_size, p.R, p.h, p.br, p.h.shift)), "R·h may leave int32"},
+      {"bool", "kWideSumX", wide(sum_is_wide(p.input_size, p.W, p.x, p.bw, p.x.shift)), "W·x may leave int32"},
+      {"bool", "kWideRHh", wide(static_cast<double>(p.r_out.hi() - p.r_out.lo()) * static_cast<double>(p.hh.hi() - p.hh.lo()) > kInt32Limit),
+       "r·hh_n before its rescale may leave int32"},
+      {"bool", "kWideCombined", wide(combined_bound(p) > kInt32Limit), "the new h before its rescale may leave int32"},
   };
   out.insert(out.end(), shifts.begin(), shifts.end());
-  out.push_back(array_struct("Rows", {{"kIhBias", ih_bias}, {"kIhOut", ih_out}, {"kHhBias", hh_bias}, {"kHhOut", hh_out}},
+  out.push_back(array_struct("Rows", "long long", {{"kIhBias", ih_bias}, {"kIhOut", ih_out}, {"kHhBias", hh_bias}, {"kHhOut", hh_out}},
                              "per gate row: bias shift into the GEMM's scale, GEMM shift to the linear output"));
   out.push_back(lut_struct("ULut", p.u_lut));
   out.push_back(lut_struct("RLut", p.r_lut));
@@ -339,7 +378,7 @@ Plan GruQuantOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
   }
   KernelDef input;
   input.symbol = "qjit_gru_input_mma";
-  input.geometry.grid[0] = static_cast<unsigned>((t * n + 31) / 32);  // 32 rows (t, n) per warp
+  input.geometry.grid[0] = static_cast<unsigned>((t * n + 63) / 64);  // 64 rows (t, n) per block
   input.geometry.grid[1] = static_cast<unsigned>((3 * h + 63) / 64);  // 4 warps of 16 channels
   input.geometry.block[0] = 128;
   input.params = {arg_param("x"), arg_param("W"), arg_param("bw"), workspace_param(0)};

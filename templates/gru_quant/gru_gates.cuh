@@ -2,69 +2,91 @@
 // piecewise-linear LUTs and the gate math C-1..C-4 of the seed
 // (../shared/seeds/000_*), every constant from qjit_spec. The CPU reference
 // is tuner/reference/gru_quant.cpp, which these equal bit for bit.
+//
+// Widths: validation (codegen/ops/gru_params.cpp) bounds every rescaled
+// value by int32, so those are ints. The products taken before a rescale
+// (a LUT's q_b·(q − zp), r·hh_n, the two terms of the new h) and the GEMM
+// sums may need more; the generator sets kWide* (and each LUT's kWide) from
+// their bounds, so 8-bit layers never touch 64-bit arithmetic (two
+// instructions per operation on the GPU).
 #pragma once
 
 namespace qjit_gru {
 
 using namespace qjit_spec;
 
-// DESIGN.md: n <= 0: x·2^−n; n > 0: round(|x| / 2^n), ties to even, sign restored.
-__device__ __forceinline__ long long rshift_round(long long x, int n) {
-  if (n <= 0) return x * (1LL << -n);
-  if (n >= 64) return 0;
-  const unsigned long long a = x < 0 ? 0ULL - static_cast<unsigned long long>(x) : static_cast<unsigned long long>(x);
-  unsigned long long q = a >> n;
-  const unsigned long long r = a & ((1ULL << n) - 1), half = 1ULL << (n - 1);
-  if (r > half || (r == half && (q & 1))) ++q;
-  return x < 0 ? -static_cast<long long>(q) : static_cast<long long>(q);
+template <bool kWide> struct IntOf { using T = int; };
+template <> struct IntOf<true> { using T = long long; };
+template <class T> struct UnsignedOf;
+template <> struct UnsignedOf<int> { using T = unsigned; };
+template <> struct UnsignedOf<long long> { using T = unsigned long long; };
+
+// DESIGN.md: n <= 0: x·2^−n (the result fits T: the callers' bounds, so a
+// shift by T's width or more has x = 0);
+// n > 0: round(|x| / 2^n), ties to even, sign restored. Adding
+// 2^(n−1) − 1 + (bit n of |x|) before the shift carries into bit n exactly
+// when the remainder is above one half, or is one half and the quotient odd.
+template <class T>
+__device__ __forceinline__ T rshift_round(T x, int n) {
+  using U = typename UnsignedOf<T>::T;
+  constexpr int kBits = 8 * sizeof(T);
+  if (n <= 0) return -n >= kBits ? T(0) : static_cast<T>(static_cast<U>(x) << (-n));
+  if (n >= kBits) return 0;
+  const U a = x < 0 ? U(0) - static_cast<U>(x) : static_cast<U>(x);
+  const U q = (a + ((U(1) << (n - 1)) - 1) + ((a >> n) & 1)) >> n;
+  return x < 0 ? -static_cast<T>(q) : static_cast<T>(q);
 }
 
-__device__ __forceinline__ long long saturate(long long v, long long lo, long long hi) { return v < lo ? lo : v > hi ? hi : v; }
+template <class T>
+__device__ __forceinline__ T saturate(T v, T lo, T hi) { return v < lo ? lo : v > hi ? hi : v; }
+__device__ __forceinline__ int sat32(int v, int lo, int hi) { return saturate<int>(v, lo, hi); }
 
 // Segment i is the first with q < kThreshold[i] (else the last). The
 // thresholds increase, so it is the last s + 1 with q >= kThreshold[s]: an
 // unrolled chain of selects keeps every segment's constants immediates
 // (an indexed constexpr array would be a memory load on the step's path).
 template <class L>
-__device__ __forceinline__ long long lut(long long q) {
-  q = saturate(q, L::kInLo, L::kInHi);
-  long long qb = L::kQb[0], tc = L::kTermC[0];
-  int n = static_cast<int>(L::kShift[0]);
+__device__ __forceinline__ int lut(int q) {
+  q = sat32(q, L::kInLo, L::kInHi);
+  int qb = L::kQb[0], tc = L::kTermC[0], n = L::kShift[0];
 #pragma unroll
   for (int s = 0; s + 1 < L::kCount; ++s)
     if (q >= L::kThreshold[s]) {
       qb = L::kQb[s + 1];
       tc = L::kTermC[s + 1];
-      n = static_cast<int>(L::kShift[s + 1]);
+      n = L::kShift[s + 1];
     }
-  return saturate(rshift_round(qb * (q - L::kInZp), n) + tc, L::kOutLo, L::kOutHi);
+  using P = typename IntOf<L::kWide>::T;
+  return sat32(static_cast<int>(rshift_round<P>(static_cast<P>(qb) * (q - L::kInZp), n)) + tc, L::kOutLo, L::kOutHi);
 }
 
 // A linear output of one gate row from its exact GEMM sum Σ w·(v − zp_v):
 // sat(rshift_round(sum + bias, shift) + zp) with bias = rshift_round(b, its
 // shift into the GEMM's scale) (seed step B: bias in the GEMM's scale, one
 // rescale). Returned centred: minus the output's zero point.
-template <long long kZp, long long kLo, long long kHi>
-__device__ __forceinline__ long long linear_out(long long sum, long long bias, int shift) {
-  return saturate(rshift_round(sum + bias, shift) + kZp, kLo, kHi) - kZp;
+template <int kZp, int kLo, int kHi, class S>
+__device__ __forceinline__ int linear_out(S sum, S bias, int shift) {
+  return sat32(static_cast<int>(rshift_round<S>(sum + bias, shift)) + kZp, kLo, kHi) - kZp;
 }
 
 // The gate arithmetic of one unit: ih and hh centred (minus their zero
 // points, gates u, r, n), h_prev its code; returns h's new code.
-__device__ __forceinline__ long long gru_cell(long long ih_u, long long ih_r, long long ih_n, long long hh_u, long long hh_r,
-                                              long long hh_n, long long h_prev) {
+__device__ __forceinline__ int gru_cell(int ih_u, int ih_r, int ih_n, int hh_u, int hh_r, int hh_n, int h_prev) {
   // C-1, C-2: rescaled addends (not saturated), the sum saturated as the LUT's input.
-  const long long u = lut<ULut>(saturate(rshift_round(ih_u, kIhToUIn) + rshift_round(hh_u, kHhToUIn) + kUInZp, kUInLo, kUInHi));
-  const long long r = lut<RLut>(saturate(rshift_round(ih_r, kIhToRIn) + rshift_round(hh_r, kHhToRIn) + kRInZp, kRInLo, kRInHi));
+  const int u = lut<ULut>(sat32(rshift_round(ih_u, kIhToUIn) + rshift_round(hh_u, kHhToUIn) + kUInZp, kUInLo, kUInHi));
+  const int r = lut<RLut>(sat32(rshift_round(ih_r, kIhToRIn) + rshift_round(hh_r, kHhToRIn) + kRInZp, kRInLo, kRInHi));
   // C-3: reset applies to (R_n·h + b_rn); the product goes straight to n_in's scale.
-  const long long n_in =
-      saturate(rshift_round(ih_n, kIhToNIn) + rshift_round((r - kROutZp) * hh_n, kRHhToNIn) + kNInZp, kNInLo, kNInHi);
-  const long long nv = lut<NLut>(n_in);
+  using RH = typename IntOf<kWideRHh>::T;
+  const int n_in = sat32(rshift_round(ih_n, kIhToNIn) +
+                             static_cast<int>(rshift_round<RH>(static_cast<RH>(r - kROutZp) * hh_n, kRHhToNIn)) + kNInZp,
+                         kNInLo, kNInHi);
+  const int nv = lut<NLut>(n_in);
   // C-4: n aligned to h (not saturated), both products in S_u·S_h, one rescale
   // to h; (1 − u) is q_one − u with the seed's single zero point.
-  const long long n_aligned = rshift_round(nv - kNOutZp, kNOutToHid) + kHidZp;
-  const long long combined = (u - kUOutZp) * (h_prev - kHidZp) + (kQOne - u) * (n_aligned - kHidZp);
-  return saturate(rshift_round(combined, kUOutShift) + kHidZp, kHidLo, kHidHi);
+  using CT = typename IntOf<kWideCombined>::T;
+  const int n_aligned = rshift_round(nv - kNOutZp, kNOutToHid) + kHidZp;
+  const CT combined = static_cast<CT>(u - kUOutZp) * (h_prev - kHidZp) + static_cast<CT>(kQOne - u) * (n_aligned - kHidZp);
+  return sat32(static_cast<int>(rshift_round<CT>(combined, kUOutShift)) + kHidZp, kHidLo, kHidHi);
 }
 
 // The float value of an h code: (q − zp)·2^−shift, exact in fp32 (at most 17

@@ -52,12 +52,15 @@ static_assert(kHs % 16 == 0, "units per block a multiple of 16 (whole m tiles)")
 // registers a0 = (g, 4q), a1 = (g + 8, 4q), a2 = (g, 16 + 4q), a3 = (g + 8,
 // 16 + 4q). Stored [m tile][k step][lane] × 16 bytes.
 // B operand: lane 4g + q holds column (sequence) g, k 4q..4q+3 (b0) and
-// 16+4q..16+4q+3 (b1). Stored [plane][k step][n tile][lane] × 8 bytes; the
-// byte of (sequence n, k) is at b_offset(n, k) within its plane.
+// 16+4q..16+4q+3 (b1). Stored [plane][k step][n tile][half][lane] × 4 bytes
+// (half 0: the b0 words, 1: the b1 words), so the 16 codes k = 16m..16m+15
+// of one sequence are 16 consecutive bytes: a block pushes its units to the
+// other blocks 16 at a time. The byte of (sequence n, k) is at
+// b_offset(n, k) within its plane.
 __device__ __forceinline__ int b_offset(int n, int k, int n_tiles) {
   const int ks = k >> 5, kk = k & 31;
   const int lane = (n & 7) * 4 + ((kk & 15) >> 2);
-  return ((ks * n_tiles + (n >> 3)) * 32 + lane) * 8 + (kk >> 4) * 4 + (kk & 3);
+  return (((ks * n_tiles + (n >> 3)) * 2 + (kk >> 4)) * 32 + lane) * 4 + (kk & 3);
 }
 
 // Byte plane p of a code: one plane holds the code itself (its low byte,
@@ -105,10 +108,12 @@ __device__ __forceinline__ unsigned cluster_rank() {
   return r;
 }
 __device__ __forceinline__ unsigned smem_addr(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void store_remote_u8(unsigned local, unsigned rank, unsigned v) {
+// 16 bytes into the same offset of block `rank`'s shared memory.
+__device__ __forceinline__ void store_remote_16(unsigned local, unsigned rank, const uint4& v) {
   unsigned remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-  asm volatile("st.shared::cluster.u8 [%0], %1;" ::"r"(remote), "r"(v) : "memory");
+  asm volatile("st.shared::cluster.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(remote), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
 }
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
@@ -172,55 +177,87 @@ struct IhShifts {
 };
 
 // acc[kq][plane][row][n] = the block's GEMM of the A fragments with buffer
-// b, k split in kKSplit ranges; tasks (m tile, n tile, k range) over warps.
+// b, k split in kKSplit ranges of kPer steps; tasks (m tile, n tile, k
+// range) over warps. A task loads the operands of up to 8 k steps before
+// their first mma, so the shared-memory latency is paid once per 8 steps,
+// not per step.
 template <int kKSteps, int kPlanes, bool kSigned>
-__device__ void block_gemm(const uint4* frag, const unsigned char* b, int plane_bytes, int* acc) {
+__device__ __forceinline__ void block_gemm(const uint4* frag, const unsigned char* b, int plane_bytes, int* acc) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   constexpr int kTasks = kMT * kNT * kKSplit, kPer = (kKSteps + kKSplit - 1) / kKSplit;
   for (int task = warp; task < kTasks; task += kWarps) {
     const int mt = task % kMT, nt = (task / kMT) % kNT, kq = task / (kMT * kNT);
     int d[kPlanes][4] = {};
-    const int k1 = min((kq + 1) * kPer, kKSteps);
-#pragma unroll 2
-    for (int ks = kq * kPer; ks < k1; ++ks) {
-      const uint4 a = frag[(mt * kKSteps + ks) * 32 + lane];
+    // In batches of up to 8 k steps (the operands of a batch in registers).
+    constexpr int kBatch = kPer < 8 ? kPer : 8;
+#pragma unroll 1
+    for (int i0 = 0; i0 < kPer; i0 += kBatch) {
+      uint4 a[kBatch];
+      uint2 bv[kBatch][kPlanes];
 #pragma unroll
-      for (int p = 0; p < kPlanes; ++p) {
-        const uint2 bv = reinterpret_cast<const uint2*>(b + p * plane_bytes)[(ks * kNT + nt) * 32 + lane];
-        if (signed_plane<kPlanes, kSigned>(p)) mma_s8<true>(d[p], a, bv);
-        else mma_s8<false>(d[p], a, bv);
+      for (int i = 0; i < kBatch; ++i) {
+        const int ks = kq * kPer + i0 + i;
+        if (ks < kKSteps && i0 + i < kPer) {
+          a[i] = frag[(mt * kKSteps + ks) * 32 + lane];
+#pragma unroll
+          for (int p = 0; p < kPlanes; ++p) {
+            const unsigned* w = reinterpret_cast<const unsigned*>(b + p * plane_bytes) + (ks * kNT + nt) * 64 + lane;
+            bv[i][p] = make_uint2(w[0], w[32]);
+          }
+        }
       }
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i)
+        if (kq * kPer + i0 + i < kKSteps && i0 + i < kPer) {
+#pragma unroll
+          for (int p = 0; p < kPlanes; ++p) {
+            if (signed_plane<kPlanes, kSigned>(p)) mma_s8<true>(d[p], a[i], bv[i][p]);
+            else mma_s8<false>(d[p], a[i], bv[i][p]);
+          }
+        }
     }
     const int row = mt * 16 + (lane >> 2), n = nt * 8 + (lane & 3) * 2;
 #pragma unroll
     for (int p = 0; p < kPlanes; ++p) {
       int* out = acc + (kq * kPlanes + p) * kRows * kNcP;
-      out[row * kNcP + n] = d[p][0];
-      out[row * kNcP + n + 1] = d[p][1];
-      out[(row + 8) * kNcP + n] = d[p][2];
-      out[(row + 8) * kNcP + n + 1] = d[p][3];
+      *reinterpret_cast<int2*>(out + row * kNcP + n) = make_int2(d[p][0], d[p][1]);
+      *reinterpret_cast<int2*>(out + (row + 8) * kNcP + n) = make_int2(d[p][2], d[p][3]);
     }
   }
 }
 
-// Σ over k ranges and planes (plane p weighs 256^p) of row `row`, sequence n.
-template <int kPlanes>
-__device__ __forceinline__ long long gemm_sum(const int* acc, int row, int n) {
-  long long s = 0;
+// Σ over k ranges and planes (plane p weighs 256^p) of row `row`, sequence n,
+// in S (64-bit only where the generator's bound needs it).
+template <int kPlanes, class S>
+__device__ __forceinline__ S gemm_sum(const int* acc, int row, int n) {
+  S s = 0;
 #pragma unroll
   for (int kq = 0; kq < kKSplit; ++kq)
 #pragma unroll
-    for (int p = 0; p < kPlanes; ++p) s += static_cast<long long>(acc[((kq * kPlanes + p) * kRows + row) * kNcP + n]) << (8 * p);
+    for (int p = 0; p < kPlanes; ++p) s += static_cast<S>(acc[((kq * kPlanes + p) * kRows + row) * kNcP + n]) << (8 * p);
   return s;
 }
 
-// x_t of the cluster's sequences into the local x buffer (fused projection).
-__device__ void load_x(const int* x, int t, int n0, unsigned char* xbuf) {
-  for (int i = threadIdx.x; i < kNc * kC; i += kThreads) {
-    const int n = i / kC, k = i % kC;
-    const int v = n0 + n < kN ? x[(static_cast<long long>(t) * kN + n0 + n) * kC + k] : static_cast<int>(kXZp);
+// The fused projection's x: each thread's share of x_t for the cluster's
+// sequences (kXSlots codes, element i = threadIdx.x + s·kThreads of the
+// [kNc][kC] slice) is loaded a step ahead into registers and written into the
+// x buffer as byte planes when its step comes: the global load's latency is
+// off the critical path.
+constexpr int kXSlots = kFused ? (kNc * kC + kThreads - 1) / kThreads : 1;
+__device__ __forceinline__ void fetch_x(const int* x, int t, int n0, int (&xr)[kXSlots]) {
 #pragma unroll
-    for (int p = 0; p < kXPlanes; ++p) xbuf[p * kXPlaneBytes + b_offset(n, k, kNT)] = plane_byte(v, p);
+  for (int s = 0; s < kXSlots; ++s) {
+    const int i = threadIdx.x + s * kThreads, n = i / kC, k = i % kC;
+    xr[s] = i < kNc * kC && n0 + n < kN ? x[(static_cast<long long>(t) * kN + n0 + n) * kC + k] : static_cast<int>(kXZp);
+  }
+}
+__device__ __forceinline__ void store_x(const int (&xr)[kXSlots], unsigned char* xbuf) {
+#pragma unroll
+  for (int s = 0; s < kXSlots; ++s) {
+    const int i = threadIdx.x + s * kThreads, n = i / kC, k = i % kC;
+    if (i < kNc * kC)
+#pragma unroll
+      for (int p = 0; p < kXPlanes; ++p) xbuf[p * kXPlaneBytes + b_offset(n, k, kNT)] = plane_byte(xr[s], p);
   }
 }
 
@@ -260,7 +297,12 @@ qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const si
 #pragma unroll
     for (int p = 0; p < kHPlanes; ++p) hbuf[p * kHPlaneBytes + b_offset(n, k, kNT)] = plane_byte(v, p);
   }
-  if constexpr (kFused) load_x(x, 0, n0, xbuf);
+  int x_next[kXSlots];
+  if constexpr (kFused) {
+    fetch_x(x, 0, n0, x_next);
+    store_x(x_next, xbuf);
+    if (kT > 1) fetch_x(x, 1, n0, x_next);
+  }
   __syncthreads();
   row_constants<HhShifts>(br, r_sum, kHidZp, rank, hh_bias, hh_shift);
   if constexpr (kFused) row_constants<IhShifts>(bw, w_sum, kXZp, rank, ih_bias, ih_shift);
@@ -287,6 +329,8 @@ qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const si
   cluster_arrive();
   cluster_wait();
 
+  using SumH = IntOf<kWideSumH>::T;
+  using SumX = IntOf<kWideSumX>::T;
   for (int t = 0; t < kT; ++t) {
     const unsigned char* h_now = hbuf + (t & 1) * kHBuf;
     unsigned char* h_next = hbuf + ((t + 1) & 1) * kHBuf;
@@ -297,17 +341,19 @@ qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const si
       const int p = threadIdx.x + i * kThreads;
       if (p >= kPairs) continue;
       const int jl = p % kHs, n = p / kHs, j = static_cast<int>(rank) * kHs + jl;
-      long long hh[3], ihc[3];
+      int hh[3], ihc[3];
 #pragma unroll
       for (int g = 0; g < 3; ++g) {
         const int row = g * kHs + jl;
-        hh[g] = linear_out<kHhZp, kHhLo, kHhHi>(gemm_sum<kHPlanes>(acc_h, row, n), hh_bias[row], hh_shift[row]);
+        hh[g] = linear_out<kHhZp, kHhLo, kHhHi, SumH>(gemm_sum<kHPlanes, SumH>(acc_h, row, n),
+                                                       static_cast<SumH>(hh_bias[row]), hh_shift[row]);
         if constexpr (kFused)
-          ihc[g] = linear_out<kIhZp, kIhLo, kIhHi>(gemm_sum<kXPlanes>(acc_x, row, n), ih_bias[row], ih_shift[row]);
+          ihc[g] = linear_out<kIhZp, kIhLo, kIhHi, SumX>(gemm_sum<kXPlanes, SumX>(acc_x, row, n),
+                                                          static_cast<SumX>(ih_bias[row]), ih_shift[row]);
         else
           ihc[g] = ih_next[i][g] - kIhZp;
       }
-      const int h_new = static_cast<int>(gru_cell(ihc[0], ihc[1], ihc[2], hh[0], hh[1], hh[2], h_prev[i]));
+      const int h_new = gru_cell(ihc[0], ihc[1], ihc[2], hh[0], hh[1], hh[2], h_prev[i]);
       h_prev[i] = h_new;
       if (j >= kH) continue;
       if (n0 + n < kN) {
@@ -316,11 +362,8 @@ qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const si
         if (y_float) y_float[at] = dequantize_h(h_new);
       }
       if (t + 1 < kT) {
-        const unsigned local = smem_addr(h_next + b_offset(n, j, kNT));
 #pragma unroll
-        for (int pl = 0; pl < kHPlanes; ++pl)
-          for (unsigned r = 0; r < kCS; ++r)
-            store_remote_u8(local + pl * kHPlaneBytes, r, plane_byte(h_new, pl));
+        for (int pl = 0; pl < kHPlanes; ++pl) h_next[pl * kHPlaneBytes + b_offset(n, j, kNT)] = plane_byte(h_new, pl);
         if constexpr (!kFused) {
           if (n0 + n < kN) {
 #pragma unroll
@@ -330,10 +373,22 @@ qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const si
       }
     }
     if (t + 1 == kT) break;
+    // Push this block's new units (16 codes of one sequence per 16-byte
+    // store) into the other blocks' copies of h, then publish them.
+    __syncthreads();
+    constexpr int kChunks = kHPlanes * kNc * (kHs / 16);
+    for (int c = threadIdx.x; c < kChunks * (kCS - 1); c += kThreads) {
+      const int chunk = c % kChunks, peer = c / kChunks;
+      const int pl = chunk / (kNc * (kHs / 16)), n = chunk / (kHs / 16) % kNc, m = chunk % (kHs / 16);
+      const unsigned char* src = h_next + pl * kHPlaneBytes + b_offset(n, static_cast<int>(rank) * kHs + 16 * m, kNT);
+      const unsigned to = (rank + 1 + static_cast<unsigned>(peer)) % kCS;
+      store_remote_16(smem_addr(src), to, *reinterpret_cast<const uint4*>(src));
+    }
     cluster_arrive();
     // Off the critical path: the next step's input projection.
     if constexpr (kFused) {
-      load_x(x, t + 1, n0, xbuf);
+      store_x(x_next, xbuf);
+      if (t + 2 < kT) fetch_x(x, t + 2, n0, x_next);
       __syncthreads();
       block_gemm<kKX, kXPlanes, kXSigned>(w_frag, xbuf, kXPlaneBytes, acc_x);
     }
@@ -341,50 +396,66 @@ qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const si
   }
 }
 
-// The precomputed input projection: ih[row][c] for every row = t·N + n, one
-// warp per 16 channels × 32 rows, operands straight from global memory into
-// fragments (W and x are read from L2 by the blocks sharing them).
-constexpr int kInRowTiles = 4;  // n tiles of 8 rows per warp
+// The precomputed input projection: ih[row][c] for every row = t·N + n. A
+// block of 4 warps computes 64 channels (16 per warp) × 64 rows: the rows'
+// x codes are staged through shared memory as byte planes in B-fragment
+// order, 128 k at a time, shared by the warps; each warp reads its W rows
+// straight into A fragments (W is small and stays in L2).
+constexpr int kInRowTiles = 8;  // n tiles of 8 rows per block
 constexpr int kInWarps = 4;
+constexpr int kInKChunk = 128;  // k staged per round: 4 k steps
+constexpr int kInRows = 8 * kInRowTiles;
 
 extern "C" __global__ void __launch_bounds__(kInWarps * 32)
 qjit_gru_input_mma(const int* __restrict__ x, const signed char* __restrict__ W, const int* __restrict__ bw,
                    int* __restrict__ ih) {
+  // [plane][k step of the chunk][n tile][half][lane] words, as b_offset lays out a B buffer.
+  __shared__ __align__(16) unsigned xs[kXPlanes * (kInKChunk / 32) * kInRowTiles * 64];
+  constexpr int kPlaneWords = (kInKChunk / 32) * kInRowTiles * 64;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int c0 = (blockIdx.y * kInWarps + warp) * 16;
-  const long long row0 = static_cast<long long>(blockIdx.x) * 8 * kInRowTiles;
+  const long long row0 = static_cast<long long>(blockIdx.x) * kInRows;
   constexpr long long kRowsTotal = static_cast<long long>(kT) * kN;
-  if (c0 >= 3 * kH) return;
   int d[kInRowTiles][kXPlanes][4] = {};
   int sum0 = 0, sum1 = 0;  // byte sums of rows c0 + g and c0 + g + 8 over this lane's k
-  for (int ks = 0; ks < kKX; ++ks) {
-    const int k = ks * 32 + q * 4;
-    uint4 a;
-    a.x = load_row_bytes<kC>(W, c0 + g, c0 + g < 3 * kH, k);
-    a.y = load_row_bytes<kC>(W, c0 + g + 8, c0 + g + 8 < 3 * kH, k);
-    a.z = load_row_bytes<kC>(W, c0 + g, c0 + g < 3 * kH, k + 16);
-    a.w = load_row_bytes<kC>(W, c0 + g + 8, c0 + g + 8 < 3 * kH, k + 16);
-    sum0 += byte_sum(a.x) + byte_sum(a.z);
-    sum1 += byte_sum(a.y) + byte_sum(a.w);
+  for (int k0 = 0; k0 < kKX * 32; k0 += kInKChunk) {
+    __syncthreads();  // the previous chunk's reads are done
+    for (int i = threadIdx.x; i < kInRows * (kInKChunk / 4); i += kInWarps * 32) {
+      const int r = i / (kInKChunk / 4), kk = (i % (kInKChunk / 4)) * 4;
+      const long long row = row0 + r;
+      int v[4];
 #pragma unroll
-    for (int nt = 0; nt < kInRowTiles; ++nt) {
-      const long long row = row0 + nt * 8 + g;
-      int v[8];
+      for (int e = 0; e < 4; ++e) v[e] = row < kRowsTotal && k0 + kk + e < kC ? x[row * kC + k0 + kk + e] : 0;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int kk = k + (i & 3) + (i >> 2) * 16;
-        v[i] = row < kRowsTotal && kk < kC ? x[row * kC + kk] : 0;
-      }
+      for (int p = 0; p < kXPlanes; ++p)
+        xs[p * kPlaneWords + b_offset(r, kk, kInRowTiles) / 4] =
+            plane_byte(v[0], p) | plane_byte(v[1], p) << 8 | plane_byte(v[2], p) << 16 | plane_byte(v[3], p) << 24;
+    }
+    __syncthreads();
+    if (c0 >= 3 * kH) continue;  // (whole warps: no mma behind a divergent branch)
 #pragma unroll
-      for (int p = 0; p < kXPlanes; ++p) {
-        uint2 b;
-        b.x = plane_byte(v[0], p) | plane_byte(v[1], p) << 8 | plane_byte(v[2], p) << 16 | plane_byte(v[3], p) << 24;
-        b.y = plane_byte(v[4], p) | plane_byte(v[5], p) << 8 | plane_byte(v[6], p) << 16 | plane_byte(v[7], p) << 24;
-        if (signed_plane<kXPlanes, kXSigned>(p)) mma_s8<true>(d[nt][p], a, b);
-        else mma_s8<false>(d[nt][p], a, b);
-      }
+    for (int s = 0; s < kInKChunk / 32; ++s) {
+      const int k = k0 + s * 32 + q * 4;
+      if (k0 + s * 32 >= kKX * 32) break;
+      uint4 a;
+      a.x = load_row_bytes<kC>(W, c0 + g, c0 + g < 3 * kH, k);
+      a.y = load_row_bytes<kC>(W, c0 + g + 8, c0 + g + 8 < 3 * kH, k);
+      a.z = load_row_bytes<kC>(W, c0 + g, c0 + g < 3 * kH, k + 16);
+      a.w = load_row_bytes<kC>(W, c0 + g + 8, c0 + g + 8 < 3 * kH, k + 16);
+      sum0 += byte_sum(a.x) + byte_sum(a.z);
+      sum1 += byte_sum(a.y) + byte_sum(a.w);
+#pragma unroll
+      for (int nt = 0; nt < kInRowTiles; ++nt)
+#pragma unroll
+        for (int p = 0; p < kXPlanes; ++p) {
+          const unsigned* w = xs + p * kPlaneWords + (s * kInRowTiles + nt) * 64 + lane;
+          const uint2 b = make_uint2(w[0], w[32]);
+          if (signed_plane<kXPlanes, kXSigned>(p)) mma_s8<true>(d[nt][p], a, b);
+          else mma_s8<false>(d[nt][p], a, b);
+        }
     }
   }
+  if (c0 >= 3 * kH) return;
   // Row sums over all k: the four lanes of a group hold a quarter each.
   sum0 += __shfl_xor_sync(0xffffffffu, sum0, 1);
   sum0 += __shfl_xor_sync(0xffffffffu, sum0, 2);
@@ -394,7 +465,8 @@ qjit_gru_input_mma(const int* __restrict__ x, const signed char* __restrict__ W,
   for (int half = 0; half < 2; ++half) {
     const int c = c0 + g + 8 * half;
     if (c >= 3 * kH) continue;
-    const long long bias = rshift_round(bw[c], static_cast<int>(Rows::kIhBias[c])) - kXZp * (half ? sum1 : sum0);
+    const long long bias =
+        rshift_round(bw[c], static_cast<int>(Rows::kIhBias[c])) - static_cast<long long>(kXZp) * (half ? sum1 : sum0);
     const int shift = static_cast<int>(Rows::kIhOut[c]);
 #pragma unroll
     for (int nt = 0; nt < kInRowTiles; ++nt)
@@ -405,7 +477,7 @@ qjit_gru_input_mma(const int* __restrict__ x, const signed char* __restrict__ W,
         long long s = 0;
 #pragma unroll
         for (int p = 0; p < kXPlanes; ++p) s += static_cast<long long>(d[nt][p][2 * half + e]) << (8 * p);
-        ih[row * 3 * kH + c] = static_cast<int>(linear_out<kIhZp, kIhLo, kIhHi>(s, bias, shift) + kIhZp);
+        ih[row * 3 * kH + c] = linear_out<kIhZp, kIhLo, kIhHi, long long>(s, bias, shift) + kIhZp;
       }
   }
 }

@@ -8,7 +8,8 @@
 //                   the gate arithmetic C-1..C-4, h_t into y[t][n][j] (and
 //                   its dequantized value into y_float when given).
 // Σ W·(x − zp) equals the seed's GEMM minus its row sum times zp. Products
-// and sums are int64 (exact for any validated params); the CPU reference
+// and sums are int64 (exact for any validated params): this plan is the
+// plain one, for shapes the cluster plan does not fit. The CPU reference
 // is tuner/reference/gru_quant.cpp, which this equals bit for bit.
 
 #include "qjit/gru_quant/gru_gates.cuh"
@@ -26,8 +27,9 @@ qjit_gru_input(const int* __restrict__ x, const signed char* __restrict__ W, con
   const signed char* wr = W + static_cast<long long>(c) * kC;
   long long acc = 0;
   for (int k = 0; k < kC; ++k) acc += static_cast<long long>(wr[k]) * (xr[k] - kXZp);
-  acc += rshift_round(bw[c], static_cast<int>(Rows::kIhBias[c]));
-  ih[row * 3 * kH + c] = static_cast<int>(saturate(rshift_round(acc, static_cast<int>(Rows::kIhOut[c])) + kIhZp, kIhLo, kIhHi));
+  ih[row * 3 * kH + c] = linear_out<kIhZp, kIhLo, kIhHi, long long>(
+                            acc, rshift_round(bw[c], static_cast<int>(Rows::kIhBias[c])), static_cast<int>(Rows::kIhOut[c])) +
+                        kIhZp;
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
@@ -42,12 +44,12 @@ qjit_gru_step(int t, const int* __restrict__ ih, const int* __restrict__ h0, con
 #pragma unroll
     for (int g = 0; g < 3; ++g) acc[g] += static_cast<long long>(R[(static_cast<long long>(g) * kH + j) * kH + k]) * hv;
   }
-  long long hh[3];
+  int hh[3];
 #pragma unroll
   for (int g = 0; g < 3; ++g) {
     const int c = g * kH + j;
-    hh[g] = linear_out<kHhZp, kHhLo, kHhHi>(acc[g], rshift_round(br[c], static_cast<int>(Rows::kHhBias[c])),
-                                            static_cast<int>(Rows::kHhOut[c]));
+    hh[g] = linear_out<kHhZp, kHhLo, kHhHi, long long>(acc[g], rshift_round(br[c], static_cast<int>(Rows::kHhBias[c])),
+                                                       static_cast<int>(Rows::kHhOut[c]));
   }
   const int* ir = ih + (static_cast<long long>(t) * kN + n) * 3 * kH;
   const long long at = (static_cast<long long>(t) * kN + n) * kH + j;
