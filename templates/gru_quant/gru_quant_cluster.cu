@@ -264,6 +264,20 @@ __device__ __forceinline__ void store_x(const int (&xr)[kXSlots], unsigned char*
 constexpr int kPairs = kNc * kHs;  // (sequence, unit) pairs of the gate stage
 constexpr int kPairSlots = (kPairs + kThreads - 1) / kThreads;
 
+// y (and y_float) of step t from the thread's pairs.
+__device__ __forceinline__ void store_states(int t, int n0, unsigned rank, const int (&h)[kPairSlots], int* y,
+                                             float* y_float) {
+#pragma unroll
+  for (int i = 0; i < kPairSlots; ++i) {
+    const int p = threadIdx.x + i * kThreads, jl = p % kHs, n = p / kHs, j = static_cast<int>(rank) * kHs + jl;
+    if (p < kPairs && j < kH && n0 + n < kN) {
+      const long long at = (static_cast<long long>(t) * kN + n0 + n) * kH + j;
+      y[at] = h[i];
+      if (y_float) y_float[at] = dequantize_h(h[i]);
+    }
+  }
+}
+
 extern "C" __global__ void __cluster_dims__(kCS, 1, 1) __launch_bounds__(kThreads, 1)
 qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const signed char* __restrict__ W,
                  const signed char* __restrict__ R, const int* __restrict__ bw, const int* __restrict__ br,
@@ -355,24 +369,14 @@ qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const si
       }
       const int h_new = gru_cell(ihc[0], ihc[1], ihc[2], hh[0], hh[1], hh[2], h_prev[i]);
       h_prev[i] = h_new;
-      if (j >= kH) continue;
-      if (n0 + n < kN) {
-        const long long at = (static_cast<long long>(t) * kN + n0 + n) * kH + j;
-        y[at] = h_new;
-        if (y_float) y_float[at] = dequantize_h(h_new);
-      }
-      if (t + 1 < kT) {
+      if (j < kH && t + 1 < kT)
 #pragma unroll
         for (int pl = 0; pl < kHPlanes; ++pl) h_next[pl * kHPlaneBytes + b_offset(n, j, kNT)] = plane_byte(h_new, pl);
-        if constexpr (!kFused) {
-          if (n0 + n < kN) {
-#pragma unroll
-            for (int g = 0; g < 3; ++g) ih_next[i][g] = ih[((t + 1LL) * kN + n0 + n) * 3 * kH + g * kH + j];
-          }
-        }
-      }
     }
-    if (t + 1 == kT) break;
+    if (t + 1 == kT) {
+      store_states(t, n0, rank, h_prev, y, y_float);
+      break;
+    }
     // Push this block's new units (16 codes of one sequence per 16-byte
     // store) into the other blocks' copies of h, then publish them.
     __syncthreads();
@@ -385,6 +389,19 @@ qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const si
       store_remote_16(smem_addr(src), to, *reinterpret_cast<const uint4*>(src));
     }
     cluster_arrive();
+    // Global accesses come after the arrive: its release would otherwise
+    // wait for each store and load of this thread to complete (hundreds of
+    // cycles through L2), and nothing in the cluster reads y or ih.
+    store_states(t, n0, rank, h_prev, y, y_float);
+    if constexpr (!kFused) {
+#pragma unroll
+      for (int i = 0; i < kPairSlots; ++i) {
+        const int p = threadIdx.x + i * kThreads, jl = p % kHs, n = p / kHs, j = static_cast<int>(rank) * kHs + jl;
+        if (p < kPairs && j < kH && n0 + n < kN)
+#pragma unroll
+          for (int g = 0; g < 3; ++g) ih_next[i][g] = ih[((t + 1LL) * kN + n0 + n) * 3 * kH + g * kH + j];
+      }
+    }
     // Off the critical path: the next step's input projection.
     if constexpr (kFused) {
       store_x(x_next, xbuf);
