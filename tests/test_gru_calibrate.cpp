@@ -1,13 +1,71 @@
-// gru_quant calibration on the CPU: PyTorch's gate order to the seed's and
-// the float64 GRU by hand.
+// gru_quant calibration on the CPU: PyTorch's gate order to the seed's, the
+// float64 GRU by hand, the seed's EMA and scale choices, the int32 rule's
+// adjustments, and the accuracy of a calibrated INT8 and INT16 GRU against
+// the float64 GRU (the op's accuracy targets).
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
 #include <vector>
 
+#include "codegen/error.h"
+#include "codegen/ops/gru_params.h"
+#include "tuner/gru_calibrate.h"
 #include "tuner/gru_float.h"
+#include "tuner/reference/gru_quant.h"
 
 using namespace qjit::tuner;
+using qjit::codegen::gru::GruParams;
+using qjit::codegen::gru::QTensor;
+
+namespace {
+
+// PyTorch's default init (uniform in ±1/sqrt(H)) and a smooth input: per
+// sequence and channel a sum of three sines of random amplitude, frequency
+// and phase. Seeded, so the accuracy numbers are reproducible.
+struct RealisticCase {
+  GruFloatWeights w;
+  int64_t T = 50, N = 2;
+  std::vector<double> x_calibrate, x_evaluate;  // two draws of the same kind of signal
+};
+
+RealisticCase realistic_case(int64_t C, int64_t H, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&](double lo, double hi) { return lo + (hi - lo) * std::ldexp(static_cast<double>(rng() >> 11), -53); };
+  RealisticCase c;
+  c.w.input_size = C, c.w.hidden_size = H;
+  const double k = 1 / std::sqrt(static_cast<double>(H));
+  const std::pair<std::vector<double>*, int64_t> tensors[] = {
+      {&c.w.weight_ih, 3 * H * C}, {&c.w.weight_hh, 3 * H * H}, {&c.w.bias_ih, 3 * H}, {&c.w.bias_hh, 3 * H}};
+  for (const auto& [v, size] : tensors)
+    for (int64_t i = 0; i < size; ++i) v->push_back(uniform(-k, k));
+  for (auto* x : {&c.x_calibrate, &c.x_evaluate}) {
+    x->assign(static_cast<size_t>(c.T * c.N * C), 0.0);
+    for (int64_t n = 0; n < c.N; ++n)
+      for (int64_t ch = 0; ch < C; ++ch)
+        for (int s = 0; s < 3; ++s) {
+          const double amp = uniform(0.2, 0.6), freq = uniform(0.05, 0.5), phase = uniform(0, 6.283185307179586);
+          for (int64_t t = 0; t < c.T; ++t)
+            (*x)[(t * c.N + n) * C + ch] += amp * std::sin(freq * static_cast<double>(t) + phase);
+        }
+  }
+  return c;
+}
+
+// Calibrates on one draw, runs the integer reference on the other, and
+// compares its dequantized output with the float64 GRU's.
+Accuracy quantized_accuracy(const RealisticCase& c, const GruQuantConfig& cfg) {
+  const GruCalibration cal = calibrate(c.w, c.x_calibrate, {}, c.T, c.N, cfg);
+  const GruParams p = GruParams::from_json(cal.params);
+  const std::vector<int32_t> x = quantize(c.x_evaluate, p.x);
+  const std::vector<int32_t> h0(static_cast<size_t>(c.N * c.w.hidden_size), quantize(0.0, p.h));
+  const auto hq = gru_quant_reference(p, cal.weights, x, h0, c.T, c.N);
+  return compare(dequantize(hq, p.h), gru_float_forward(c.w, c.x_evaluate, {}, c.T, c.N));
+}
+
+}  // namespace
 
 TEST_CASE("gru calibrate: PyTorch's gate blocks (r, z, n) become the seed's (u = z, r, n)", "[gru]") {
   const int64_t H = 3, cols = 2;
@@ -55,4 +113,129 @@ TEST_CASE("gru calibrate: the float64 GRU by hand (C = H = 1, two steps)", "[gru
   CHECK(steps[0].n_in[0] == Approx(1 + 0.75 * 1.5).epsilon(1e-14));
   CHECK(h_prev == std::vector<double>{0.5, h[0]});
   CHECK_THROWS_WITH(gru_float_forward(w, {1.0, 0.0, 3.0}, {}, 2, 1), Catch::Contains("x has 3 values; expected T·N·C = 2"));
+}
+
+TEST_CASE("gru calibrate: the seed's EMA, power-of-two scales, zero points, rounding", "[gru]") {
+  EmaRange r;
+  r.add_step(-1, 1);  // the first step sets the range
+  CHECK((r.min == -1 && r.max == 1));
+  r.add_step(-2, 3);  // then 0.9·old + 0.1·step
+  CHECK(r.min == Approx(-1.1));
+  CHECK(r.max == Approx(1.2));
+
+  // [-1, 1] in 8 signed bits: 255 steps of 2^-6 (2^-7 would need 256), covering 3.98 of which 2 are
+  // used: the seed puts min at the lowest code (covers [-1, 2.98]); centred spreads the slack ([-2, 1.98]).
+  QTensor t = choose_asymmetric(-1, 1, 8, true, ZeroPoint::seed);
+  CHECK((t.shift == 6 && t.zp == -128 + 64));
+  t = choose_asymmetric(-1, 1, 8, true, ZeroPoint::centred);
+  CHECK((t.shift == 6 && t.zp == 0));  // -128 + round_half_even(127.5)
+  t = choose_asymmetric(-0.25, 0.5, 8, true, ZeroPoint::centred);
+  CHECK((t.shift == 8 && t.zp == -32));  // low = (0.25 - 255/256) / 2: codes cover [-0.375, 0.621]
+  // A sigmoid's [0.02, 0.99] unsigned: widened to hold 0, 255/0.99 → shift 8, zp 0 either way.
+  for (auto placement : {ZeroPoint::seed, ZeroPoint::centred}) {
+    t = choose_asymmetric(0.02, 0.99, 8, false, placement);
+    CHECK((t.shift == 8 && t.zp == 0));
+    // A range above zero still holds 0 (the zero point stays a code), at the lowest code.
+    t = choose_asymmetric(2, 3, 8, true, placement);
+    CHECK((t.shift == 6 && t.zp == -128));
+  }
+  CHECK(choose_asymmetric(-1, 1, 8, true, ZeroPoint::centred, 3).shift == 3);  // a cap from the int32 rule
+  CHECK(choose_asymmetric(0, 0, 8, true, ZeroPoint::centred).shift == 7);      // never seen: as [0, 1]
+  // Symmetric: round(max_abs · 2^shift) <= 127.
+  CHECK(choose_symmetric_shift(0.125, 8) == 9);
+  CHECK(choose_symmetric_shift(1.0, 8) == 6);
+  CHECK(choose_symmetric_shift(127.0 / 128, 8) == 7);
+  CHECK(choose_symmetric_shift(0.0, 8) == 6);
+
+  // Round half to even, then the zero point, then saturation.
+  const QTensor s8{8, true, 0, 0};
+  CHECK(quantize(2.5, s8) == 2);
+  CHECK(quantize(3.5, s8) == 4);
+  CHECK(quantize(-2.5, s8) == -2);
+  CHECK(quantize(1e300, s8) == 127);
+  CHECK(quantize(-1e300, s8) == -128);
+  const QTensor u8{8, false, 1, 10};
+  CHECK(quantize(0.25, u8) == 10);  // 0.5 → 0
+  CHECK(quantize(0.75, u8) == 12);  // 1.5 → 2
+  CHECK(dequantize(12, u8) == 1.0);
+  CHECK_THROWS_WITH(quantize(std::nan(""), u8), Catch::Contains("NaN"));
+
+  const Accuracy a = compare({1, 2, 3}, {1, 2, 5});
+  CHECK(a.mse == Approx(4.0 / 3));
+  CHECK(a.mae == Approx(2.0 / 3));
+  CHECK(a.max_abs == 2);
+  CHECK(a.cosine == Approx(20 / std::sqrt(14.0 * 30)));
+}
+
+TEST_CASE("gru calibrate: a realistic GRU, INT8 and INT16, against the float64 GRU", "[gru]") {
+  struct Shape {
+    int64_t C, H;
+    uint64_t seed;
+  };
+  for (const Shape& s : {Shape{48, 64, 46}, Shape{32, 32, 2}, Shape{64, 64, 3}}) {
+    const RealisticCase c = realistic_case(s.C, s.H, s.seed);
+    const std::string label = "C=" + std::to_string(s.C) + " H=" + std::to_string(s.H) + " seed " +
+                              std::to_string(s.seed) + " (T=50, N=2, held-out input)";
+    INFO(label);
+    const Accuracy a8 = quantized_accuracy(c, {8, 8, 16, true, ZeroPoint::centred});
+    const Accuracy a16 = quantized_accuracy(c, {16, 8, 16, true, ZeroPoint::centred});
+    std::printf("[gru] calibrated %s: INT8 MSE %.3g MAE %.3g max %.3g cosine %.6f; INT16 MSE %.3g MAE %.3g max %.3g cosine %.6f\n",
+                label.c_str(), a8.mse, a8.mae, a8.max_abs, a8.cosine, a16.mse, a16.mae, a16.max_abs, a16.cosine);
+    CHECK(a8.mse < 1e-3);
+    CHECK(a8.mae < 0.05);
+    CHECK(a8.cosine > 0.999);
+    CHECK(a16.mse < 1e-4);
+    CHECK(a16.mae < 0.015);
+  }
+}
+
+TEST_CASE("gru calibrate: centred zero points beat the seed's on EMA ranges", "[gru]") {
+  // The seed's zp = round(−min / scale) puts a power-of-two scale's slack
+  // above max; the EMA's min lies above the lowest values the data reaches,
+  // so the seed's placement clips the lower tail of x, h, ih, hh and the
+  // gate inputs. Centred keeps the same scales and halves the slack between
+  // the two ends.
+  const RealisticCase c = realistic_case(32, 32, 2);
+  for (int bits : {8, 16}) {
+    const Accuracy seed = quantized_accuracy(c, {bits, 8, 16, true, ZeroPoint::seed});
+    const Accuracy centred = quantized_accuracy(c, {bits, 8, 16, true, ZeroPoint::centred});
+    std::printf("[gru] INT%d zero points, seed's vs centred: MSE %.3g vs %.3g, max %.3g vs %.3g\n", bits, seed.mse,
+                centred.mse, seed.max_abs, centred.max_abs);
+    CHECK(centred.mse < seed.mse / 2);
+    CHECK(centred.max_abs < seed.max_abs);
+  }
+}
+
+TEST_CASE("gru calibrate: the document passes the int32 rule, scales coarsened where it would not", "[gru]") {
+  const RealisticCase c = realistic_case(32, 32, 7);
+  const GruRanges ranges = track_ranges(c.w, c.x_calibrate, {}, c.T, c.N);
+  const GruQuantConfig cfg{16, 8, 16, true, ZeroPoint::centred};
+  const GruCalibration plain = quantize_gru(c.w, ranges, cfg);
+  CHECK(plain.adjustments.empty());
+  const GruParams p = GruParams::from_json(plain.params);
+  // Biases sit at their GEMM's scale; weights are per channel and within their bits.
+  for (size_t ch = 0; ch < p.W.shift.size(); ++ch) {
+    CHECK(p.bw.shift[ch] == p.W.shift[ch] + p.x.shift);
+    CHECK(p.br.shift[ch] == p.R.shift[ch] + p.h.shift);
+  }
+  CHECK(p.u_out.is_signed == false);
+  CHECK(p.n_out.zp == 0);
+
+  SECTION("a linear output far finer than its GEMM sum") {
+    GruRanges tiny = ranges;
+    tiny.ih = EmaRange{-1e-4, 1e-4, 1};
+    const GruCalibration cal = quantize_gru(c.w, tiny, cfg);
+    REQUIRE_FALSE(cal.adjustments.empty());
+    CHECK(cal.adjustments[0].rfind("ih shift ", 0) == 0);
+    CHECK_NOTHROW(GruParams::from_json(cal.params));
+  }
+  SECTION("a bias too large for int32 at its GEMM's scale") {
+    GruFloatWeights w = c.w;
+    w.bias_ih[32] = 3000;  // PyTorch's z block: the seed's channel 0
+    const GruCalibration cal = quantize_gru(w, ranges, cfg);
+    REQUIRE_FALSE(cal.adjustments.empty());
+    CHECK(cal.adjustments[0].rfind("W[0] shift ", 0) == 0);
+    const GruParams q = GruParams::from_json(cal.params);
+    CHECK(dequantize(cal.weights.bw[0], QTensor{32, true, q.bw.shift[0], 0}) == Approx(3000).epsilon(1e-6));
+  }
 }
