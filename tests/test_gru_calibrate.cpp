@@ -1,17 +1,23 @@
 // gru_quant calibration on the CPU: PyTorch's gate order to the seed's, the
 // float64 GRU by hand, the seed's EMA and scale choices, the int32 rule's
-// adjustments, and the accuracy of a calibrated INT8 and INT16 GRU against
-// the float64 GRU (the op's accuracy targets).
+// adjustments, the accuracy of a calibrated INT8 and INT16 GRU against the
+// float64 GRU (the op's accuracy targets), and `qjit gru` end to end.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "codegen/error.h"
 #include "codegen/ops/gru_params.h"
+#include "io/tensor_file.h"
+#include "tests/helpers.h"
 #include "tuner/gru_calibrate.h"
 #include "tuner/gru_float.h"
 #include "tuner/reference/gru_quant.h"
@@ -238,4 +244,189 @@ TEST_CASE("gru calibrate: the document passes the int32 rule, scales coarsened w
     const GruParams q = GruParams::from_json(cal.params);
     CHECK(dequantize(cal.weights.bw[0], QTensor{32, true, q.bw.shift[0], 0}) == Approx(3000).epsilon(1e-6));
   }
+}
+
+// ---- the qjit gru command, end to end through the built binary ---------------
+
+namespace {
+
+namespace io = qjit::io;
+
+io::Tensor float_tensor(io::DType dtype, std::vector<int64_t> shape, const std::vector<double>& v) {
+  io::Tensor t{dtype, std::move(shape), {}};
+  for (double d : v) {
+    if (dtype == io::DType::f64) t.bytes.append(reinterpret_cast<const char*>(&d), 8);
+    else {
+      const float f = static_cast<float>(d);
+      t.bytes.append(reinterpret_cast<const char*>(&f), 4);
+    }
+  }
+  return t;
+}
+
+template <class T>
+std::vector<T> values_of(const io::Tensor& t) {
+  std::vector<T> v(static_cast<size_t>(t.elements()));
+  std::memcpy(v.data(), t.bytes.data(), t.bytes.size());
+  return v;
+}
+
+// A torch.nn.GRU state dict as PyTorch names it, under `prefix`.
+std::map<std::string, io::Tensor> state_dict(const GruFloatWeights& w, const std::string& prefix) {
+  const int64_t C = w.input_size, H = w.hidden_size;
+  return {{prefix + "weight_ih_l0", float_tensor(io::DType::f32, {3 * H, C}, w.weight_ih)},
+          {prefix + "weight_hh_l0", float_tensor(io::DType::f32, {3 * H, H}, w.weight_hh)},
+          {prefix + "bias_ih_l0", float_tensor(io::DType::f32, {3 * H}, w.bias_ih)},
+          {prefix + "bias_hh_l0", float_tensor(io::DType::f32, {3 * H}, w.bias_hh)}};
+}
+
+// The float32 values a file round trip leaves.
+std::vector<double> as_float32(std::vector<double> v) {
+  for (double& d : v) d = static_cast<float>(d);
+  return v;
+}
+
+// Without a GPU on every machine (CUDA_VISIBLE_DEVICES=""), so the GPU-free paths are what runs.
+qjit::test::CommandResult qjit_gru(const std::string& args, const qjit::test::TempDir& dir) {
+  return qjit::test::run_qjit_env("CUDA_VISIBLE_DEVICES=", "gru " + args, dir.file("kernels.db"));
+}
+
+std::string describe(const qjit::test::CommandResult& r) {
+  return "exit " + std::to_string(r.exit_code) + "\n--- stdout ---\n" + r.out.substr(0, 3000) + "\n--- stderr ---\n" +
+         r.err.substr(0, 3000);
+}
+
+}  // namespace
+
+TEST_CASE("qjit gru calibrate and run --cpu: files in, the reference's integers out", "[gru][cli]") {
+  qjit::test::TempDir dir;
+  RealisticCase c = realistic_case(24, 20, 3);
+  c.w.weight_ih = as_float32(c.w.weight_ih), c.w.weight_hh = as_float32(c.w.weight_hh);
+  c.w.bias_ih = as_float32(c.w.bias_ih), c.w.bias_hh = as_float32(c.w.bias_hh);
+  c.x_calibrate = as_float32(c.x_calibrate);
+  io::write_safetensors(dir.file("gru.safetensors"), state_dict(c.w, "gru."));
+  io::write_npy(dir.file("x.npy"), float_tensor(io::DType::f32, {c.T, c.N, 24}, c.x_calibrate));
+
+  auto r = qjit_gru("calibrate --weights " + dir.file("gru.safetensors") + " --input " + dir.file("x.npy") + " --bits 16 -o " +
+                        dir.file("p.json") + " --weights-out " + dir.file("q.safetensors") + " --json --evaluate",
+                    dir);
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  const auto summary = nlohmann::json::parse(r.out);
+  CHECK(summary["ranges"]["h"]["max"].get<double>() > 0);
+  CHECK(summary["evaluation"]["mae"].get<double>() < 0.015);
+  // The files hold what the library computes from the same weights and input.
+  const GruCalibration want = calibrate(c.w, c.x_calibrate, {}, c.T, c.N, {16, 8, 16, true, ZeroPoint::centred});
+  std::ifstream pf(dir.file("p.json"));
+  CHECK(nlohmann::json::parse(pf) == want.params);
+  const io::Tensor W = io::read_tensor(dir.file("q.safetensors") + ":W"), bw = io::read_tensor(dir.file("q.safetensors") + ":bw");
+  CHECK(W.dtype == io::DType::i8);
+  CHECK(W.shape == std::vector<int64_t>{60, 24});
+  const auto Wq = values_of<int8_t>(W);
+  CHECK(std::vector<int32_t>(Wq.begin(), Wq.end()) == want.weights.W);
+  CHECK(values_of<int32_t>(bw) == want.weights.bw);
+
+  // run --cpu on the float input equals the reference on the quantized input.
+  r = qjit_gru("run --params " + dir.file("p.json") + " --weights " + dir.file("q.safetensors") + " --input " +
+                   dir.file("x.npy") + " -o " + dir.file("y.npy") + " --float-out " + dir.file("yf.npy") + " --cpu --json",
+               dir);
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  CHECK(nlohmann::json::parse(r.out)["device"] == "cpu");
+  const GruParams p = GruParams::from_json(want.params);
+  const auto xq = quantize(c.x_calibrate, p.x);
+  const std::vector<int32_t> h0(static_cast<size_t>(c.N * 20), quantize(0.0, p.h));
+  const auto hq = gru_quant_reference(p, want.weights, xq, h0, c.T, c.N);
+  const io::Tensor y = io::read_tensor(dir.file("y.npy"));
+  CHECK(y.dtype == io::DType::i32);
+  CHECK(y.shape == std::vector<int64_t>{c.T, c.N, 20});
+  CHECK(values_of<int32_t>(y) == hq);
+  const io::Tensor yf = io::read_tensor(dir.file("yf.npy"));
+  CHECK(yf.dtype == io::DType::f32);
+  CHECK(values_of<float>(yf)[5] == static_cast<float>(dequantize(hq[5], p.h)));
+
+  // An int32 input is taken as x's codes: the same result.
+  io::write_npy(dir.file("xq.npy"), io::Tensor{io::DType::i32, {c.T, c.N, 24}, std::string(reinterpret_cast<const char*>(xq.data()), xq.size() * 4)});
+  r = qjit_gru("run --params " + dir.file("p.json") + " --weights " + dir.file("q.safetensors") + " --input " +
+                   dir.file("xq.npy") + " -o " + dir.file("y2.npy") + " --cpu",
+               dir);
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  CHECK(values_of<int32_t>(io::read_tensor(dir.file("y2.npy"))) == hq);
+
+  // Without --cpu and without a GPU: exit code 3 and a plain message.
+  r = qjit_gru("run --params " + dir.file("p.json") + " --weights " + dir.file("q.safetensors") + " --input " +
+                   dir.file("x.npy") + " -o " + dir.file("y3.npy"),
+               dir);
+  CHECK(r.exit_code == 3);
+  CHECK_THAT(r.err, Catch::Contains("no usable GPU") && Catch::Contains("--cpu"));
+
+  // A folder of .npy files (float64 here) serves as well.
+  std::filesystem::create_directories(dir.file("npy"));
+  const int64_t C = 24, H = 20;
+  io::write_npy(dir.file("npy/weight_ih_l0.npy"), float_tensor(io::DType::f64, {3 * H, C}, c.w.weight_ih));
+  io::write_npy(dir.file("npy/weight_hh_l0.npy"), float_tensor(io::DType::f64, {3 * H, H}, c.w.weight_hh));
+  io::write_npy(dir.file("npy/bias_ih_l0.npy"), float_tensor(io::DType::f64, {3 * H}, c.w.bias_ih));
+  io::write_npy(dir.file("npy/bias_hh_l0.npy"), float_tensor(io::DType::f64, {3 * H}, c.w.bias_hh));
+  r = qjit_gru("calibrate --weights " + dir.file("npy") + " --input " + dir.file("x.npy") + " --bits 16 -o " +
+                   dir.file("p2.json") + " --weights-out " + dir.file("q2.safetensors"),
+               dir);
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  std::ifstream pf2(dir.file("p2.json"));
+  CHECK(nlohmann::json::parse(pf2) == want.params);
+}
+
+TEST_CASE("qjit gru: --help, and bad inputs are named, exit code 2", "[gru][cli]") {
+  qjit::test::TempDir dir;
+  for (const char* sub : {"", " calibrate", " run"}) {
+    const auto r = qjit_gru(std::string(sub) + " --help", dir);
+    INFO(sub << ": " << describe(r));
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.out, Catch::Contains("Usage") && Catch::Contains("Exit codes"));
+  }
+  const RealisticCase c = realistic_case(8, 6, 5);
+  auto dict = state_dict(c.w, "");
+  dict.erase("bias_hh_l0");
+  io::write_safetensors(dir.file("partial.safetensors"), dict);
+  io::write_safetensors(dir.file("gru.safetensors"), state_dict(c.w, "model.rnn."));
+  io::write_npy(dir.file("x.npy"), float_tensor(io::DType::f32, {c.T, c.N, 8}, c.x_calibrate));
+  io::write_npy(dir.file("x7.npy"), float_tensor(io::DType::f32, {c.T, c.N, 7}, std::vector<double>(static_cast<size_t>(c.T * c.N * 7), 0.1)));
+  const std::string outs = " -o " + dir.file("p.json") + " --weights-out " + dir.file("q.safetensors");
+
+  auto r = qjit_gru("calibrate --weights " + dir.file("partial.safetensors") + " --input " + dir.file("x.npy") + outs, dir);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("has no bias_hh_l0"));
+  r = qjit_gru("calibrate --weights " + dir.file("gru.safetensors") + " --input " + dir.file("x7.npy") + outs, dir);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("shape [50, 2, 7]") && Catch::Contains("C = input_size 8"));
+  r = qjit_gru("calibrate --weights " + dir.file("gru.safetensors") + " --input " + dir.file("nothing.npy") + outs, dir);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--input") && Catch::Contains("nothing.npy"));
+  r = qjit_gru("calibrate --weights " + dir.file("gru.safetensors") + " --input " + dir.file("x.npy") + " --bits 17" + outs, dir);
+  CHECK(r.exit_code == 2);
+
+  // A prefixed state dict calibrates; then run refuses inputs that do not fit the params.
+  r = qjit_gru("calibrate --weights " + dir.file("gru.safetensors") + " --input " + dir.file("x.npy") + outs, dir);
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Catch::Contains("model.rnn.weight_ih_l0"));
+  const std::string run = "run --params " + dir.file("p.json") + " --weights " + dir.file("q.safetensors") + " -o " +
+                          dir.file("y.npy") + " --cpu --input ";
+  r = qjit_gru(run + dir.file("x7.npy"), dir);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("x7.npy has shape [50, 2, 7]"));
+  io::write_npy(dir.file("xbig.npy"), io::Tensor{io::DType::i32, {1, 1, 8}, std::string(32, '\x7f')});
+  r = qjit_gru(run + dir.file("xbig.npy"), dir);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("element 0 = 2139062143 is outside"));
+  r = qjit_gru(run + dir.file("x.npy") + " --h0 " + dir.file("x.npy"), dir);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("--h0"));
+  // Weights that do not match the params.
+  r = qjit_gru("run --params " + dir.file("p.json") + " --weights " + dir.file("gru.safetensors") + " -o " +
+                   dir.file("y.npy") + " --cpu --input " + dir.file("x.npy"),
+               dir);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("has no tensor 'W'"));
 }
