@@ -192,6 +192,7 @@ void add_calibrate(CLI::App* gru, int& rc) {
     if (xt.shape.size() != 3 || xt.shape[2] != C)
       throw Error("argument", "--input " + o->input + " has shape " + shape_text(xt.shape) + "; expected " + layout_x(C));
     const int64_t T = xt.shape[0], N = xt.shape[1];
+    if (T < 1 || N < 1) throw Error("argument", "--input " + o->input + " has shape " + shape_text(xt.shape) + ": no data");
     const std::vector<double> x = float_values(xt, "--input " + o->input);
     std::vector<double> h0;
     if (!o->h0.empty()) {
@@ -296,6 +297,7 @@ void add_run(CLI::App* gru, int& rc) {
     const tuner::GruWeights w = read_gru_weights("--weights", o->weights, p);
     const Activation x = read_activation("--input", o->input, p.x, 3, C, layout_x(C));
     const int64_t T = x.shape[0], N = x.shape[1];
+    if (T < 1 || N < 1) throw Error("argument", "--input " + o->input + " has shape " + shape_text(x.shape) + ": no data");
     std::vector<int32_t> h0(static_cast<size_t>(N * H), tuner::quantize(0.0, p.h));
     int64_t h0_saturated = 0;
     if (!o->h0.empty()) {

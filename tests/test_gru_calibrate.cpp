@@ -400,6 +400,10 @@ TEST_CASE("qjit gru: --help, and bad inputs are named, exit code 2", "[gru][cli]
   r = qjit_gru("calibrate --weights " + dir.file("gru.safetensors") + " --input " + dir.file("x7.npy") + outs, dir);
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("shape [50, 2, 7]") && Catch::Contains("C = input_size 8"));
+  io::write_npy(dir.file("x0.npy"), float_tensor(io::DType::f32, {0, 2, 8}, {}));
+  r = qjit_gru("calibrate --weights " + dir.file("gru.safetensors") + " --input " + dir.file("x0.npy") + outs, dir);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("x0.npy has shape [0, 2, 8]: no data"));
   r = qjit_gru("calibrate --weights " + dir.file("gru.safetensors") + " --input " + dir.file("nothing.npy") + outs, dir);
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Catch::Contains("--input") && Catch::Contains("nothing.npy"));
