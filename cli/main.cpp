@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   add_import(app, rc);
   add_lut(app, rc);
   add_repack(app, rc);
+  add_gru(app, rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
