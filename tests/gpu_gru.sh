@@ -23,6 +23,13 @@ if [ "$PART" != bench ]; then
   ( time "$DIST/bin/qjit_tests" "gru_quant*" ) >"$OUT/gru_tests.log" 2>&1
   echo "gru tests exit $?"; grep -E "FAILED|failed|passed" "$OUT/gru_tests.log" | head -20; tail -3 "$OUT/gru_tests.log"
 fi
+if [ "$PART" != bench ]; then
+  echo "== against torch.nn.GRU (calibrate, run on the GPU and the CPU)"
+  for args in "" "--c 256 --h 256 --t 100 --n 4"; do
+    python3 tests/gru_vs_torch.py "$Q" $args >>"$OUT/vs_torch.log" 2>&1; echo "gru_vs_torch $args: exit $?"
+  done
+  tail -12 "$OUT/vs_torch.log"
+fi
 [ "$PART" = tests ] && exit 0
 
 echo "== cluster probe"
@@ -51,6 +58,7 @@ for s in "1 256" "16 512" "64 256" "16 1024"; do
   /usr/bin/time -f "tune wall %e s" "$Q" tune --op gru_quant --shape "$shape" --json >"$OUT/tune_$i.json" 2>>"$OUT/tune.log"
   tail -1 "$OUT/tune.log"
   "$Q" bench --op gru_quant --shape "$shape" --json >"$OUT/bench_$i.json" 2>>"$OUT/bench.log" || echo "bench $s failed"
+  "$Q" show --op gru_quant --shape "$shape" >"$OUT/show_$i.txt" 2>&1  # the trial leaderboard
   # Each kernel of the winner's plan on its own (the input projection, the persistent kernel).
   if command -v ncu >/dev/null && [ "${NCU:-1}" = 1 ]; then
     ncu --clock-control none -k regex:qjit_gru --launch-skip 4 --launch-count 2 --metrics gpu__time_duration.sum \
