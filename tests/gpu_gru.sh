@@ -2,7 +2,7 @@
 # gru_quant on the GPU machine: its [gpu] tests, the cluster-exchange probe,
 # a tune and bench of the issue's shapes (8-bit params, T = 100), cuDNN's
 # GRU through peers.py, and a table last. Logs and JSON go to $OUT.
-#   usage (repo root on the GPU machine): bash tests/gpu_gru.sh [tests|bench|all]
+#   usage (repo root on the GPU machine): bash tests/gpu_gru.sh [tests|bench|probe|all]
 # Expects the install tree in .dist and peers.py in .device/peers.py.
 set -u
 DIST=${DIST:-.dist}
@@ -18,12 +18,12 @@ export QJIT_CACHE=/tmp/qjit_gru.db
 PART=${1:-all}
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
 
-if [ "$PART" != bench ]; then
+if [ "$PART" = all ] || [ "$PART" = tests ]; then
   echo "== GPU tests (gru_quant)"
   ( time "$DIST/bin/qjit_tests" "gru_quant*" ) >"$OUT/gru_tests.log" 2>&1
   echo "gru tests exit $?"; grep -E "FAILED|failed|passed" "$OUT/gru_tests.log" | head -20; tail -3 "$OUT/gru_tests.log"
 fi
-if [ "$PART" != bench ]; then
+if [ "$PART" = all ] || [ "$PART" = tests ]; then
   echo "== against torch.nn.GRU (calibrate, run on the GPU and the CPU)"
   for args in "" "--c 256 --h 256 --t 100 --n 4"; do
     python3 tests/gru_vs_torch.py "$Q" $args >>"$OUT/vs_torch.log" 2>&1; echo "gru_vs_torch $args: exit $?"
@@ -49,6 +49,20 @@ print(json.dumps({"input_size": c, "hidden_size": h,
                 "bw": {"bits": 16, "shift": 12}, "br": {"bits": 16, "shift": 12}}}))
 PY
 }
+# PART=probe: only the step timeline of one config per shape (qjit_gru_probe).
+if [ "$PART" = probe ]; then
+  i=0
+  for s in "1 256" "16 512" "64 256" "16 1024"; do
+    i=$((i+1)); set -- $s; n=$1; h=$2
+    params "$h" "$h" >"$OUT/gru8_$h.json"
+    for cfg in '{"batch":8,"cluster":16,"family":"cluster","input":"pre","ksplit":2,"warps":16}' \
+               '{"batch":8,"cluster":8,"family":"cluster","input":"fused","ksplit":2,"warps":8}'; do
+      [ "$n" = 1 ] && cfg=${cfg/\"batch\":8/\"batch\":1}
+      "$DIST/bin/qjit_gru_probe" "$OUT/gru8_$h.json" 100 "$n" "$cfg" 2>&1 | tee -a "$OUT/gru_probe.jsonl"
+    done
+  done
+  exit 0
+fi
 rm -f "$QJIT_CACHE"
 i=0
 for s in "1 256" "16 512" "64 256" "16 1024"; do
@@ -59,6 +73,11 @@ for s in "1 256" "16 512" "64 256" "16 1024"; do
   tail -1 "$OUT/tune.log"
   "$Q" bench --op gru_quant --shape "$shape" --json >"$OUT/bench_$i.json" 2>>"$OUT/bench.log" || echo "bench $s failed"
   "$Q" show --op gru_quant --shape "$shape" >"$OUT/show_$i.txt" 2>&1  # the trial leaderboard
+  # The winner's step timeline (where a step's time goes).
+  cfg=$(python3 -c 'import json, sys
+c = json.load(open(sys.argv[1]))[0]["rows"][0]["config"]
+print(c if isinstance(c, str) else json.dumps(c))' "$OUT/bench_$i.json" 2>/dev/null)
+  case "$cfg" in *cluster*) "$DIST/bin/qjit_gru_probe" "$OUT/gru8_$h.json" 100 "$n" "$cfg" 2>&1 | tee -a "$OUT/gru_probe.jsonl" ;; esac
   # Each kernel of the winner's plan on its own (the input projection, the persistent kernel).
   if command -v ncu >/dev/null && [ "${NCU:-1}" = 1 ]; then
     ncu --clock-control none -k regex:qjit_gru --launch-skip 4 --launch-count 2 --metrics gpu__time_duration.sum \

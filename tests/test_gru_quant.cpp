@@ -14,6 +14,7 @@
 #include "codegen/error.h"
 #include "codegen/ops/gru_params.h"
 #include "codegen/ops/gru_quant.h"
+#include "codegen/nvrtc.h"
 #include "codegen/registry.h"
 #include "codegen/source.h"
 #include "codegen/spec.h"
@@ -370,6 +371,17 @@ TEST_CASE("gru_quant: sources compile for sm_80 and sm_90 over random params", "
     if (j.config["family"] == "step") step_jobs.push_back(j);
   qjit::test::compile_jobs(step_jobs, "sm_80", "gru_quant step sm_80");
   qjit::test::compile_jobs(jobs, "sm_90", "gru_quant sm_90");
+  // The probe's build of the cluster plan (qjit_gru_probe: QJIT_GRU_CLOCKS marks) compiles too.
+  for (const auto& j : jobs)
+    if (j.config["family"] == "cluster") {
+      auto src = qjit::codegen::generate_source(j.spec, j.config);
+      src.text = "#define QJIT_GRU_CLOCKS 1\n" + src.text;
+      const auto r = qjit::codegen::compile(src, "sm_90");
+      INFO(r.log);
+      CHECK(r.ok);
+      CHECK(r.ptx.find("qjit_gru_clocks") != std::string::npos);
+      break;
+    }
   for (const auto* set : {&step_jobs, &jobs})
     for (const auto& j : *set) {
       INFO(j.spec.label().substr(0, 80) << " " << j.config.dump() << "\n" << j.error << j.result.log);

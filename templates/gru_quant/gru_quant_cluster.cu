@@ -32,6 +32,7 @@
 // prefetched one step ahead.
 
 #include "qjit/gru_quant/gru_gates.cuh"
+#include "qjit/gru_quant/gru_marks.cuh"
 
 using namespace qjit_spec;
 using namespace qjit_gru;
@@ -141,6 +142,7 @@ __device__ __forceinline__ long long global_row(int row, unsigned rank) {
 // each row's byte sum into row_sum (zeroed before).
 template <int K, int kKSteps>
 __device__ void load_fragments(const signed char* m, unsigned rank, uint4* frag, int* row_sum) {
+#pragma unroll 4
   for (int chunk = threadIdx.x; chunk < kMT * kKSteps * 32; chunk += kThreads) {
     const int lane = chunk & 31, ks = (chunk >> 5) % kKSteps, mt = (chunk >> 5) / kKSteps;
     const int r0 = mt * 16 + (lane >> 2), r1 = r0 + 8, k = ks * 32 + (lane & 3) * 4;
@@ -283,6 +285,7 @@ qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const si
                  const signed char* __restrict__ R, const int* __restrict__ bw, const int* __restrict__ br,
                  const int* __restrict__ ih, int* __restrict__ y, float* __restrict__ y_float) {
   extern __shared__ __align__(16) unsigned char smem[];
+  QJIT_GRU_CLOCK_STORAGE
   uint4* r_frag = reinterpret_cast<uint4*>(smem);
   uint4* w_frag = reinterpret_cast<uint4*>(smem + kOffW);
   unsigned char* hbuf = smem + kOffH;
@@ -348,8 +351,11 @@ qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const si
   for (int t = 0; t < kT; ++t) {
     const unsigned char* h_now = hbuf + (t & 1) * kHBuf;
     unsigned char* h_next = hbuf + ((t + 1) & 1) * kHBuf;
+    QJIT_GRU_CLOCK(t, 0);
     block_gemm<kKH, kHPlanes, kHSigned>(r_frag, h_now, kHPlaneBytes, acc_h);
+    QJIT_GRU_CLOCK(t, 1);
     __syncthreads();
+    QJIT_GRU_CLOCK(t, 2);
 #pragma unroll
     for (int i = 0; i < kPairSlots; ++i) {
       const int p = threadIdx.x + i * kThreads;
@@ -373,6 +379,7 @@ qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const si
 #pragma unroll
         for (int pl = 0; pl < kHPlanes; ++pl) h_next[pl * kHPlaneBytes + b_offset(n, j, kNT)] = plane_byte(h_new, pl);
     }
+    QJIT_GRU_CLOCK(t, 3);
     if (t + 1 == kT) {
       store_states(t, n0, rank, h_prev, y, y_float);
       break;
@@ -380,6 +387,7 @@ qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const si
     // Push this block's new units (16 codes of one sequence per 16-byte
     // store) into the other blocks' copies of h, then publish them.
     __syncthreads();
+    QJIT_GRU_CLOCK(t, 4);
     constexpr int kChunks = kHPlanes * kNc * (kHs / 16);
     for (int c = threadIdx.x; c < kChunks * (kCS - 1); c += kThreads) {
       const int chunk = c % kChunks, peer = c / kChunks;
@@ -388,6 +396,7 @@ qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const si
       const unsigned to = (rank + 1 + static_cast<unsigned>(peer)) % kCS;
       store_remote_16(smem_addr(src), to, *reinterpret_cast<const uint4*>(src));
     }
+    QJIT_GRU_CLOCK(t, 5);
     cluster_arrive();
     // Global accesses come after the arrive: its release would otherwise
     // wait for each store and load of this thread to complete (hundreds of
@@ -402,6 +411,7 @@ qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const si
           for (int g = 0; g < 3; ++g) ih_next[i][g] = ih[((t + 1LL) * kN + n0 + n) * 3 * kH + g * kH + j];
       }
     }
+    QJIT_GRU_CLOCK(t, 6);
     // Off the critical path: the next step's input projection.
     if constexpr (kFused) {
       store_x(x_next, xbuf);
@@ -409,8 +419,10 @@ qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const si
       __syncthreads();
       block_gemm<kKX, kXPlanes, kXSigned>(w_frag, xbuf, kXPlaneBytes, acc_x);
     }
+    QJIT_GRU_CLOCK(t, 7);
     cluster_wait();
   }
+  QJIT_GRU_CLOCK_FLUSH();
 }
 
 // The precomputed input projection: ih[row][c] for every row = t·N + n. A
@@ -437,7 +449,12 @@ qjit_gru_input_mma(const int* __restrict__ x, const signed char* __restrict__ W,
   int sum0 = 0, sum1 = 0;  // byte sums of rows c0 + g and c0 + g + 8 over this lane's k
   for (int k0 = 0; k0 < kKX * 32; k0 += kInKChunk) {
     __syncthreads();  // the previous chunk's reads are done
-    for (int i = threadIdx.x; i < kInRows * (kInKChunk / 4); i += kInWarps * 32) {
+    // Unrolled: every load of the chunk in flight before the first store
+    // (a rolled loop waited a global round trip per iteration).
+    constexpr int kStageIters = kInRows * (kInKChunk / 4) / (kInWarps * 32);
+#pragma unroll
+    for (int it = 0; it < kStageIters; ++it) {
+      const int i = threadIdx.x + it * kInWarps * 32;
       const int r = i / (kInKChunk / 4), kk = (i % (kInKChunk / 4)) * 4;
       const long long row = row0 + r;
       int v[4];
