@@ -95,7 +95,8 @@ struct ClusterShape {
            + 2 * h_planes * kh * n_tiles * 256             // h, double buffered
            + fused * x_planes * kx * n_tiles * 256         // x_t
            + 4 * c.ksplit * (h_planes + fused * x_planes) * rows * ncp  // int32 partial sums
-           + 12 * rows * (1 + fused);                      // per-row bias (int64) and shift (int32)
+           + 12 * rows * (1 + fused)                       // per-row bias (int64) and shift (int32)
+           + 16;                                           // an mbarrier per h buffer
   }
 };
 

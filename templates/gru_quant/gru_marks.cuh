@@ -8,7 +8,8 @@
 //   0 step start (past the previous barrier)   1 its own GEMM task done
 //   2 every GEMM task done (__syncthreads)     3 its gate arithmetic done
 //   4 every unit written (__syncthreads)       5 its pushes issued
-//   6 past the arrive and the global stores    7 past the input projection
+//   6 past the global stores and loads         7 past the input projection
+// (the wait for the peers' units follows 7: next step's 0 minus 7).
 #ifdef QJIT_GRU_CLOCKS
 constexpr int kClockSteps = 64, kClockEvents = 8, kClockBlocks = 16;
 __device__ long long qjit_gru_clocks[kClockBlocks][kClockSteps][kClockEvents];

@@ -7,13 +7,14 @@
 // j ∈ [rank·kHs, rank·kHs + kHs) and the three gate rows u, r, n of each —
 // kRows = 3·kHs rows of R (and of W when the input projection is fused),
 // copied into shared memory once. Per step every block needs all of
-// h_{t−1}: each block pushes its new units into every block's copy of h
-// (st.shared::cluster) and the cluster barrier publishes them
-// (barrier.cluster.arrive.release / wait.acquire, PTX ISA). h is double
-// buffered — step t reads buffer t % 2 and writes buffer (t + 1) % 2 — so
-// one barrier per step suffices: a block writes buffer t % 2 again only in
-// step t + 1, after every block arrived at step t's barrier, i.e. after
-// every block's step-t reads.
+// h_{t−1}: each block pushes its new units into every other block's copy of
+// h with st.async, which completes bytes on the receiving block's mbarrier
+// for that buffer (PTX ISA: st.async, mbarrier complete_tx); a block waits
+// only for its own mbarrier to see every peer's bytes — no cluster barrier
+// per step. h is double buffered — step t reads buffer t % 2 and writes
+// buffer (t + 1) % 2 — and the data order makes that safe: block A pushes
+// into B's buffer t % 2 again in step t + 1 only after receiving B's step-t
+// units, which B sends after its step-t GEMM has read that buffer.
 //
 // The recurrent GEMM runs on int8 tensor cores (mma.sync m16n8k32, s32
 // accumulation) from operands kept in fragment order: R as the A operand
@@ -102,24 +103,48 @@ __device__ __forceinline__ unsigned load_row_bytes(const signed char* m, long lo
   return w;
 }
 
-// --- cluster primitives (PTX ISA: mapa, st.shared::cluster, barrier.cluster)
+// --- cluster primitives (PTX ISA: mapa, st.async, mbarrier, barrier.cluster)
 __device__ __forceinline__ unsigned cluster_rank() {
   unsigned r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
   return r;
 }
 __device__ __forceinline__ unsigned smem_addr(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
-// 16 bytes into the same offset of block `rank`'s shared memory.
-__device__ __forceinline__ void store_remote_16(unsigned local, unsigned rank, const uint4& v) {
+__device__ __forceinline__ unsigned map_to_rank(unsigned local, unsigned rank) {
   unsigned remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-  asm volatile("st.shared::cluster.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(remote), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+  return remote;
+}
+// 16 bytes into the same offset of block `rank`'s shared memory, completing
+// 16 bytes of the transaction on that block's mbarrier at `bar` (a local address).
+__device__ __forceinline__ void push_16(unsigned local, unsigned bar, unsigned rank, const uint4& v) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
+                   map_to_rank(local, rank)),
+               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(map_to_rank(bar, rank))
                : "memory");
+}
+__device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+// The local arrival of a phase that also waits for `bytes` from st.async.
+__device__ __forceinline__ void mbarrier_arrive_expect(unsigned bar, unsigned bytes) {
+  asm volatile("{.reg .b64 state;\n mbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done)
+    asm volatile(
+        "{.reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
 }
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 
-// Shared memory (dynamic), in this order; kSmemBytes (from the plan) is the total.
+// Shared memory (dynamic), in this order; kSmemBytes (from the plan) is the
+// total. Last, the two mbarriers that count each h buffer's incoming bytes.
 constexpr int kHPlaneBytes = kKH * kNT * 256, kXPlaneBytes = kKX * kNT * 256;
 constexpr int kRFrag = kRows * kKH * 32;
 constexpr int kWFrag = kFused ? kRows * kKX * 32 : 0;
@@ -129,7 +154,7 @@ constexpr int kAccH = kKSplit * kHPlanes * kRows * kNcP;  // int32 partial sums
 constexpr int kAccX = kFused ? kKSplit * kXPlanes * kRows * kNcP : 0;
 constexpr int kOffW = kRFrag, kOffH = kOffW + kWFrag, kOffX = kOffH + 2 * kHBuf, kOffAccH = kOffX + kXBuf,
               kOffAccX = kOffAccH + 4 * kAccH, kOffRowH = kOffAccX + 4 * kAccX, kOffRowX = kOffRowH + 12 * kRows,
-              kSmemTotal = kOffRowX + (kFused ? 12 * kRows : 0);
+              kOffBar = kOffRowX + (kFused ? 12 * kRows : 0), kSmemTotal = kOffBar + 16;
 static_assert(kSmemTotal == kSmemBytes, "the plan's shared memory differs from the template's layout");
 
 // Global row of local gate row `row` (gate = row / kHs), or −1 for a padding unit.
@@ -340,11 +365,21 @@ qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const si
   }
   __syncthreads();  // row sums read; the accumulators are free again
   if constexpr (kFused) block_gemm<kKX, kXPlanes, kXSigned>(w_frag, xbuf, kXPlaneBytes, acc_x);
-  // Every block of the cluster has started and zeroed its h buffers before
-  // any block writes into them (distributed shared memory of a block that
-  // has not started is not accessible).
+  const unsigned bar0 = smem_addr(smem + kOffBar);  // h buffer b's mbarrier: bar0 + 8b
+  if (threadIdx.x == 0) {
+    mbarrier_init(bar0, 1);
+    mbarrier_init(bar0 + 8, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  // Every block of the cluster has started, zeroed its h buffers and set up
+  // its mbarriers before any block pushes into them (distributed shared
+  // memory of a block that has not started is not accessible).
   cluster_arrive();
   cluster_wait();
+  // Bytes each block receives per step: its peers' units, 16 codes a chunk.
+  constexpr int kChunks = kHPlanes * kNc * (kHs / 16);
+  constexpr unsigned kIncoming = 16u * kChunks * (kCS - 1);
+  unsigned parity = 0;  // bit b: the phase of buffer b's mbarrier to wait for
 
   using SumH = IntOf<kWideSumH>::T;
   using SumX = IntOf<kWideSumX>::T;
@@ -386,21 +421,18 @@ qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const si
     }
     // Push this block's new units (16 codes of one sequence per 16-byte
     // store) into the other blocks' copies of h, then publish them.
+    const unsigned bar_next = bar0 + 8 * ((t + 1) & 1);
+    if (threadIdx.x == 0) mbarrier_arrive_expect(bar_next, kIncoming);
     __syncthreads();
     QJIT_GRU_CLOCK(t, 4);
-    constexpr int kChunks = kHPlanes * kNc * (kHs / 16);
     for (int c = threadIdx.x; c < kChunks * (kCS - 1); c += kThreads) {
       const int chunk = c % kChunks, peer = c / kChunks;
       const int pl = chunk / (kNc * (kHs / 16)), n = chunk / (kHs / 16) % kNc, m = chunk % (kHs / 16);
       const unsigned char* src = h_next + pl * kHPlaneBytes + b_offset(n, static_cast<int>(rank) * kHs + 16 * m, kNT);
       const unsigned to = (rank + 1 + static_cast<unsigned>(peer)) % kCS;
-      store_remote_16(smem_addr(src), to, *reinterpret_cast<const uint4*>(src));
+      push_16(smem_addr(src), bar_next, to, *reinterpret_cast<const uint4*>(src));
     }
     QJIT_GRU_CLOCK(t, 5);
-    cluster_arrive();
-    // Global accesses come after the arrive: its release would otherwise
-    // wait for each store and load of this thread to complete (hundreds of
-    // cycles through L2), and nothing in the cluster reads y or ih.
     store_states(t, n0, rank, h_prev, y, y_float);
     if constexpr (!kFused) {
 #pragma unroll
@@ -420,7 +452,9 @@ qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const si
       block_gemm<kKX, kXPlanes, kXSigned>(w_frag, xbuf, kXPlaneBytes, acc_x);
     }
     QJIT_GRU_CLOCK(t, 7);
-    cluster_wait();
+    // The peers' units of step t: buffer (t + 1) % 2 complete.
+    mbarrier_wait(bar_next, (parity >> ((t + 1) & 1)) & 1);
+    parity ^= 1u << ((t + 1) & 1);
   }
   QJIT_GRU_CLOCK_FLUSH();
 }

@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
 
     const int64_t T = spec.get_int("t");
     const int blocks = std::min<int>(kBlocks, static_cast<int>(plan.kernels.back().def.geometry.grid[0]));
-    const char* names[] = {"gemm_own", "gemm_all", "gate", "gate_all", "push", "arrive", "input", "wait", "step"};
+    const char* names[] = {"gemm_own", "gemm_all", "gate", "gate_all", "push", "global", "input", "wait", "step"};
     std::vector<std::vector<double>> d(9);
     const auto at = [&](int b, int t, int e) { return c[(static_cast<size_t>(b) * kSteps + t) * kEvents + e]; };
     for (int b = 0; b < blocks; ++b)
