@@ -141,8 +141,14 @@ constexpr double kInt32Limit = 2147483647.0;
 Constant lut_struct(const std::string& name, const gru::Lut& l) {
   std::vector<int64_t> thr, qb, n, tc;
   double widest = 0;
+  bool positive = true;
   for (const auto& s : l.segments) {
-    thr.push_back(s.threshold), qb.push_back(s.q_b), n.push_back(s.n), tc.push_back(s.term_c);
+    // A flat segment (q_b = 0) gives rshift_round(0, n) + term_c = term_c for
+    // any n: its shift is written as 1, so that a LUT whose sloped segments all
+    // shift right takes rshift_round without the branches on n.
+    const int shift = s.q_b == 0 && s.n < 1 ? 1 : s.n;
+    positive = positive && shift >= 1 && shift < 32;
+    thr.push_back(s.threshold), qb.push_back(s.q_b), n.push_back(shift), tc.push_back(s.term_c);
     widest = std::max(widest, std::fabs(static_cast<double>(s.q_b)) * static_cast<double>(l.in.hi() - l.in.lo()));
   }
   Constant c = array_struct(name, "int", {{"kThreshold", thr}, {"kQb", qb}, {"kShift", n}, {"kTermC", tc}},
@@ -152,7 +158,8 @@ Constant lut_struct(const std::string& name, const gru::Lut& l) {
   s << "  static constexpr int kCount = " << l.segments.size() << ";\n"
     << "  static constexpr int kInLo = " << l.in.lo() << ", kInHi = " << l.in.hi() << ", kInZp = " << l.in.zp
     << ";\n  static constexpr int kOutLo = " << l.out.lo() << ", kOutHi = " << l.out.hi() << ";\n"
-    << "  static constexpr bool kWide = " << (widest > kInt32Limit ? "true" : "false") << ";\n";
+    << "  static constexpr bool kWide = " << (widest > kInt32Limit ? "true" : "false") << ";\n"
+    << "  static constexpr bool kPositiveShifts = " << (positive ? "true" : "false") << ";\n";
   c.value = s.str() + c.value;
   return c;
 }
@@ -319,6 +326,11 @@ std::vector<Constant> GruQuantOp::constants(const OpSpec& spec, const nlohmann::
       {"bool", "kWideCombined", wide(combined_bound(p) > kInt32Limit), "the new h before its rescale may leave int32"},
   };
   out.insert(out.end(), shifts.begin(), shifts.end());
+  const auto all_positive = [](const std::vector<int64_t>& v) {
+    return std::all_of(v.begin(), v.end(), [](int64_t s) { return s >= 1 && s < 32; });
+  };
+  out.push_back({"bool", "kHhOutPositive", wide(all_positive(hh_out)), "every R·h row shifts right by 1..31"});
+  out.push_back({"bool", "kIhOutPositive", wide(all_positive(ih_out)), "every W·x row shifts right by 1..31"});
   out.push_back(array_struct("Rows", "long long", {{"kIhBias", ih_bias}, {"kIhOut", ih_out}, {"kHhBias", hh_bias}, {"kHhOut", hh_out}},
                              "per gate row: bias shift into the GEMM's scale, GEMM shift to the linear output"));
   out.push_back(lut_struct("ULut", p.u_lut));

@@ -37,6 +37,21 @@ __device__ __forceinline__ T rshift_round(T x, int n) {
   return x < 0 ? -static_cast<T>(q) : static_cast<T>(q);
 }
 
+// rshift_round for a shift the generator proved positive (1 ≤ n < T's
+// width): the same rounding without the branches on n.
+template <class T>
+__device__ __forceinline__ T rshift_round_pos(T x, int n) {
+  using U = typename UnsignedOf<T>::T;
+  const U a = x < 0 ? U(0) - static_cast<U>(x) : static_cast<U>(x);
+  const U q = (a + ((U(1) << (n - 1)) - 1) + ((a >> n) & 1)) >> n;
+  return x < 0 ? -static_cast<T>(q) : static_cast<T>(q);
+}
+template <bool kPositive, class T>
+__device__ __forceinline__ T rshift_round_as(T x, int n) {
+  if constexpr (kPositive) return rshift_round_pos(x, n);
+  else return rshift_round(x, n);
+}
+
 template <class T>
 __device__ __forceinline__ T saturate(T v, T lo, T hi) { return v < lo ? lo : v > hi ? hi : v; }
 __device__ __forceinline__ int sat32(int v, int lo, int hi) { return saturate<int>(v, lo, hi); }
@@ -57,16 +72,18 @@ __device__ __forceinline__ int lut(int q) {
       n = L::kShift[s + 1];
     }
   using P = typename IntOf<L::kWide>::T;
-  return sat32(static_cast<int>(rshift_round<P>(static_cast<P>(qb) * (q - L::kInZp), n)) + tc, L::kOutLo, L::kOutHi);
+  return sat32(static_cast<int>(rshift_round_as<L::kPositiveShifts>(static_cast<P>(qb) * (q - L::kInZp), n)) + tc,
+               L::kOutLo, L::kOutHi);
 }
 
 // A linear output of one gate row from its exact GEMM sum Σ w·(v − zp_v):
 // sat(rshift_round(sum + bias, shift) + zp) with bias = rshift_round(b, its
 // shift into the GEMM's scale) (seed step B: bias in the GEMM's scale, one
 // rescale). Returned centred: minus the output's zero point.
-template <int kZp, int kLo, int kHi, class S>
+// kPositive: every row's shift is at least 1 (the generator's kHhOutPositive, kIhOutPositive).
+template <int kZp, int kLo, int kHi, class S, bool kPositive = false>
 __device__ __forceinline__ int linear_out(S sum, S bias, int shift) {
-  return sat32(static_cast<int>(rshift_round<S>(sum + bias, shift)) + kZp, kLo, kHi) - kZp;
+  return sat32(static_cast<int>(rshift_round_as<kPositive>(sum + bias, shift)) + kZp, kLo, kHi) - kZp;
 }
 
 // The gate arithmetic of one unit: ih and hh centred (minus their zero

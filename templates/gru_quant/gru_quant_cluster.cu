@@ -191,7 +191,7 @@ __device__ void row_constants(const int* bias, const int* row_sum, long long zp,
   for (int row = threadIdx.x; row < kRows; row += kThreads) {
     const long long g = global_row(row, rank);
     row_bias[row] = g < 0 ? 0 : rshift_round(bias[g], RowShifts::bias_shift(g)) - zp * row_sum[row];
-    row_shift[row] = g < 0 ? 0 : RowShifts::out_shift(g);
+    row_shift[row] = g < 0 ? 1 : RowShifts::out_shift(g);  // (a padding row's: any shift the fast path takes)
   }
 }
 struct HhShifts {
@@ -400,10 +400,10 @@ qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const si
 #pragma unroll
       for (int g = 0; g < 3; ++g) {
         const int row = g * kHs + jl;
-        hh[g] = linear_out<kHhZp, kHhLo, kHhHi, SumH>(gemm_sum<kHPlanes, SumH>(acc_h, row, n),
+        hh[g] = linear_out<kHhZp, kHhLo, kHhHi, SumH, kHhOutPositive>(gemm_sum<kHPlanes, SumH>(acc_h, row, n),
                                                        static_cast<SumH>(hh_bias[row]), hh_shift[row]);
         if constexpr (kFused)
-          ihc[g] = linear_out<kIhZp, kIhLo, kIhHi, SumX>(gemm_sum<kXPlanes, SumX>(acc_x, row, n),
+          ihc[g] = linear_out<kIhZp, kIhLo, kIhHi, SumX, kIhOutPositive>(gemm_sum<kXPlanes, SumX>(acc_x, row, n),
                                                           static_cast<SumX>(ih_bias[row]), ih_shift[row]);
         else
           ihc[g] = ih_next[i][g] - kIhZp;
@@ -545,7 +545,7 @@ qjit_gru_input_mma(const int* __restrict__ x, const signed char* __restrict__ W,
         long long s = 0;
 #pragma unroll
         for (int p = 0; p < kXPlanes; ++p) s += static_cast<long long>(d[nt][p][2 * half + e]) << (8 * p);
-        ih[row * 3 * kH + c] = linear_out<kIhZp, kIhLo, kIhHi, long long>(s, bias, shift) + kIhZp;
+        ih[row * 3 * kH + c] = linear_out<kIhZp, kIhLo, kIhHi, long long, kIhOutPositive>(s, bias, shift) + kIhZp;
       }
   }
 }
