@@ -38,6 +38,27 @@ bool parse_dtype(const char* s, qjit::DType* out) {
     if (s && std::string(s) == qjit::to_string(t)) return *out = t, true;
   return false;
 }
+
+// A struct's element-type field: NULL is `fallback`; mixed is not an element type.
+qjit::DType element_type(const char* s, qjit::DType fallback, const char* op, const char* field) {
+  qjit::DType t = fallback;
+  if (s && (!parse_dtype(s, &t) || t == qjit::DType::mixed))
+    throw qjit::Error("argument", std::string(op) + ": " + field + " '" + s + "' (expected fp16, bf16 or fp32)");
+  return t;
+}
+
+qjit::Activation activation(const char* act, const char* op) {
+  if (!act) return qjit::Activation::silu;
+  for (auto c : {qjit::Activation::silu, qjit::Activation::silu_lut, qjit::Activation::silu_lut_seed})
+    if (std::string(act) == qjit::to_string(c)) return c;
+  throw qjit::Error("argument", std::string(op) + ": act '" + act + "' (expected silu, silu_lut or silu_lut_seed)");
+}
+
+template <class A>
+const A& required(const A* a, const char* op) {
+  if (!a) throw qjit::Error("argument", std::string(op) + ": args is null");
+  return *a;
+}
 }  // namespace
 
 extern "C" qjit_status qjit_fused_ffn(int d, int h, int m, const char* dtype, const char* act, const void* x,
@@ -47,15 +68,7 @@ extern "C" qjit_status qjit_fused_ffn(int d, int h, int m, const char* dtype, co
     if (!parse_dtype(dtype, &t))
       throw qjit::Error("argument", std::string("fused_ffn: dtype '") + (dtype ? dtype : "(null)") +
                                         "' (expected fp16, bf16, fp32 or mixed)");
-    qjit::Activation a = qjit::Activation::silu;
-    if (act) {
-      bool known = false;
-      for (auto c : {qjit::Activation::silu, qjit::Activation::silu_lut, qjit::Activation::silu_lut_seed})
-        if (std::string(act) == qjit::to_string(c)) a = c, known = true;
-      if (!known)
-        throw qjit::Error("argument", std::string("fused_ffn: act '") + act + "' (expected silu, silu_lut or silu_lut_seed)");
-    }
-    qjit::fused_ffn({d, h, m, t, a}, x, w1, w3, y, static_cast<CUstream_st*>(stream));
+    qjit::fused_ffn({d, h, m, t, activation(act, "fused_ffn")}, x, w1, w3, y, static_cast<CUstream_st*>(stream));
   });
 }
 
@@ -71,11 +84,53 @@ extern "C" qjit_status qjit_fp_lut(const char* fn, long long n, const char* in, 
   });
 }
 
-extern "C" qjit_status qjit_gru_quant(const qjit_gru_quant_args* a, void* stream) {
+extern "C" qjit_status qjit_wq_gemm(const qjit_wq_gemm_args* args, void* stream) {
   return guarded([&] {
-    if (!a) throw qjit::Error("argument", "gru_quant: args is null");
-    if (!a->params) throw qjit::Error("argument", "gru_quant: params is null");
-    qjit::gru_quant({a->t, a->n, a->c, a->h, a->params}, {a->x, a->h0, a->W, a->R, a->bw, a->br, a->y, a->y_float},
+    const auto& a = required(args, "wq_gemm");
+    qjit::WqGemmShape s;
+    s.k = a.k, s.n = a.n, s.bits = a.bits, s.g = a.g;
+    s.zero = a.zero ? a.zero : "int";
+    s.scales = element_type(a.scales_dtype, qjit::DType::fp16, "wq_gemm", "scales_dtype");
+    s.x = element_type(a.x_dtype, qjit::DType::fp16, "wq_gemm", "x_dtype");
+    s.bias = a.bias != 0, s.residual = a.residual != 0;
+    s.act = a.act ? a.act : "none";
+    qjit::wq_gemm(s, {a.x, a.qweight, a.scales, a.zeros, a.bias_ptr, a.residual_ptr, a.y, a.m},
+                  static_cast<CUstream_st*>(stream));
+  });
+}
+
+extern "C" qjit_status qjit_awq_dequant(const qjit_awq_dequant_args* args, void* stream) {
+  return guarded([&] {
+    const auto& a = required(args, "awq_dequant");
+    qjit::AwqDequantShape s;
+    s.k = a.k, s.n = a.n, s.g = a.g;
+    s.layout = a.layout ? a.layout : "awq";
+    s.symmetric = a.symmetric != 0;
+    s.scales = element_type(a.scales_dtype, qjit::DType::fp16, "awq_dequant", "scales_dtype");
+    s.out = a.out_dtype ? a.out_dtype : "scales";
+    qjit::awq_dequant(s, {a.qweight, a.qzeros, a.scales, a.out}, static_cast<CUstream_st*>(stream));
+  });
+}
+
+extern "C" qjit_status qjit_quant_ffn(const qjit_quant_ffn_args* args, void* stream) {
+  return guarded([&] {
+    const auto& a = required(args, "fused_ffn");
+    qjit::QuantFfnShape s;
+    s.d = a.d, s.h = a.h, s.m = a.m, s.bits = a.bits, s.g = a.g;
+    s.zero = a.zero ? a.zero : "int";
+    s.scales = element_type(a.scales_dtype, qjit::DType::fp16, "fused_ffn", "scales_dtype");
+    s.x = element_type(a.x_dtype, qjit::DType::fp16, "fused_ffn", "x_dtype");
+    s.act = activation(a.act, "fused_ffn");
+    qjit::fused_ffn(s, {a.x, a.qweight1, a.scales1, a.zeros1, a.qweight3, a.scales3, a.zeros3, a.y},
+                    static_cast<CUstream_st*>(stream));
+  });
+}
+
+extern "C" qjit_status qjit_gru_quant(const qjit_gru_quant_args* args, void* stream) {
+  return guarded([&] {
+    const auto& a = required(args, "gru_quant");
+    if (!a.params) throw qjit::Error("argument", "gru_quant: params is null");
+    qjit::gru_quant({a.t, a.n, a.c, a.h, a.params}, {a.x, a.h0, a.W, a.R, a.bw, a.br, a.y, a.y_float},
                     static_cast<CUstream_st*>(stream));
   });
 }

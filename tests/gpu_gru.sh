@@ -3,7 +3,7 @@
 # a tune and bench of the shapes (8-bit params, T = 100), cuDNN's
 # GRU through peers.py, and a table last. Logs and JSON go to $OUT.
 #   usage (repo root on the GPU machine): bash tests/gpu_gru.sh [tests|bench|probe|all]
-# Expects the install tree in .dist and peers.py in .device/peers.py.
+# Expects the install tree in .dist (with --component tests) and peers.py in .device/peers.py.
 set -u
 DIST=${DIST:-.dist}
 Q="$DIST/bin/qjit"

@@ -18,7 +18,8 @@
 #   replaces the part's peers.py ops. The cache comes back as $OUT/kernels.db
 #   (unless too big for the device tool: large-M tunes grow it past that).
 #   PROBES=0 skips the read and timeline probes.
-# Expects: the install tree in .dist (cmake --install build --prefix .dist) and
+# Expects: the install tree in .dist (cmake --install build --prefix .dist, and again
+# with --component tests for qjit_tests and the probes) and
 # peers.py copied to .device/peers.py (../shared does not travel).
 set -u
 DIST=${DIST:-.dist}

@@ -15,7 +15,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
-#include "codegen/error.h"
+#include "qjit/error.h"
 
 struct CUstream_st;  // CUstream / cudaStream_t
 
@@ -201,7 +201,6 @@ inline void fused_ffn(const QuantFfnShape& shape, const void* x, const QuantMatr
   fused_ffn(shape, FusedFfnArgs{x, w1.qweight, w1.scales, w1.zeros, w3.qweight, w3.scales, w3.zeros, y}, stream);
 }
 
-// Use another cache file for this process (default: $QJIT_CACHE or ~/.cache/qjit/kernels.db).
 // Fixed-point GRU forward (../shared/seeds/000_*), bit-exact with the CPU
 // reference: h_t for t = 1..T of N sequences. `params` is the layer's
 // quantization document (JSON text: bit widths, shifts, zero points, LUTs;
@@ -227,6 +226,7 @@ struct GruQuantArgs {
 };
 void gru_quant(const GruQuantShape& shape, const GruQuantArgs& args, CUstream_st* stream = nullptr);
 
+// Use another cache file for this process (default: $QJIT_CACHE or ~/.cache/qjit/kernels.db).
 void set_cache_path(const std::string& path);
 
 }  // namespace qjit

@@ -16,6 +16,64 @@ qjit_status qjit_fused_ffn(int d, int h, int m, const char* dtype, const char* a
 /* fn, cuts as in qjit.h (cuts NULL = "default"); in/out: "fp16", "bf16", "fp32". */
 qjit_status qjit_fp_lut(const char* fn, long long n, const char* in, const char* out, const char* cuts, const void* x,
                         void* y, void* stream);
+/* Quantized GEMM (qjit.h: WqGemmShape, WqGemmArgs). The string fields may be
+ * NULL for their defaults: zero "int" ("sym", "int", "float"), scales_dtype
+ * "fp16" ("bf16"), x_dtype "fp16" ("bf16", "fp32"), act "none" ("relu",
+ * "relu6"); bias and residual are 0 or 1 (whether the call passes them). */
+typedef struct {
+  int k, n, bits, g;
+  const char* zero;
+  const char* scales_dtype;
+  const char* x_dtype;
+  int bias, residual;
+  const char* act;
+  const void* x;
+  const void* qweight;
+  const void* scales;
+  const void* zeros;
+  const void* bias_ptr;
+  const void* residual_ptr;
+  void* y;
+  int m;
+} qjit_wq_gemm_args;
+qjit_status qjit_wq_gemm(const qjit_wq_gemm_args* args, void* stream);
+
+/* AWQ/GPTQ int4 dequantization (qjit.h: AwqDequantShape): layout "awq" or
+ * "gptq" (NULL: "awq"), scales_dtype "fp16" or "bf16" (NULL: "fp16"), out
+ * "scales", "fp16" or "bf16" (NULL: "scales"). */
+typedef struct {
+  int k, n, g;
+  const char* layout;
+  int symmetric;
+  const char* scales_dtype;
+  const char* out_dtype;
+  const void* qweight;
+  const void* qzeros;
+  const void* scales;
+  void* out;
+} qjit_awq_dequant_args;
+qjit_status qjit_awq_dequant(const qjit_awq_dequant_args* args, void* stream);
+
+/* fused_ffn on group-quantized W1 and W3 (qjit.h: QuantFfnShape), the
+ * matrices as wq_gemm's native tensors; strings as for qjit_wq_gemm, act as
+ * for qjit_fused_ffn (NULL: "silu"). */
+typedef struct {
+  int d, h, m, bits, g;
+  const char* zero;
+  const char* scales_dtype;
+  const char* x_dtype;
+  const char* act;
+  const void* x;
+  const void* qweight1;
+  const void* scales1;
+  const void* zeros1;
+  const void* qweight3;
+  const void* scales3;
+  const void* zeros3;
+  void* y;
+} qjit_quant_ffn_args;
+qjit_status qjit_quant_ffn(const qjit_quant_ffn_args* args, void* stream);
+
 /* Fixed-point GRU forward (qjit.h: GruQuantShape, GruQuantArgs): params is the
  * layer's quantization document (JSON text); y_float may be NULL. */
 typedef struct {
