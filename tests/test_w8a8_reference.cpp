@@ -275,6 +275,7 @@ TEST_CASE("w8a8 bad arguments are errors naming the value", "[w8a8]") {
   CHECK_THAT(error_of([&] { w8a8_gemm_reference(a, wk, {}, "none"); }), Catch::Contains("k=256"));
   CHECK_THAT(error_of([&] { w8a8_gemm_reference(a, w64, {1.0f, 2.0f}, "none"); }), Catch::Contains("bias"));
   CHECK_THAT(error_of([&] { w8a8_gemm_reference(a, w64, {}, "gelu"); }), Catch::Contains("gelu"));
+  CHECK_THAT(error_of([&] { w8a8_gemm_reference(a, w64, {}, "none", {0, 1}); }), Catch::Contains("row 1"));
   CHECK_THAT(error_of([&] { w8a8_tolerance(1.0, 1.0, 1, "fp8"); }), Catch::Contains("fp8"));
 }
 
@@ -320,6 +321,15 @@ TEST_CASE("w8a8 GEMM reference equals a float64 dequantize-then-matmul of the sa
         CHECK(std::fabs(exact - r.y[i * n + j]) <= 0.1 * size + 1e-3);
       }
     INFO("worst relative difference " << worst);
+    // A sample of rows gives those rows of the full result, bit for bit.
+    const std::vector<int64_t> sample = {m - 1, 0, m / 2};
+    const W8A8Result part = w8a8_gemm_reference(a, w, bias, "none", sample);
+    REQUIRE((part.m == 3 && part.n == n));
+    for (int64_t i = 0; i < 3; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        CHECK(part.y[i * n + j] == r.y[sample[i] * n + j]);
+        CHECK(part.magnitude[i * n + j] == r.magnitude[sample[i] * n + j]);
+      }
   }
 }
 

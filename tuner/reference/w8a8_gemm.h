@@ -20,16 +20,18 @@
 namespace qjit::tuner {
 
 struct W8A8Result {
-  int64_t m = 0, n = 0;
+  int64_t m = 0, n = 0;           // m: the rows evaluated
   std::vector<double> y;          // [m][n], after bias and clamp
   std::vector<double> magnitude;  // [m][n]: Σ_i of the four |terms| + |bias|, the scale of rounding errors
 };
 
-// a: quantized activations [m][k]; w: weights [n][k] of the same k and block;
-// bias: [n] or empty; act: "none", "relu" or "relu6". Throws qjit::Error
-// ("spec" for a mismatched k, block or act; "argument" for the bias size).
+// a: quantized activations [M][k]; w: weights [n][k] of the same k and block;
+// bias: [n] or empty; act: "none", "relu" or "relu6"; rows: the rows of A to
+// evaluate (large M is verified on a sample), empty for all M. Threads over n.
+// Throws qjit::Error ("spec" for a mismatched k, block or act; "argument" for
+// the bias size or a row out of range).
 W8A8Result w8a8_gemm_reference(const BlockQuantized& a, const BlockQuantized& w, const std::vector<float>& bias,
-                               const std::string& act);
+                               const std::string& act, const std::vector<int64_t>& rows = {});
 
 // The largest |gpu − reference| allowed for one output element of a GPU plan
 // that combines the block products in float32 (any order of operations, fused
