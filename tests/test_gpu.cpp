@@ -334,6 +334,19 @@ TEST_CASE("awq_dequant: the typed API, bit-exact; bad pointers launch and cache 
     INFO(v.message);
     CHECK(v.ok);
     CHECK(cache::Store(dir.file("api.db")).lookup(key));
+    // The same through the C API's struct (strings as the typed shape's).
+    work->poison_output(nullptr);
+    qjit_awq_dequant_args ca{};
+    ca.k = c.k, ca.n = c.n, ca.g = c.g, ca.layout = c.layout.c_str(), ca.symmetric = c.zero == "sym";
+    ca.scales_dtype = c.scales.c_str(), ca.out_dtype = c.out.c_str();
+    ca.qweight = ptr(0), ca.qzeros = c.zero == "sym" ? nullptr : ptr(1), ca.scales = ptr(2), ca.out = ptr(3);
+    REQUIRE(qjit_awq_dequant(&ca, nullptr) == QJIT_OK);
+    v = work->verify(0.0);
+    INFO(v.message);
+    CHECK(v.ok);
+    ca.scales = ptr(2) + 2;
+    CHECK(qjit_awq_dequant(&ca, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(qjit_last_error(), Catch::Contains("not aligned to 16"));
   }
 }
 

@@ -6,6 +6,7 @@
 #include "codegen/ops/wq_gemm.h"
 #include "codegen/registry.h"
 #include "qjit/qjit.h"
+#include "qjit/qjit_c.h"
 #include "runtime/device.h"
 #include "runtime/driver.h"
 #include "runtime/kernel_cache.h"
@@ -463,4 +464,44 @@ TEST_CASE("wq_gemm small-M kernels: M inside the bucket, rows past M never store
        mma(4, 4, 1, 2, 3, 0), {10, 14}},
   };
   run_inside_bucket(cases);
+}
+
+TEST_CASE("wq_gemm: the C API, its strings and flags, and errors that launch nothing", "[gpu]") {
+  test::TempDir dir;
+  REQUIRE(qjit_set_cache_path(dir.file("c.db").c_str()) == QJIT_OK);
+  for (const auto& params : {nlohmann::json{{"k", 256}, {"n", 64}, {"g", 64}, {"bits", 4}, {"zero", "int"}},
+                             nlohmann::json{{"k", 192}, {"n", 48}, {"g", 64}, {"bits", 8}, {"zero", "sym"}, {"x", "bf16"},
+                                            {"scales", "bf16"}, {"bias", "yes"}, {"act", "relu"}}}) {
+    const int rows = 5;
+    nlohmann::json p = params;
+    p["m"] = codegen::wq_gemm_bucket(rows);
+    const auto spec = codegen::make_spec("wq_gemm", p);
+    INFO(spec.label());
+    auto work = tuner::make_wq_gemm_workload(spec, fresh_seed(), 0, rows);
+    work->poison_output(nullptr);
+    const ArgPack& a = work->args(0);
+    auto ptr = [&](int i) { return reinterpret_cast<void*>(a.values[i].ptr); };
+    const std::string zero = spec.get_str("zero"), scales = spec.get_str("scales"), x = spec.get_str("x"),
+                      act = spec.get_str("act");
+    qjit_wq_gemm_args c{};
+    c.k = static_cast<int>(spec.get_int("k")), c.n = static_cast<int>(spec.get_int("n"));
+    c.bits = static_cast<int>(spec.get_int("bits")), c.g = static_cast<int>(spec.get_int("g"));
+    c.zero = zero.c_str(), c.scales_dtype = scales.c_str(), c.x_dtype = x.c_str(), c.act = act.c_str();
+    c.bias = spec.get_str("bias") == "yes";
+    c.x = ptr(0), c.qweight = ptr(1), c.scales = ptr(2), c.zeros = ptr(3), c.bias_ptr = ptr(4), c.y = ptr(6), c.m = rows;
+    REQUIRE(qjit_wq_gemm(&c, nullptr) == QJIT_OK);
+    CHECK(std::string(qjit_last_error()).empty());
+    auto v = work->verify(1.0);
+    INFO(v.message);
+    CHECK(v.ok);
+    work->poison_output(nullptr);
+    qjit_wq_gemm_args bad = c;
+    bad.qweight = nullptr;
+    CHECK(qjit_wq_gemm(&bad, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(qjit_last_error(), Catch::Contains("qweight is null"));
+    bad = c;
+    bad.k = c.k + 1;
+    CHECK(qjit_wq_gemm(&bad, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+    CHECK_FALSE(work->verify(1.0).ok);  // still poisoned: nothing ran
+  }
 }
