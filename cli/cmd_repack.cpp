@@ -14,6 +14,7 @@
 #include <iostream>
 #include <memory>
 #include "cli/common.h"
+#include "cli/repack_checkpoint.h"
 #include "codegen/error.h"
 #include "io/tensor_file.h"
 #include "tuner/reference/wq_gemm.h"
@@ -201,6 +202,42 @@ void fsync_dir_of(const std::string& path) {  // best effort: make the rename it
   ::close(fd);
 }
 
+// --checkpoint: convert every layer, then write the output and the manifest
+// (each through a temporary and a rename).
+void repack_whole(const std::string& checkpoint, const std::string& config, const std::string& from, bool sym, bool v1,
+                  const std::string& out, const std::string& manifest, bool json, bool single_layer_options) {
+  if (single_layer_options)
+    throw Error("argument", "--checkpoint converts every layer; --shape, --qweight, --qzeros, --scales, --out-qweight "
+                            "and --out-zeros are for one layer");
+  if (out.empty()) throw Error("argument", "--checkpoint needs --out FILE.safetensors");
+  for (const auto& [option, path] : {std::pair<const char*, const std::string&>{"--out", out}, {"--manifest", manifest}})
+    if (!path.empty() && same_file(path, checkpoint))
+      throw Error("argument", std::string(option) + " " + path + " is the input --checkpoint; refusing to overwrite it");
+  if (!manifest.empty() && same_file(out, manifest)) throw Error("argument", "--out and --manifest are the same file " + out);
+  const CheckpointRepack r = repack_checkpoint({checkpoint, config, from, sym, v1});
+  io::write_safetensors(out, r.tensors, {{"format", "qjit-native"}, {"from", r.from}});
+  if (!manifest.empty()) {
+    std::string lines;
+    for (const auto& m : r.manifest) lines += m.dump() + "\n";
+    remove_stale_temporaries(manifest);
+    PendingOutput pending("--manifest", manifest);
+    pending.write(reinterpret_cast<const unsigned char*>(lines.data()), lines.size());
+    pending.publish();
+    fsync_dir_of(manifest);
+  }
+  if (json) {
+    std::cout << nlohmann::json{{"from", r.from}, {"layers", r.layers}, {"out", out}, {"manifest", manifest},
+                                {"specs", r.manifest}}
+                     .dump(2)
+              << "\n";
+    return;
+  }
+  std::cout << "repacked " << r.layers << " " << r.from << " layers of " << checkpoint << " -> " << out << "\n";
+  for (const auto& m : r.manifest)
+    std::cout << "  wq_gemm " << m["shape"].get<std::string>() << "  (" << m["layers"].size() << " layers)\n";
+  if (!manifest.empty()) std::cout << "specs to tune: " << manifest << "\n";
+}
+
 }  // namespace
 
 void add_repack(CLI::App& app, int& rc) {
@@ -220,24 +257,49 @@ void add_repack(CLI::App& app, int& rc) {
                   "GPTQ checkpoints with act-order (a g_idx other than k/g) are not supported.\n"
                   "Needs n % 16 == 0, k % 64 == 0, g in {32, 64, 128, k}. Outputs are written whole and fsynced\n"
                   "before they take their names, so a killed run leaves no partial file; an output path may not\n"
-                  "be an input path. No GPU needed.\n") +
+                  "be an input path. No GPU needed.\n"
+                  "A whole checkpoint at once: --checkpoint MODEL.safetensors --out NATIVE.safetensors [--manifest\n"
+                  "SPECS.jsonl] [--config config.json | --from awq|gptq]: every PREFIX.qweight/.qzeros/.scales layer,\n"
+                  "K, N and g read from the tensors' shapes (and checked against quantization_config), written as\n"
+                  "PREFIX.qweight (native uint32), PREFIX.zeros (uint8 [K/g][N]) and PREFIX.scales; the manifest\n"
+                  "lists each distinct wq_gemm spec with its layers.\n") +
               kExitCodesHelp);
   struct Opts {
     std::string from, shape, qweight, qzeros, scales, out_qweight, out_zeros;
+    std::string checkpoint, config, out, manifest;
     bool sym = false, v1 = false, json = false;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--from", o->from, "layout of the inputs: awq or gptq")->required();
-  cmd->add_option("--shape", o->shape, "k=IN_FEATURES,n=OUT_FEATURES,g=GROUP e.g. k=4096,n=11008,g=128")->required();
+  cmd->add_option("--from", o->from, "layout of the inputs: awq or gptq (with --checkpoint: or from --config)");
+  cmd->add_option("--shape", o->shape, "k=IN_FEATURES,n=OUT_FEATURES,g=GROUP e.g. k=4096,n=11008,g=128");
+  cmd->add_option("--checkpoint", o->checkpoint,
+                  "a whole .safetensors checkpoint: every PREFIX.qweight/.qzeros/.scales layer (with --out, --manifest)");
+  cmd->add_option("--config", o->config, "with --checkpoint: its config.json (quant_method, bits, group_size, sym, "
+                                         "checkpoint_format are read from quantization_config)");
+  cmd->add_option("--out", o->out, "with --checkpoint: the output .safetensors (native qweight, zeros, scales per layer)");
+  cmd->add_option("--manifest", o->manifest, "with --checkpoint: the wq_gemm specs to tune, one JSON line each");
   cmd->add_flag("--sym", o->sym, "gptq symmetric: every zero point is 8 (no --qzeros, no --out-zeros; zero=sym)");
-  cmd->add_option("--qweight", o->qweight, "input qweight (raw int32, .npy, or FILE.safetensors:NAME)")->required();
+  cmd->add_option("--qweight", o->qweight, "input qweight (raw int32, .npy, or FILE.safetensors:NAME)");
   cmd->add_option("--qzeros", o->qzeros, "input qzeros (as --qweight); required unless --sym");
   cmd->add_option("--scales", o->scales, "the checkpoint's scales (fp16 or bf16 [K/g][N], raw, .npy or .safetensors:NAME): only checked");
-  cmd->add_option("--out-qweight", o->out_qweight, "output: native qweight (raw uint32)")->required();
+  cmd->add_option("--out-qweight", o->out_qweight, "output: native qweight (raw uint32)");
   cmd->add_option("--out-zeros", o->out_zeros, "output: zero points, one byte each [K/g][N]; required unless --sym");
   cmd->add_flag("--gptq-v1", o->v1, "gptq qzeros store zero - 1 (checkpoint_format gptq, not gptq_v2)");
   cmd->add_flag("--json", o->json, "JSON output");
   cmd->callback([o, &rc] {
+    if (!o->checkpoint.empty()) {
+      repack_whole(o->checkpoint, o->config, o->from, o->sym, o->v1, o->out, o->manifest, o->json,
+                   !o->shape.empty() || !o->qweight.empty() || !o->qzeros.empty() || !o->scales.empty() ||
+                       !o->out_qweight.empty() || !o->out_zeros.empty());
+      rc = kOk;
+      return;
+    }
+    for (const auto& [option, value] : {std::pair<const char*, const std::string&>{"--config", o->config},
+                                        {"--out", o->out}, {"--manifest", o->manifest}})
+      if (!value.empty()) throw Error("argument", std::string(option) + " goes with --checkpoint");
+    if (o->shape.empty()) throw Error("argument", "repack needs --shape (one layer) or --checkpoint (all of them)");
+    if (o->qweight.empty()) throw Error("argument", "repack --shape needs --qweight");
+    if (o->out_qweight.empty()) throw Error("argument", "repack --shape needs --out-qweight");
     if (o->from != "awq" && o->from != "gptq")
       throw Error("argument", "--from '" + o->from + "' (expected awq or gptq)");
     if (o->sym && o->from != "gptq")

@@ -1,0 +1,187 @@
+// qjit repack --checkpoint: a whole AWQ or GPTQ .safetensors checkpoint made
+// here (random codes packed in each format's documented order), converted in
+// one run; every layer must equal what the single-layer packers give, bit
+// for bit, and the manifest must list each distinct wq_gemm spec once.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "io/tensor_file.h"
+#include "tests/helpers.h"
+#include "tuner/reference/awq_dequant.h"
+#include "tuner/reference/wq_gemm.h"
+
+using namespace qjit;
+using namespace qjit::tuner;
+namespace fs = std::filesystem;
+
+namespace {
+
+io::Tensor words_tensor(const std::vector<uint32_t>& w, std::vector<int64_t> shape) {
+  io::Tensor t{io::DType::i32, std::move(shape), std::string(w.size() * 4, '\0')};
+  for (size_t i = 0; i < w.size(); ++i)
+    for (int b = 0; b < 4; ++b) t.bytes[4 * i + b] = static_cast<char>(w[i] >> (8 * b));
+  return t;
+}
+
+std::vector<uint32_t> words_of(const io::Tensor& t) {
+  std::vector<uint32_t> w(t.bytes.size() / 4);
+  for (size_t i = 0; i < w.size(); ++i)
+    for (int b = 0; b < 4; ++b) w[i] |= uint32_t{static_cast<unsigned char>(t.bytes[4 * i + b])} << (8 * b);
+  return w;
+}
+
+PlainQuant random_layer(std::mt19937_64& rng, int64_t k, int64_t n, int64_t g) {
+  PlainQuant p;
+  p.k = k, p.n = n, p.g = g, p.bits = 4;
+  p.q.resize(k * n);
+  p.z.resize((k / g) * n);
+  for (auto& v : p.q) v = static_cast<uint8_t>(rng() & 15);
+  for (auto& v : p.z) v = static_cast<uint8_t>(rng() & 15);
+  return p;
+}
+
+io::Tensor scales_tensor(std::mt19937_64& rng, int64_t rows, int64_t n) {
+  io::Tensor t{io::DType::f16, {rows, n}, std::string(rows * n * 2, '\0')};
+  for (auto& c : t.bytes) c = static_cast<char>(rng());
+  return t;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+}  // namespace
+
+TEST_CASE("cli: repack --checkpoint converts every layer of an awq or gptq checkpoint", "[cli]") {
+  test::TempDir td;
+  const std::string cache = td.file("kernels.db");
+  const uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  struct Layer {
+    std::string prefix;
+    int64_t k, n;
+  };
+  const std::vector<Layer> layers = {{"model.layers.0.mlp.up_proj", 128, 48},
+                                     {"model.layers.0.mlp.down_proj", 64, 32},
+                                     {"model.layers.1.mlp.up_proj", 128, 48}};
+  const int64_t g = 64;
+
+  SECTION("awq, from --from") {
+    std::map<std::string, io::Tensor> ck;
+    std::map<std::string, PlainQuant> plain;
+    for (const auto& l : layers) {
+      PlainQuant p = random_layer(rng, l.k, l.n, g);
+      ck[l.prefix + ".qweight"] = words_tensor(pack_awq_qweight(p), {l.k, l.n / 8});
+      ck[l.prefix + ".qzeros"] = words_tensor(pack_along_n(p.z, l.k / g, l.n, true), {l.k / g, l.n / 8});
+      ck[l.prefix + ".scales"] = scales_tensor(rng, l.k / g, l.n);
+      plain[l.prefix] = p;
+    }
+    ck["model.norm.weight"] = scales_tensor(rng, 1, 64);  // not quantized: not carried over
+    const std::string in = td.file("awq.safetensors"), out = td.file("native.safetensors"), man = td.file("specs.jsonl");
+    io::write_safetensors(in, ck);
+    auto r = test::run_qjit("repack --checkpoint '" + in + "' --from awq --out '" + out + "' --manifest '" + man + "'", cache);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out.find("repacked 3 awq layers") != std::string::npos);
+    const auto header = io::read_safetensors_header(out);
+    CHECK(header.tensors.size() == 9);
+    CHECK_FALSE(header.tensors.count("model.norm.weight"));
+    for (const auto& l : layers) {
+      INFO(l.prefix);
+      const PlainQuant& p = plain[l.prefix];
+      CHECK(words_of(io::read_tensor(out + ":" + l.prefix + ".qweight")) == pack_native(p));
+      const io::Tensor z = io::read_tensor(out + ":" + l.prefix + ".zeros");
+      CHECK(z.shape == std::vector<int64_t>{l.k / g, l.n});
+      CHECK(std::vector<uint8_t>(z.bytes.begin(), z.bytes.end()) == p.z);
+      CHECK(io::read_tensor(out + ":" + l.prefix + ".scales").bytes == ck[l.prefix + ".scales"].bytes);
+    }
+    // One line per distinct spec, with the layers that use it.
+    std::vector<nlohmann::json> lines;
+    std::istringstream m(slurp(man));
+    for (std::string line; std::getline(m, line);) lines.push_back(nlohmann::json::parse(line));
+    REQUIRE(lines.size() == 2);
+    for (const auto& j : lines) {
+      CHECK(j["op"] == "wq_gemm");
+      if (j["shape"] == "k=128,n=48,g=64,bits=4,zero=int")
+        CHECK(j["layers"] == nlohmann::json{"model.layers.0.mlp.up_proj", "model.layers.1.mlp.up_proj"});
+      else
+        CHECK(j["shape"] == "k=64,n=32,g=64,bits=4,zero=int");
+    }
+    // The output may not be the input; a missing tensor is named; nothing is written then.
+    auto same = test::run_qjit("repack --checkpoint '" + in + "' --from awq --out '" + in + "'", cache);
+    CHECK(same.exit_code == 2);
+    CHECK(same.err.find("refusing to overwrite") != std::string::npos);
+    ck.erase("model.layers.0.mlp.down_proj.scales");
+    io::write_safetensors(in, ck);
+    fs::remove(out);
+    auto missing = test::run_qjit("repack --checkpoint '" + in + "' --from awq --out '" + out + "'", cache);
+    CHECK(missing.exit_code == 2);
+    CHECK(missing.err.find("no tensor model.layers.0.mlp.down_proj.scales") != std::string::npos);
+    CHECK_FALSE(fs::exists(out));
+  }
+
+  SECTION("gptq, method, symmetry and format from config.json") {
+    for (const bool sym : {true, false}) {
+      INFO("sym " << sym);
+      std::map<std::string, io::Tensor> ck;
+      std::map<std::string, PlainQuant> plain;
+      for (const auto& l : layers) {
+        PlainQuant p = random_layer(rng, l.k, l.n, g);
+        if (sym) std::fill(p.z.begin(), p.z.end(), uint8_t{8});
+        // v1 zero points are 1..16 (stored as 0..15).
+        else
+          for (auto& z : p.z) z = static_cast<uint8_t>(1 + (rng() & 15));
+        ck[l.prefix + ".qweight"] = words_tensor(pack_gptq_qweight(p), {l.k / 8, l.n});
+        // checkpoint_format "gptq" (v1) stores zero − 1.
+        std::vector<uint8_t> stored(p.z);
+        for (auto& v : stored) v = static_cast<uint8_t>((v - 1) & 15);
+        if (!sym) ck[l.prefix + ".qzeros"] = words_tensor(pack_along_n(stored, l.k / g, l.n, false), {l.k / g, l.n / 8});
+        ck[l.prefix + ".scales"] = scales_tensor(rng, l.k / g, l.n);
+        plain[l.prefix] = p;
+      }
+      const std::string in = td.file("gptq.safetensors"), out = td.file("native_gptq.safetensors"),
+                        cfg = td.file("config.json");
+      io::write_safetensors(in, ck);
+      std::ofstream(cfg) << nlohmann::json{{"quantization_config", {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", g},
+                                                                    {"sym", sym}, {"desc_act", false},
+                                                                    {"checkpoint_format", "gptq"}}}}
+                                .dump();
+      auto r = test::run_qjit("repack --checkpoint '" + in + "' --config '" + cfg + "' --out '" + out + "' --json", cache);
+      INFO(r.out << r.err);
+      REQUIRE(r.exit_code == 0);
+      const auto j = nlohmann::json::parse(r.out);
+      CHECK(j["from"] == "gptq");
+      CHECK(j["layers"] == 3);
+      for (const auto& l : layers) {
+        INFO(l.prefix);
+        PlainQuant p = plain[l.prefix];
+        CHECK(words_of(io::read_tensor(out + ":" + l.prefix + ".qweight")) == pack_native(p));
+        CHECK(io::read_safetensors_header(out).tensors.count(l.prefix + ".zeros") == (sym ? 0u : 1u));
+        if (!sym) {
+          const io::Tensor z = io::read_tensor(out + ":" + l.prefix + ".zeros");
+          CHECK(std::vector<uint8_t>(z.bytes.begin(), z.bytes.end()) == p.z);
+        }
+      }
+      CHECK(j["specs"][0]["shape"].get<std::string>().find(sym ? "zero=sym" : "zero=int") != std::string::npos);
+    }
+    // A config the repack cannot follow is refused by what it says.
+    const std::string cfg = td.file("bad.json");
+    std::ofstream(cfg) << R"({"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128}})";
+    auto r = test::run_qjit("repack --checkpoint '" + td.file("gptq.safetensors") + "' --config '" + cfg + "' --out '" +
+                                td.file("x.safetensors") + "'",
+                            cache);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("the config says 128") != std::string::npos);
+    std::ofstream(cfg) << R"({"quantization_config": {"quant_method": "exl2", "bits": 4}})";
+    r = test::run_qjit("repack --checkpoint '" + td.file("gptq.safetensors") + "' --config '" + cfg + "' --out '" +
+                           td.file("x.safetensors") + "'",
+                       cache);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("quant_method 'exl2'") != std::string::npos);
+  }
+}
