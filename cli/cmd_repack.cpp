@@ -279,14 +279,14 @@ void add_repack(CLI::App& app, int& rc) {
   cmd->add_option("--out", o->out, "with --checkpoint: the output .safetensors (native qweight, zeros, scales per layer)");
   cmd->add_option("--manifest", o->manifest, "with --checkpoint: the wq_gemm specs to tune, one JSON line each");
   cmd->add_flag("--sym", o->sym, "gptq symmetric: every zero point is 8 (no --qzeros, no --out-zeros; zero=sym)");
-  cmd->add_option("--qweight", o->qweight, "input qweight (raw int32, .npy, or FILE.safetensors:NAME)");
+  auto* qweight_option = cmd->add_option("--qweight", o->qweight, "input qweight (raw int32, .npy, or FILE.safetensors:NAME)");
   cmd->add_option("--qzeros", o->qzeros, "input qzeros (as --qweight); required unless --sym");
   cmd->add_option("--scales", o->scales, "the checkpoint's scales (fp16 or bf16 [K/g][N], raw, .npy or .safetensors:NAME): only checked");
-  cmd->add_option("--out-qweight", o->out_qweight, "output: native qweight (raw uint32)");
+  auto* out_qweight_option = cmd->add_option("--out-qweight", o->out_qweight, "output: native qweight (raw uint32)");
   cmd->add_option("--out-zeros", o->out_zeros, "output: zero points, one byte each [K/g][N]; required unless --sym");
   cmd->add_flag("--gptq-v1", o->v1, "gptq qzeros store zero - 1 (checkpoint_format gptq, not gptq_v2)");
   cmd->add_flag("--json", o->json, "JSON output");
-  cmd->callback([o, &rc] {
+  cmd->callback([o, &rc, qweight_option, out_qweight_option] {
     if (!o->checkpoint.empty()) {
       repack_whole(o->checkpoint, o->config, o->from, o->sym, o->v1, o->out, o->manifest, o->json,
                    !o->shape.empty() || !o->qweight.empty() || !o->qzeros.empty() || !o->scales.empty() ||
@@ -298,8 +298,9 @@ void add_repack(CLI::App& app, int& rc) {
                                         {"--out", o->out}, {"--manifest", o->manifest}})
       if (!value.empty()) throw Error("argument", std::string(option) + " goes with --checkpoint");
     if (o->shape.empty()) throw Error("argument", "repack needs --shape (one layer) or --checkpoint (all of them)");
-    if (o->qweight.empty()) throw Error("argument", "repack --shape needs --qweight");
-    if (o->out_qweight.empty()) throw Error("argument", "repack --shape needs --out-qweight");
+    // (Given but empty is named below as an empty path.)
+    if (qweight_option->count() == 0) throw Error("argument", "repack --shape needs --qweight");
+    if (out_qweight_option->count() == 0) throw Error("argument", "repack --shape needs --out-qweight");
     if (o->from != "awq" && o->from != "gptq")
       throw Error("argument", "--from '" + o->from + "' (expected awq or gptq)");
     if (o->sym && o->from != "gptq")
