@@ -6,9 +6,11 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include "cache/sha256.h"
 #include "cli/common.h"
 #include "codegen/error.h"
+#include "codegen/json_input.h"
 #include "codegen/nvrtc.h"
 #include "codegen/registry.h"
 #include "codegen/source.h"
@@ -82,19 +84,47 @@ int gpu_free_part(const std::vector<codegen::OpSpec>& specs, const std::string& 
 
 }  // namespace
 
+// The specs of a manifest (qjit repack --checkpoint --manifest): one JSON
+// object per line with "op" and "shape", each expanded with the command's
+// --m and --dtype as --op/--shape would be.
+std::vector<codegen::OpSpec> manifest_specs(const std::string& path, const SpecOptions& given) {
+  std::istringstream lines(read_input_file("--manifest", path));
+  std::vector<codegen::OpSpec> specs;
+  int number = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = "--manifest " + path + " line " + std::to_string(number);
+    const nlohmann::json j = parse_json_input(line, where);
+    if (!j.is_object() || !j.contains("op") || !j["op"].is_string() || !j.contains("shape") || !j["shape"].is_string())
+      throw Error("argument", where + " needs {\"op\": ..., \"shape\": ...}: " + json_excerpt(j));
+    SpecOptions one = given;
+    one.op = j["op"].get<std::string>();
+    one.shape = j["shape"].get<std::string>();
+    for (auto& spec : one.specs()) specs.push_back(std::move(spec));
+  }
+  if (specs.empty()) throw Error("argument", "--manifest " + path + " lists no spec");
+  return specs;
+}
+
 void add_tune(CLI::App& app, int& rc) {
   auto* cmd = app.add_subcommand("tune", "tune kernels for a spec on this GPU and cache the winner");
-  cmd->footer(std::string("Example: qjit tune --op fused_ffn --shape d=4096,h=11008 --m 1-8\n") + kExitCodesHelp);
+  cmd->footer(std::string("Example: qjit tune --op fused_ffn --shape d=4096,h=11008 --m 1-8\n"
+                          "         qjit tune --manifest specs.jsonl --m 1-16   (from qjit repack --checkpoint)\n") +
+              kExitCodesHelp);
   struct Opts {
     SpecOptions spec;
     CacheOption cache;
-    std::string budget, only, arch = "sm_90";
+    std::string budget, only, arch = "sm_90", manifest;
     bool retune = false, json = false, quiet = false;
     int threads = 0;
   };
   auto o = std::make_shared<Opts>();
-  o->spec.add_to(cmd, true);
+  o->spec.add_to(cmd, false);
   o->cache.add_to(cmd);
+  cmd->add_option("--manifest", o->manifest,
+                  "tune every spec of a manifest (qjit repack --checkpoint --manifest) instead of --op/--shape, "
+                  "each with --m");
   cmd->add_option("--budget", o->budget, "stop after this long (30s, 2m) or this many new candidates (40)");
   cmd->add_flag("--retune", o->retune, "measure again candidates that already have trials");
   cmd->add_option("--only", o->only,
@@ -105,7 +135,10 @@ void add_tune(CLI::App& app, int& rc) {
   cmd->add_flag("--json", o->json, "print the result as JSON on stdout");
   cmd->add_flag("-q,--quiet", o->quiet, "no progress output");
   cmd->callback([o, &rc] {
-    const auto specs = o->spec.specs();
+    if (o->manifest.empty() && o->spec.shape.empty()) throw Error("argument", "tune needs --shape (or --manifest FILE)");
+    if (!o->manifest.empty() && !o->spec.shape.empty())
+      throw Error("argument", "--manifest " + o->manifest + " lists its own shapes; drop --shape");
+    const auto specs = o->manifest.empty() ? o->spec.specs() : manifest_specs(o->manifest, o->spec);
     tuner::TuneOptions topt;
     parse_budget(o->budget, topt);
     topt.retune = o->retune;

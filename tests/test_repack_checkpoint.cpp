@@ -112,6 +112,23 @@ TEST_CASE("cli: repack --checkpoint converts every layer of an awq or gptq check
       else
         CHECK(j["shape"] == "k=64,n=32,g=64,bits=4,zero=int");
     }
+    // tune --manifest takes every spec of it, with --m (here without a GPU: the GPU-free part, exit 3).
+    auto tune = test::run_qjit_env("CUDA_VISIBLE_DEVICES=", "tune --manifest '" + man + "' --m 1", cache);
+    INFO(tune.out << tune.err);
+    CHECK(tune.exit_code == 3);
+    size_t compiled = 0;
+    for (size_t at = 0; (at = tune.out.find("compiled in", at)) != std::string::npos; ++at) ++compiled;
+    CHECK(compiled == 2);
+    CHECK(tune.out.find("k=128") != std::string::npos);
+    CHECK(tune.out.find("n=32") != std::string::npos);
+    auto both = test::run_qjit("tune --manifest '" + man + "' --shape k=64,n=32", cache);
+    CHECK(both.exit_code == 2);
+    CHECK(both.err.find("drop --shape") != std::string::npos);
+    std::ofstream(td.file("bad.jsonl")) << "{\"op\": \"wq_gemm\"}\n";
+    auto bad = test::run_qjit("tune --manifest '" + td.file("bad.jsonl") + "'", cache);
+    CHECK(bad.exit_code == 2);
+    CHECK(bad.err.find("line 1 needs") != std::string::npos);
+
     // The output may not be the input; a missing tensor is named; nothing is written then.
     auto same = test::run_qjit("repack --checkpoint '" + in + "' --from awq --out '" + in + "'", cache);
     CHECK(same.exit_code == 2);
