@@ -2,6 +2,7 @@
 #pragma once
 #include <string>
 #include "qjit/error.h"
+
 // QJIT_CHECK(cond, stage, msg): throw qjit::Error with file:line when cond fails.
 #define QJIT_CHECK(cond, stage, msg)                                                    \
   do {                                                                                  \
