@@ -270,7 +270,7 @@ std::vector<Constant> GruQuantOp::constants(const OpSpec& spec, const nlohmann::
     hh_bias.push_back(p.br.shift[r] - (p.R.shift[r] + p.h.shift));
     hh_out.push_back(p.R.shift[r] + p.h.shift - p.hh.shift);
   }
-  const auto wide = [](bool w) { return std::string(w ? "true" : "false"); };
+  const auto literal = [](bool b) { return std::string(b ? "true" : "false"); };
   const auto range = [&](const std::string& name, const gru::QTensor& t) {
     return std::vector<Constant>{{"int", name + "Zp", num(t.zp), ""},
                                  {"int", name + "Lo", num(t.lo()), ""},
@@ -291,15 +291,15 @@ std::vector<Constant> GruQuantOp::constants(const OpSpec& spec, const nlohmann::
         {"int", "kNc", num(c.batch), "tunable: sequences per cluster"},
         {"int", "kWarps", num(c.warps), "tunable: warps per block"},
         {"int", "kKSplit", num(c.ksplit), "tunable: k ranges of a block's GEMM, one task each"},
-        {"bool", "kFused", c.fused ? "true" : "false", "tunable: W·x computed inside the persistent kernel"},
+        {"bool", "kFused", literal(c.fused), "tunable: W·x computed inside the persistent kernel"},
         {"int", "kHs", num(cs.hs), "hidden units per block (a multiple of 16)"},
         {"int", "kNT", num(cs.n_tiles), "n tiles of 8 sequences"},
         {"int", "kKH", num(cs.kh), "k steps of 32 over H"},
         {"int", "kKX", num(cs.kx), "k steps of 32 over C"},
         {"int", "kHPlanes", num(cs.h_planes), "byte planes of an h code"},
         {"int", "kXPlanes", num(cs.x_planes), "byte planes of an x code"},
-        {"bool", "kHSigned", p.h.is_signed ? "true" : "false", ""},
-        {"bool", "kXSigned", p.x.is_signed ? "true" : "false", ""},
+        {"bool", "kHSigned", literal(p.h.is_signed), ""},
+        {"bool", "kXSigned", literal(p.x.is_signed), ""},
         {"int", "kSmemBytes", num(cs.smem), "dynamic shared memory of the persistent kernel"},
     };
     out.insert(out.end(), cluster.begin(), cluster.end());
@@ -319,18 +319,18 @@ std::vector<Constant> GruQuantOp::constants(const OpSpec& spec, const nlohmann::
       {"int", "kUOutShift", num(p.u_out.shift), "S_u·S_h to S_h: the final rescale"},
       {"float", "kHidScale", hexfloat(std::ldexp(1.0, -p.h.shift)) + "f", "2^−shift_h: y_float = (y − zp_h)·kHidScale, exact"},
       {"long long", "kQOne", num((int64_t{1} << p.u_out.shift) + p.u_out.zp), "1 in u_out's space: round(2^shift) + zp"},
-      {"bool", "kWideSumH", wide(sum_is_wide(p.hidden_size, p.R, p.h, p.br, p.h.shift)), "R·h may leave int32"},
-      {"bool", "kWideSumX", wide(sum_is_wide(p.input_size, p.W, p.x, p.bw, p.x.shift)), "W·x may leave int32"},
-      {"bool", "kWideRHh", wide(static_cast<double>(p.r_out.hi() - p.r_out.lo()) * static_cast<double>(p.hh.hi() - p.hh.lo()) > kInt32Limit),
+      {"bool", "kWideSumH", literal(sum_is_wide(p.hidden_size, p.R, p.h, p.br, p.h.shift)), "R·h may leave int32"},
+      {"bool", "kWideSumX", literal(sum_is_wide(p.input_size, p.W, p.x, p.bw, p.x.shift)), "W·x may leave int32"},
+      {"bool", "kWideRHh", literal(static_cast<double>(p.r_out.hi() - p.r_out.lo()) * static_cast<double>(p.hh.hi() - p.hh.lo()) > kInt32Limit),
        "r·hh_n before its rescale may leave int32"},
-      {"bool", "kWideCombined", wide(combined_bound(p) > kInt32Limit), "the new h before its rescale may leave int32"},
+      {"bool", "kWideCombined", literal(combined_bound(p) > kInt32Limit), "the new h before its rescale may leave int32"},
   };
   out.insert(out.end(), shifts.begin(), shifts.end());
   const auto all_positive = [](const std::vector<int64_t>& v) {
     return std::all_of(v.begin(), v.end(), [](int64_t s) { return s >= 1 && s < 32; });
   };
-  out.push_back({"bool", "kHhOutPositive", wide(all_positive(hh_out)), "every R·h row shifts right by 1..31"});
-  out.push_back({"bool", "kIhOutPositive", wide(all_positive(ih_out)), "every W·x row shifts right by 1..31"});
+  out.push_back({"bool", "kHhOutPositive", literal(all_positive(hh_out)), "every R·h row shifts right by 1..31"});
+  out.push_back({"bool", "kIhOutPositive", literal(all_positive(ih_out)), "every W·x row shifts right by 1..31"});
   out.push_back(array_struct("Rows", "long long", {{"kIhBias", ih_bias}, {"kIhOut", ih_out}, {"kHhBias", hh_bias}, {"kHhOut", hh_out}},
                              "per gate row: bias shift into the GEMM's scale, GEMM shift to the linear output"));
   out.push_back(lut_struct("ULut", p.u_lut));

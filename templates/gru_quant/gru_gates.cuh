@@ -26,25 +26,22 @@ template <> struct UnsignedOf<long long> { using T = unsigned long long; };
 // n > 0: round(|x| / 2^n), ties to even, sign restored. Adding
 // 2^(n−1) − 1 + (bit n of |x|) before the shift carries into bit n exactly
 // when the remainder is above one half, or is one half and the quotient odd.
-template <class T>
-__device__ __forceinline__ T rshift_round(T x, int n) {
-  using U = typename UnsignedOf<T>::T;
-  constexpr int kBits = 8 * sizeof(T);
-  if (n <= 0) return -n >= kBits ? T(0) : static_cast<T>(static_cast<U>(x) << (-n));
-  if (n >= kBits) return 0;
-  const U a = x < 0 ? U(0) - static_cast<U>(x) : static_cast<U>(x);
-  const U q = (a + ((U(1) << (n - 1)) - 1) + ((a >> n) & 1)) >> n;
-  return x < 0 ? -static_cast<T>(q) : static_cast<T>(q);
-}
-
-// rshift_round for a shift the generator proved positive (1 ≤ n < T's
-// width): the same rounding without the branches on n.
+// rshift_round for a shift known positive (1 ≤ n < T's width): no
+// branches on n.
 template <class T>
 __device__ __forceinline__ T rshift_round_pos(T x, int n) {
   using U = typename UnsignedOf<T>::T;
   const U a = x < 0 ? U(0) - static_cast<U>(x) : static_cast<U>(x);
   const U q = (a + ((U(1) << (n - 1)) - 1) + ((a >> n) & 1)) >> n;
   return x < 0 ? -static_cast<T>(q) : static_cast<T>(q);
+}
+template <class T>
+__device__ __forceinline__ T rshift_round(T x, int n) {
+  using U = typename UnsignedOf<T>::T;
+  constexpr int kBits = 8 * sizeof(T);
+  if (n <= 0) return -n >= kBits ? T(0) : static_cast<T>(static_cast<U>(x) << (-n));
+  if (n >= kBits) return 0;
+  return rshift_round_pos(x, n);
 }
 template <bool kPositive, class T>
 __device__ __forceinline__ T rshift_round_as(T x, int n) {
