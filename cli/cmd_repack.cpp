@@ -102,11 +102,7 @@ std::vector<uint32_t> read_words(const std::string& option, const std::string& p
     if (!f || !f.read(bytes.data(), static_cast<std::streamsize>(want)))
       throw Error("io", option + " " + path + ": read failed: " + std::strerror(errno));
   }
-  std::vector<uint32_t> out(words);
-  const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
-  for (int64_t i = 0; i < words; ++i)
-    out[i] = uint32_t{b[4 * i]} | uint32_t{b[4 * i + 1]} << 8 | uint32_t{b[4 * i + 2]} << 16 | uint32_t{b[4 * i + 3]} << 24;
-  return out;
+  return io::le32_words(bytes);
 }
 
 // Same file? By canonical path, and by inode when both exist (hard links).
@@ -367,14 +363,12 @@ void add_repack(CLI::App& app, int& rc) {
       for (auto& z : p.z) z = static_cast<uint8_t>(z + 1);
     const std::vector<uint32_t> native = tuner::pack_native(p);
 
-    std::vector<unsigned char> qbytes(native.size() * 4);
-    for (size_t i = 0; i < native.size(); ++i)
-      for (int b = 0; b < 4; ++b) qbytes[4 * i + b] = static_cast<unsigned char>(native[i] >> (8 * b));
+    const std::string qbytes = io::le32_bytes(native);
 
     // Write both outputs first, then publish them: no output is ever half written.
     for (auto& [oname, opath] : outputs) remove_stale_temporaries(opath);
     PendingOutput out_q("--out-qweight", o->out_qweight);
-    out_q.write(qbytes.data(), qbytes.size());
+    out_q.write(reinterpret_cast<const unsigned char*>(qbytes.data()), qbytes.size());
     std::unique_ptr<PendingOutput> out_z;
     if (!o->sym) {
       out_z = std::make_unique<PendingOutput>("--out-zeros", o->out_zeros);

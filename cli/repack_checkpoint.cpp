@@ -31,13 +31,7 @@ std::string shape_text(const std::vector<int64_t>& s) {
   return "[" + t + "]";
 }
 
-std::vector<uint32_t> words_of(const io::Tensor& t) {
-  std::vector<uint32_t> w(static_cast<size_t>(t.elements()));
-  const auto* b = reinterpret_cast<const unsigned char*>(t.bytes.data());
-  for (size_t i = 0; i < w.size(); ++i)
-    w[i] = uint32_t{b[4 * i]} | uint32_t{b[4 * i + 1]} << 8 | uint32_t{b[4 * i + 2]} << 16 | uint32_t{b[4 * i + 3]} << 24;
-  return w;
-}
+std::vector<uint32_t> words_of(const io::Tensor& t) { return io::le32_words(t.bytes); }
 
 // The checkpoint's quantization_config (from config.json), or null.
 nlohmann::json quantization_config(const std::string& config_path) {
@@ -132,10 +126,7 @@ CheckpointRepack repack_checkpoint(const CheckpointOptions& o) {
     if (v1 && !awq && !layer_sym)
       for (auto& z : p.z) z = static_cast<uint8_t>(z + 1);
     const std::vector<uint32_t> native = tuner::pack_native(p);
-    io::Tensor nq{io::DType::u32, {static_cast<int64_t>(native.size())}, std::string(native.size() * 4, '\0')};
-    for (size_t i = 0; i < native.size(); ++i)
-      for (int b = 0; b < 4; ++b) nq.bytes[4 * i + b] = static_cast<char>(native[i] >> (8 * b));
-    out.tensors[prefix + ".qweight"] = std::move(nq);
+    out.tensors[prefix + ".qweight"] = io::Tensor{io::DType::u32, {static_cast<int64_t>(native.size())}, io::le32_bytes(native)};
     if (!layer_sym)
       out.tensors[prefix + ".zeros"] = io::Tensor{io::DType::u8, {k / g, n}, std::string(p.z.begin(), p.z.end())};
     out.tensors[prefix + ".scales"] = sc;

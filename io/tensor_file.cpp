@@ -145,6 +145,21 @@ std::string dtype_name(DType t) {
 
 int64_t Tensor::elements() const { return product(shape); }
 
+std::vector<uint32_t> le32_words(std::string_view bytes) {
+  std::vector<uint32_t> w(bytes.size() / 4);
+  const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
+  for (size_t i = 0; i < w.size(); ++i)
+    w[i] = uint32_t{b[4 * i]} | uint32_t{b[4 * i + 1]} << 8 | uint32_t{b[4 * i + 2]} << 16 | uint32_t{b[4 * i + 3]} << 24;
+  return w;
+}
+
+std::string le32_bytes(const std::vector<uint32_t>& words) {
+  std::string out(words.size() * 4, '\0');
+  for (size_t i = 0; i < words.size(); ++i)
+    for (int b = 0; b < 4; ++b) out[4 * i + b] = static_cast<char>(words[i] >> (8 * b));
+  return out;
+}
+
 Tensor parse_npy(std::string_view file, const std::string& what) {
   // Format: "\x93NUMPY", major, minor, header length (2 bytes in 1.x, 4 in
   // 2.x/3.x), then a Python dict literal padded with spaces and '\n'.

@@ -26,6 +26,10 @@ struct Tensor {
   int64_t elements() const;
 };
 
+// 32-bit words and their little-endian bytes (packed int4 tensors are such words).
+std::vector<uint32_t> le32_words(std::string_view bytes);  // bytes.size() / 4 words
+std::string le32_bytes(const std::vector<uint32_t>& words);
+
 // .npy
 Tensor parse_npy(std::string_view file, const std::string& what);
 std::string npy_bytes(const Tensor& t);  // format version 1.0 (2.0 when the header needs it)

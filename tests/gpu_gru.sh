@@ -97,11 +97,14 @@ peers = {}
 if os.path.exists(f"{out}/peers.json"):
     for r in json.load(open(f"{out}/peers.json"))["rows"]:
         peers[r["case"]] = r["us"]
+# The winners' step timelines (qjit_gru_probe): the exchange (pushes + wait) and the whole step, in µs.
 probe = {}
-for line in open(f"{out}/cluster_probe.jsonl"):
-    j = json.loads(line)
-    if j.get("pushers") == 32: probe[j["cluster"]] = j["us_per_step"]
-print(f"\n{'N':>3} {'H':>5} {'qjit us':>9} {'us/step':>8} {'config':<70} {'cuDNN fp16':>10} {'x fp16':>7} {'cuDNN fp32':>10} {'x fp32':>7} {'barrier us':>10}")
+if os.path.exists(f"{out}/gru_probe.jsonl"):
+    for line in open(f"{out}/gru_probe.jsonl"):
+        try: j = json.loads(line)
+        except Exception: continue
+        probe[j["spec"]] = ((j["push"][1] + j["wait"][1]), j["step"][1])
+print(f"\n{'N':>3} {'H':>5} {'qjit us':>9} {'us/step':>8} {'config':<70} {'cuDNN fp16':>10} {'x fp16':>7} {'cuDNN fp32':>10} {'x fp32':>7} {'exchange':>8} {'step':>6}")
 for i, (n, h) in enumerate([(1, 256), (16, 512), (64, 256), (16, 1024)], 1):
     try:
         b = json.load(open(f"{out}/bench_{i}.json"))[0]
@@ -115,8 +118,8 @@ for i, (n, h) in enumerate([(1, 256), (16, 512), (64, 256), (16, 1024)], 1):
         except Exception: cfg = {}
     f16 = next((v for k, v in peers.items() if k.startswith(f"cuDNN GRU float16 T=100 N={n} C={h} H={h} ")), None)
     f32 = next((v for k, v in peers.items() if k.startswith(f"cuDNN GRU float32 T=100 N={n} C={h} H={h} ")), None)
-    bar = probe.get(cfg.get("cluster")) if isinstance(cfg, dict) else None
+    exchange, step = probe.get(f"t=100 n={n} c={h} h={h}", (float("nan"), float("nan")))
     cfg = json.dumps(cfg, separators=(",", ":"))
     print(f"{n:>3} {h:>5} {us:>9.1f} {us / 100:>8.2f} {cfg[:70]:<70} {f16 or 0:>10.1f} {(f16 or 0) / us:>7.2f} "
-          f"{f32 or 0:>10.1f} {(f32 or 0) / us:>7.2f} {bar if bar is not None else float('nan'):>10.3f}")
+          f"{f32 or 0:>10.1f} {(f32 or 0) / us:>7.2f} {exchange:>8.2f} {step:>6.2f}")
 PY

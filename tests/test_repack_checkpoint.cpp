@@ -20,18 +20,10 @@ namespace fs = std::filesystem;
 namespace {
 
 io::Tensor words_tensor(const std::vector<uint32_t>& w, std::vector<int64_t> shape) {
-  io::Tensor t{io::DType::i32, std::move(shape), std::string(w.size() * 4, '\0')};
-  for (size_t i = 0; i < w.size(); ++i)
-    for (int b = 0; b < 4; ++b) t.bytes[4 * i + b] = static_cast<char>(w[i] >> (8 * b));
-  return t;
+  return io::Tensor{io::DType::i32, std::move(shape), io::le32_bytes(w)};
 }
 
-std::vector<uint32_t> words_of(const io::Tensor& t) {
-  std::vector<uint32_t> w(t.bytes.size() / 4);
-  for (size_t i = 0; i < w.size(); ++i)
-    for (int b = 0; b < 4; ++b) w[i] |= uint32_t{static_cast<unsigned char>(t.bytes[4 * i + b])} << (8 * b);
-  return w;
-}
+std::vector<uint32_t> words_of(const io::Tensor& t) { return io::le32_words(t.bytes); }
 
 PlainQuant random_layer(std::mt19937_64& rng, int64_t k, int64_t n, int64_t g) {
   PlainQuant p;

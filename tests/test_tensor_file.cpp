@@ -190,3 +190,11 @@ TEST_CASE("repack reads qweight and qzeros from .npy and .safetensors, bit-equal
   CHECK(whole.exit_code != 0);
   CHECK_THAT(whole.err, Catch::Contains("holds 3 tensors; name one"));
 }
+
+TEST_CASE("le32 words: little-endian bytes and back", "[io]") {
+  const std::vector<uint32_t> words = {0x00000000u, 0x04030201u, 0xffffffffu, 0x80000001u};
+  const std::string bytes = qjit::io::le32_bytes(words);
+  CHECK(bytes == std::string("\x00\x00\x00\x00\x01\x02\x03\x04\xff\xff\xff\xff\x01\x00\x00\x80", 16));
+  CHECK(qjit::io::le32_words(bytes) == words);
+  CHECK(qjit::io::le32_words(bytes.substr(0, 7)).size() == 1);  // a trailing partial word is not a word
+}
