@@ -63,6 +63,18 @@ std::vector<KernelParam> arg_params(std::initializer_list<const char*> names) {
   return out;
 }
 
+int pow2_bucket(int64_t m, int top) {
+  int b = 1;
+  while (b < m && b < top) b *= 2;
+  return b;
+}
+
+std::vector<int64_t> pow2_buckets(int64_t lo, int64_t hi, int top) {
+  std::vector<int64_t> v;
+  for (int64_t b = pow2_bucket(lo, top); b <= pow2_bucket(hi, top); b *= 2) v.push_back(b);
+  return v;
+}
+
 Plan single_kernel_plan(std::string symbol, LaunchGeometry geometry, std::vector<KernelParam> params,
                         std::vector<PointerArg> pointers) {
   Plan p;

@@ -211,6 +211,12 @@ struct Plan {
   std::string describe() const;
 };
 
+// Row buckets of ops tuned per bucket of M (wq_gemm, w8a8_gemm): the next
+// power of two of m, at most `top` (which serves any larger M); and the
+// buckets serving lo..hi rows (`--m 1-8` is 1, 2, 4, 8).
+int pow2_bucket(int64_t m, int top);
+std::vector<int64_t> pow2_buckets(int64_t lo, int64_t hi, int top);
+
 // A plan of one step kernel `symbol` taking `params`.
 Plan single_kernel_plan(std::string symbol, LaunchGeometry geometry, std::vector<KernelParam> params,
                         std::vector<PointerArg> pointers);

@@ -82,17 +82,11 @@ bool wgmma(const nlohmann::json& j) { return WqWgmmaConfig::is_wgmma(j); }
 
 }  // namespace
 
-int wq_gemm_bucket(int64_t m) {
-  int b = 1;
-  while (b < m && b < 1024) b *= 2;
-  return b;
-}
+int wq_gemm_bucket(int64_t m) { return pow2_bucket(m, 1024); }
 
 // The buckets from lo's to hi's: `--m 1-8` is 1, 2, 4, 8 and `--m 1-1024` all eleven.
 std::vector<int64_t> WqGemmOp::m_values_for_rows(int64_t lo, int64_t hi) const {
-  std::vector<int64_t> v;
-  for (int64_t b = wq_gemm_bucket(lo); b <= wq_gemm_bucket(hi); b *= 2) v.push_back(b);
-  return v;
+  return pow2_buckets(lo, hi, 1024);
 }
 
 std::vector<ParamDef> WqGemmOp::params() const {
