@@ -99,6 +99,21 @@ extern "C" qjit_status qjit_wq_gemm(const qjit_wq_gemm_args* args, void* stream)
   });
 }
 
+extern "C" qjit_status qjit_w8a8_gemm(const qjit_w8a8_gemm_args* args, void* stream) {
+  return guarded([&] {
+    const auto& a = required(args, "w8a8_gemm");
+    qjit::W8a8GemmShape s;
+    s.k = a.k, s.n = a.n, s.block = a.block;
+    s.x = element_type(a.x_dtype, qjit::DType::fp16, "w8a8_gemm", "x_dtype");
+    s.quant_a = a.quant_a ? a.quant_a : "offset";
+    s.quant_w = a.quant_w ? a.quant_w : "offset";
+    s.bias = a.bias != 0;
+    s.act = a.act ? a.act : "none";
+    qjit::w8a8_gemm(s, {a.x, a.wq, a.w_scale, a.w_offset, a.w_sum, a.bias_ptr, a.y, a.m},
+                    static_cast<CUstream_st*>(stream));
+  });
+}
+
 extern "C" qjit_status qjit_awq_dequant(const qjit_awq_dequant_args* args, void* stream) {
   return guarded([&] {
     const auto& a = required(args, "awq_dequant");

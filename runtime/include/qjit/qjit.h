@@ -226,6 +226,40 @@ struct GruQuantArgs {
 };
 void gru_quant(const GruQuantShape& shape, const GruQuantArgs& args, CUstream_st* stream = nullptr);
 
+// y[m][n] = clamp(Σ_blocks dequant(qx · qw) + bias[n]) for m < M: x [M][K]
+// (fp16, bf16 or fp32) quantized on the fly per row and block of `block` k
+// (quant_a "offset": seed 002's QuantA, x ≈ q·s + o; "symmetric": q·s), W
+// int8 codes wq [N][K] with per (block, column) parameters, block-major:
+// w_scale and w_offset float32 [K/block][N], w_sum int32 [K/block][N] (Σ of
+// the block's codes; tuner/reference/w8a8_quant.h defines both block rules
+// and packs W). w_offset is read only with quant_w "offset", w_sum only with
+// quant_a "offset" (null otherwise); bias [N] and y [M][N] of x's type; act
+// "none", "relu", "relu6". Each M uses the kernels tuned for its bucket (next
+// power of two, at most 4096; 4096 serves any M, 4096 rows at a time).
+struct W8a8GemmShape {
+  int k = 0, n = 0;
+  int block = 128;
+  DType x = DType::fp16;
+  std::string quant_a = "offset";  // "offset" | "symmetric"
+  std::string quant_w = "offset";  // "offset" | "symmetric"
+  bool bias = false;
+  std::string act = "none";
+};
+struct W8a8GemmArgs {
+  const void* x = nullptr;
+  const void* wq = nullptr;
+  const void* w_scale = nullptr;
+  const void* w_offset = nullptr;  // null for quant_w = "symmetric"
+  const void* w_sum = nullptr;     // null for quant_a = "symmetric"
+  const void* bias = nullptr;
+  void* y = nullptr;
+  int m = 0;
+  ArgPack pack() const {
+    return ArgPack("w8a8_gemm").ptr(x).ptr(wq).ptr(w_scale).ptr(w_offset).ptr(w_sum).ptr(bias).ptr(y).i32(m);
+  }
+};
+void w8a8_gemm(const W8a8GemmShape& shape, const W8a8GemmArgs& args, CUstream_st* stream = nullptr);
+
 // Use another cache file for this process (default: $QJIT_CACHE or ~/.cache/qjit/kernels.db).
 void set_cache_path(const std::string& path);
 

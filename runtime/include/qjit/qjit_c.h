@@ -89,6 +89,27 @@ typedef struct {
   void* y_float;
 } qjit_gru_quant_args;
 qjit_status qjit_gru_quant(const qjit_gru_quant_args* args, void* stream);
+/* Online-quantized int8 GEMM (qjit.h: W8a8GemmShape, W8a8GemmArgs). The
+ * string fields may be NULL for their defaults: x_dtype "fp16" ("bf16",
+ * "fp32"), quant_a and quant_w "offset" ("symmetric"), act "none"; bias is
+ * 0 or 1 (whether the call passes bias_ptr). */
+typedef struct {
+  int k, n, block;
+  const char* x_dtype;
+  const char* quant_a;
+  const char* quant_w;
+  int bias;
+  const char* act;
+  const void* x;
+  const void* wq;
+  const void* w_scale;
+  const void* w_offset;
+  const void* w_sum;
+  const void* bias_ptr;
+  void* y;
+  int m;
+} qjit_w8a8_gemm_args;
+qjit_status qjit_w8a8_gemm(const qjit_w8a8_gemm_args* args, void* stream);
 qjit_status qjit_set_cache_path(const char* path);
 /* The message of the last failed call on this thread ("" after a success). */
 const char* qjit_last_error(void);

@@ -1,0 +1,301 @@
+#include "codegen/ops/w8a8_gemm.h"
+
+#include <algorithm>
+
+#include "codegen/error.h"
+#include "codegen/json_input.h"
+
+namespace qjit::codegen {
+namespace {
+
+std::string num(int64_t v) { return std::to_string(v); }
+int bytes_of(const std::string& t) { return t == "fp32" ? 4 : 2; }
+
+// The mma.sync family: a block owns bm rows × bn columns of y, warps_m ×
+// warps_n warps of (bm/warps_m) × (bn/warps_n) each, a ring of `stages`
+// k-tiles of bk codes filled by cp.async.
+struct TiledConfig {
+  int bm, bn, bk, warps_m, warps_n, stages;
+  static constexpr const char* kFamily = "tiled";
+  static TiledConfig from(const nlohmann::json& j) {
+    auto get = [&](const char* k) { return config_int(j, k, "w8a8_gemm tiled config"); };
+    if (!j.is_object() || j.size() != 7)
+      throw Error("config", "w8a8_gemm tiled config needs family, bm, bn, bk, warps_m, warps_n, stages: " + j.dump());
+    return {get("bm"), get("bn"), get("bk"), get("warps_m"), get("warps_n"), get("stages")};
+  }
+  nlohmann::json to_json() const {
+    return {{"family", kFamily}, {"bm", bm}, {"bn", bn}, {"bk", bk}, {"warps_m", warps_m}, {"warps_n", warps_n},
+            {"stages", stages}};
+  }
+  int warps() const { return warps_m * warps_n; }
+  // One stage: the codes of A and B, then per row and column of the tile its
+  // block's three parameters (filled on the stage of a block's last k-tile).
+  int stage_bytes() const { return bm * bk + bn * bk + 12 * bm + 12 * bn; }
+  int smem() const { return stages * stage_bytes(); }
+};
+
+// The obviously correct family: one thread per output element, any block.
+struct SimpleConfig {
+  int threads;
+  static constexpr const char* kFamily = "simple";
+  static SimpleConfig from(const nlohmann::json& j) {
+    if (!j.is_object() || j.size() != 2)
+      throw Error("config", "w8a8_gemm simple config needs family and threads: " + j.dump());
+    return {config_int(j, "threads", "w8a8_gemm simple config")};
+  }
+  nlohmann::json to_json() const { return {{"family", kFamily}, {"threads", threads}}; }
+};
+
+struct Shape {
+  int64_t k, n, m, block;
+  std::string x;
+  bool offset_a, offset_w, bias;
+  std::string act;
+  int64_t blocks() const { return k / block; }
+};
+
+Shape shape_of(const OpSpec& spec) {
+  return {spec.get_int("k"), spec.get_int("n"), spec.get_int("m"), spec.get_int("block"), spec.get_str("x"),
+          spec.get_str("quant_a") == "offset", spec.get_str("quant_w") == "offset", spec.get_str("bias") == "yes",
+          spec.get_str("act")};
+}
+
+constexpr int kQuantWarps = 8;  // warps per block of the quantization kernel: one warp per (row, block)
+constexpr int kMaxSmem = 227 * 1024;
+
+// Why the tiled family cannot run a spec, "" when it can.
+std::string tiled_applies(const Shape& s) {
+  if (s.block % 32) return "block=" + num(s.block) + " is not a multiple of 32 (one mma step is 32 codes of k)";
+  if (s.n % 16) return "n=" + num(s.n) + " is not a multiple of 16";
+  return "";
+}
+
+std::string tiled_problem(const Shape& s, const TiledConfig& c) {
+  const std::string why = tiled_applies(s);
+  if (!why.empty()) return why;
+  auto one_of = [](int v, std::initializer_list<int> set) { return std::find(set.begin(), set.end(), v) != set.end(); };
+  if (!one_of(c.bm, {16, 32, 64, 128})) return "bm must be 16, 32, 64 or 128";
+  if (!one_of(c.bn, {16, 32, 64, 128, 256})) return "bn must be 16, 32, 64, 128 or 256";
+  if (!one_of(c.bk, {32, 64, 128})) return "bk must be 32, 64 or 128";
+  if (!one_of(c.warps_m, {1, 2, 4}) || !one_of(c.warps_n, {1, 2, 4, 8})) return "warps_m must be 1, 2 or 4 and warps_n 1, 2, 4 or 8";
+  if (c.warps() > 8) return "at most 8 warps";
+  if (c.stages < 2 || c.stages > 6) return "stages must be 2..6";
+  if (s.block % c.bk) return "bk=" + num(c.bk) + " does not divide block=" + num(s.block);
+  if (s.n % c.bn) return "bn=" + num(c.bn) + " does not divide n=" + num(s.n);
+  const int wm = c.bm / c.warps_m, wn = c.bn / c.warps_n;
+  if (c.bm % c.warps_m || wm % 16) return "a warp's rows bm/warps_m must be a multiple of 16";
+  if (c.bn % c.warps_n || wn % 16) return "a warp's columns bn/warps_n must be a multiple of 16";
+  if ((wm / 16) * (wn / 8) > 16) return "a warp holds at most 16 mma tiles (int32 and fp32 accumulators: 128 registers)";
+  if (c.bm > std::max<int64_t>(16, s.m)) return "bm=" + num(c.bm) + " exceeds the bucket's rows m=" + num(s.m);
+  if (c.smem() > kMaxSmem) return "shared memory " + num(c.smem()) + " bytes exceeds " + num(kMaxSmem);
+  return "";
+}
+
+std::string simple_problem(const SimpleConfig& c) {
+  if (c.threads != 64 && c.threads != 128 && c.threads != 256) return "threads must be 64, 128 or 256";
+  return "";
+}
+
+bool is_simple(const nlohmann::json& config) { return config_family(config) == SimpleConfig::kFamily; }
+
+void check_family(const nlohmann::json& config) {
+  const std::string f = config_family(config);
+  if (f != TiledConfig::kFamily && f != SimpleConfig::kFamily)
+    throw Error("config", "w8a8_gemm config " + config.dump() + ": unknown family '" + f + "' (expected tiled or simple)");
+}
+
+}  // namespace
+
+int w8a8_gemm_bucket(int64_t m) { return pow2_bucket(m, 4096); }
+
+W8a8Workspace w8a8_workspace(int64_t rows, int64_t k, int64_t block) {
+  // The parameter arrays have a row for every row a tile of 128 may read.
+  const int64_t padded = (rows + 127) / 128 * 128;
+  const size_t params = static_cast<size_t>(k / block * padded) * 4;
+  W8a8Workspace w;
+  w.codes = 0;
+  w.scale = (static_cast<size_t>(rows * k) + 255) / 256 * 256;
+  w.offset = w.scale + params;
+  w.sum = w.offset + params;
+  w.total = w.sum + params;
+  return w;
+}
+
+std::vector<int64_t> W8a8GemmOp::m_values_for_rows(int64_t lo, int64_t hi) const {
+  return pow2_buckets(lo, hi, 4096);
+}
+
+std::vector<ParamDef> W8a8GemmOp::params() const {
+  return {
+      {"k", "input features (a multiple of block)", nullptr, {}, 32, int64_t{1} << 20},
+      {"n", "output features", nullptr, {}, 1, int64_t{1} << 20},
+      {"m", "bucket of rows of x: 1, 2, 4, ..., 4096 (a launch has M <= m; 4096 serves any M)", 1, {}, 1, 4096},
+      {"block", "codes of k sharing one scale (and offset), for x and W alike: 32..512, dividing k", 128, {}, 32, 512},
+      {"x", "type of x, bias and y", "fp16", {"fp16", "bf16", "fp32"}},
+      {"quant_a", "x's online quantization: offset (the seed's QuantA: q·s + o) or symmetric (q·s)", "offset",
+       {"offset", "symmetric"}},
+      {"quant_w", "W's block parameters: offset (q·s + o) or symmetric (q·s, no offsets)", "offset",
+       {"offset", "symmetric"}},
+      {"bias", "add bias[n] before the clamp", "no", {"no", "yes"}},
+      {"act", "clamp after the bias: none, relu [0, inf), relu6 [0, 6]", "none", {"none", "relu", "relu6"}},
+  };
+}
+
+void W8a8GemmOp::validate(const nlohmann::json& p) const {
+  const int64_t k = p.at("k").get<int64_t>(), m = p.at("m").get<int64_t>(), block = p.at("block").get<int64_t>();
+  if (m & (m - 1)) throw Error("spec", "w8a8_gemm m=" + num(m) + " is not a bucket; expected 1, 2, 4, ..., 4096");
+  if (k % block) throw Error("spec", "w8a8_gemm block=" + num(block) + " does not divide k=" + num(k));
+}
+
+std::vector<ArgDef> W8a8GemmOp::args() const {
+  return {{"x"}, {"wq"}, {"w_scale"}, {"w_offset"}, {"w_sum"}, {"bias"}, {"y"}, {"m", ArgDef::Kind::int32}};
+}
+
+std::string W8a8GemmOp::template_path(const nlohmann::json& config) const {
+  return is_simple(config) ? "templates/w8a8_gemm/w8a8_gemm_simple.cu" : "templates/w8a8_gemm/w8a8_gemm_tiled.cu";
+}
+
+std::vector<nlohmann::json> W8a8GemmOp::candidates(const OpSpec& spec, const DeviceLimits&) const {
+  const Shape s = shape_of(spec);
+  std::vector<nlohmann::json> out;
+  // The simple kernel first: a tune cut short still measures the plain path.
+  out.push_back(SimpleConfig{128}.to_json());
+  if (!tiled_applies(s).empty()) {
+    out.push_back(SimpleConfig{256}.to_json());
+    return out;
+  }
+  const int64_t rows = std::min<int64_t>(s.m, 128);
+  for (int bm : {16, 32, 64, 128}) {
+    if (bm > std::max<int64_t>(16, rows) || bm < std::max<int64_t>(16, rows / 4)) continue;
+    for (int bn : {16, 32, 64, 128, 256})
+      for (int bk : {32, 64, 128}) {
+        if (bk == 32 && s.block >= 64) continue;  // 32-code tiles only where the block is that short
+        for (int warps_m : {1, 2, 4})
+          for (int warps_n : {1, 2, 4, 8})
+            for (int stages : {3, 4}) {
+              const TiledConfig c{bm, bn, bk, warps_m, warps_n, stages};
+              if (!tiled_problem(s, c).empty()) continue;
+              // A warp of fewer than 4 mma tiles leaves the tensor cores waiting on its fragment loads.
+              if ((c.bm / warps_m / 16) * (c.bn / warps_n / 8) < 4) continue;
+              out.push_back(c.to_json());
+            }
+      }
+  }
+  return out;
+}
+
+nlohmann::json W8a8GemmOp::default_config(const OpSpec& spec) const {
+  const Shape s = shape_of(spec);
+  if (!tiled_applies(s).empty()) return SimpleConfig{128}.to_json();
+  const int bm = s.m <= 16 ? 16 : s.m <= 64 ? 32 : 128;
+  for (int bn : {128, 64, 32, 16}) {
+    // 8 warps of 64 × 32 (4 × 4 mma tiles) at full size.
+    const int warps_m = bm >= 64 ? 2 : 1, warps_n = bn >= 128 ? 4 : bn >= 64 ? 2 : 1;
+    const TiledConfig c{bm, bn, std::min<int>(64, static_cast<int>(s.block)), warps_m, warps_n, 4};
+    if (tiled_problem(s, c).empty()) return c.to_json();
+  }
+  return SimpleConfig{128}.to_json();
+}
+
+void W8a8GemmOp::validate_config(const OpSpec& spec, const nlohmann::json& config) const {
+  check_family(config);
+  const std::string p =
+      is_simple(config) ? simple_problem(SimpleConfig::from(config)) : tiled_problem(shape_of(spec), TiledConfig::from(config));
+  if (!p.empty()) throw Error("config", "w8a8_gemm config " + config.dump() + " is illegal for " + spec.label() + ": " + p);
+}
+
+std::vector<Constant> W8a8GemmOp::constants(const OpSpec& spec, const nlohmann::json& config) const {
+  const Shape s = shape_of(spec);
+  const std::string tx = s.x == "fp32" ? "float" : s.x == "bf16" ? "qjit::bf16_t" : "qjit::half_t";
+  const W8a8Workspace ws = w8a8_workspace(s.m, s.k, s.block);
+  auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
+  std::vector<Constant> c = {
+      {"using", "TX", tx, "type of x, bias and y"},
+      {"int", "kK", num(s.k), "input features"},
+      {"int", "kN", num(s.n), "output features"},
+      {"int", "kBlock", num(s.block), "codes of k per quantization block"},
+      {"int", "kBlocks", num(s.blocks()), "blocks per row: k / block"},
+      {"int", "kParamRows", num((ws.offset - ws.scale) / 4 / s.blocks()), "rows of each block's parameter array"},
+      {"bool", "kOffsetA", flag(s.offset_a), "x quantized with offsets (the seed's QuantA), else symmetric"},
+      {"bool", "kOffsetW", flag(s.offset_w), "W has offsets, else symmetric"},
+      {"bool", "kBias", flag(s.bias), "add bias[n]"},
+      {"int", "kAct", s.act == "relu6" ? "2" : s.act == "relu" ? "1" : "0", "clamp: 0 none, 1 relu, 2 relu6"},
+      {"int", "kQuantWarps", num(kQuantWarps), "warps per block of the quantization kernel"},
+  };
+  if (is_simple(config)) {
+    c.push_back({"int", "kThreads", num(SimpleConfig::from(config).threads), "tunable: threads per block"});
+  } else {
+    const TiledConfig t = TiledConfig::from(config);
+    c.push_back({"int", "kBM", num(t.bm), "tunable: rows of y per block"});
+    c.push_back({"int", "kBN", num(t.bn), "tunable: columns of y per block"});
+    c.push_back({"int", "kBK", num(t.bk), "tunable: codes of k per stage"});
+    c.push_back({"int", "kWarpsM", num(t.warps_m), "tunable: warps along m"});
+    c.push_back({"int", "kWarpsN", num(t.warps_n), "tunable: warps along n"});
+    c.push_back({"int", "kStages", num(t.stages), "tunable: stages of the cp.async ring"});
+  }
+  return c;
+}
+
+Plan W8a8GemmOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
+  const Shape s = shape_of(spec);
+  const W8a8Workspace ws = w8a8_workspace(s.m, s.k, s.block);
+  const int xb = bytes_of(s.x);
+  Plan p;
+
+  KernelDef quant{"qjit_w8a8_quant_a", KernelDef::Role::step, {}, {}, {}};
+  quant.geometry.block[0] = 32 * kQuantWarps;
+  quant.geometry.grid[0] = static_cast<unsigned>((s.m * s.blocks() + kQuantWarps - 1) / kQuantWarps);
+  quant.geometry.programmatic = true;  // everything after griddepcontrol.wait
+  quant.params = {arg_param("x"), arg_param("m"), workspace_param(ws.codes), workspace_param(ws.scale),
+                  workspace_param(ws.offset), workspace_param(ws.sum)};
+
+  KernelDef gemm{"qjit_w8a8_gemm", KernelDef::Role::step, {}, {}, {}};
+  gemm.params = {workspace_param(ws.codes), workspace_param(ws.scale), workspace_param(ws.offset),
+                 workspace_param(ws.sum),   arg_param("wq"),           arg_param("w_scale"),
+                 arg_param("w_offset"),     arg_param("w_sum"),        arg_param("bias"),
+                 arg_param("y"),            arg_param("m")};
+  gemm.geometry.programmatic = true;
+  int param_align = 4, y_align = xb;
+  if (is_simple(config)) {
+    const SimpleConfig c = SimpleConfig::from(config);
+    gemm.geometry.block[0] = static_cast<unsigned>(c.threads);
+    gemm.geometry.grid[0] = static_cast<unsigned>((s.n + c.threads - 1) / c.threads);
+    gemm.geometry.grid[1] = static_cast<unsigned>(s.m);
+  } else {
+    const TiledConfig c = TiledConfig::from(config);
+    gemm.geometry.block[0] = static_cast<unsigned>(32 * c.warps());
+    // blockIdx.x runs over m (fastest), so the blocks running together share W's tiles in L2.
+    gemm.geometry.grid[0] = static_cast<unsigned>((s.m + c.bm - 1) / c.bm);
+    gemm.geometry.grid[1] = static_cast<unsigned>(s.n / c.bn);
+    gemm.geometry.dynamic_smem = static_cast<unsigned>(c.smem());
+    param_align = 16;  // a tile's parameters arrive by 16-byte cp.async
+    y_align = 2 * xb;  // a lane stores two adjacent columns
+  }
+  p.kernels = {quant, gemm};
+  p.steps = {{PlanStep::Kind::kernel, 0, {}}, {PlanStep::Kind::kernel, 1, {}}};
+  // x is read one element per lane; W's codes by 16-byte cp.async (tiled) or 4 bytes (simple).
+  p.pointers = {{"x", xb},
+                {"wq", is_simple(config) ? 4 : 16},
+                {"w_scale", param_align},
+                {"w_offset", param_align, !s.offset_w},
+                {"w_sum", param_align, !s.offset_a},
+                {"bias", xb, !s.bias},
+                {"y", y_align}};
+  p.workspace_fixed = ws.total;
+  return p;
+}
+
+Traffic W8a8GemmOp::traffic(const OpSpec& spec) const {
+  const Shape s = shape_of(spec);
+  const double m = static_cast<double>(s.m), n = static_cast<double>(s.n), k = static_cast<double>(s.k);
+  const double xb = bytes_of(s.x), blocks = static_cast<double>(s.blocks());
+  const double params = blocks * n * 4 * (1 + (s.offset_w ? 1 : 0) + (s.offset_a ? 1 : 0));
+  return {m * k * xb + n * k + params + (s.bias ? n * xb : 0) + m * n * xb, 2 * m * n * k};
+}
+
+const OpDef& w8a8_gemm_op() {
+  static const W8a8GemmOp op;
+  return op;
+}
+
+}  // namespace qjit::codegen

@@ -1,0 +1,42 @@
+// w8a8_gemm's promotion of one block's exact int32 product to float and the
+// epilogue, shared by its GEMM kernels.
+//
+// Block i of k contributes (seed 002's DequantAndAcc, tuner/reference/w8a8_gemm.h)
+//   sA·sB·Cq + sA·oB·ΣA + oA·sB·ΣB + K_i·oA·oB
+//   = sA·(sB·Cq + oB·ΣA) + oA·cB,   cB = sB·ΣB + K_i·oB  (per column and block),
+// with s, o, Σ the scale, offset and code sum of A's row and W's column in
+// that block. A symmetric side has no offsets and its terms vanish. |Cq| ≤
+// 2^23 (block ≤ 512), so the conversion to float is exact; the float32
+// roundings are what w8a8_tolerance bounds.
+
+struct W8a8RowParams {
+  float scale, offset, sum;  // A's, for one row and block (sum as float: exact, |ΣA| ≤ 2^16)
+};
+struct W8a8ColParams {
+  float scale, offset, c;  // W's scale and offset, and cB
+};
+
+__device__ __forceinline__ W8a8ColParams w8a8_col_params(float scale, float offset, int sum) {
+  W8a8ColParams p{scale, 0.0f, 0.0f};
+  if constexpr (kOffsetW) p.offset = offset;
+  if constexpr (kOffsetA) p.c = kOffsetW ? __fmaf_rn(static_cast<float>(kBlock), offset, scale * static_cast<float>(sum))
+                                         : scale * static_cast<float>(sum);
+  return p;
+}
+
+// acc + block's contribution.
+__device__ __forceinline__ float w8a8_add_block(float acc, int cq, const W8a8RowParams& a, const W8a8ColParams& w) {
+  const float v = static_cast<float>(cq);
+  const float t = kOffsetW ? __fmaf_rn(w.scale, v, w.offset * a.sum) : w.scale * v;
+  acc = __fmaf_rn(a.scale, t, acc);
+  if constexpr (kOffsetA) acc = __fmaf_rn(a.offset, w.c, acc);
+  return acc;
+}
+
+// y's value at column n: + bias[n], then the clamp.
+__device__ __forceinline__ float w8a8_finish(float v, const TX* __restrict__ bias, int n) {
+  if constexpr (kBias) v += qjit::to_f32(bias[n]);
+  if constexpr (kAct >= 1) v = fmaxf(v, 0.0f);
+  if constexpr (kAct == 2) v = fminf(v, 6.0f);
+  return v;
+}

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# w8a8_gemm on the GPU machine: its [gpu] tests, a tune and bench of the
+# issue's shapes (K = 4096, N = 11008, block 128; the seed's offset form and
+# the symmetric LLM form), PyTorch's peers (peers.py w8a8_gemm: torch._int_mm,
+# cuBLAS fp16, FP8 _scaled_mm), and a table last. Logs and JSON go to $OUT.
+#   usage (repo root on the GPU machine): bash tests/gpu_w8a8.sh [tests|bench|all]
+#   TESTS="catch2 test spec" overrides which tests run (default: the w8a8_gemm ones).
+# Expects the install tree in .dist (with --component tests) and peers.py in .device/peers.py.
+set -u
+DIST=${DIST:-.dist}
+Q="$DIST/bin/qjit"
+FINAL=${OUT:-/tmp/qjit_w8a8_out}
+OUT=/tmp/qjit_w8a8/out
+rm -rf /tmp/qjit_w8a8
+mkdir -p "$OUT" "$FINAL"
+trap 'tar czf "$FINAL/w8a8_logs.tgz" -C /tmp/qjit_w8a8 out' EXIT
+export QJIT_CACHE=/tmp/qjit_w8a8.db
+PART=${1:-all}
+echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+
+if [ "$PART" = all ] || [ "$PART" = tests ]; then
+  echo "== GPU tests"
+  ( time "$DIST/bin/qjit_tests" ${TESTS:-"w8a8_gemm*"} ) >"$OUT/tests.log" 2>&1
+  echo "tests exit $?"; grep -E "FAILED|failed|passed" "$OUT/tests.log" | head -20; tail -3 "$OUT/tests.log"
+fi
+[ "$PART" = tests ] && exit 0
+
+rm -f "$QJIT_CACHE"
+CASES=("offset 1" "offset 16" "offset 128" "offset 1024" "offset 4096" "symmetric 4096")
+i=0
+for c in "${CASES[@]}"; do
+  i=$((i+1)); set -- $c
+  shape="k=4096,n=11008,block=128,m=$2,quant_a=$1,quant_w=$1"
+  /usr/bin/time -f "tune $c: wall %e s" "$Q" tune --op w8a8_gemm --shape "$shape" --json >"$OUT/tune_$i.json" 2>>"$OUT/tune.log"
+  tail -1 "$OUT/tune.log"
+  "$Q" bench --op w8a8_gemm --shape "$shape" --json >"$OUT/bench_$i.json" 2>>"$OUT/bench.log" || echo "bench $c failed"
+  "$Q" show --op w8a8_gemm --shape "$shape" >"$OUT/show_$i.txt" 2>&1
+done
+
+echo "== PyTorch peers (peers.py w8a8_gemm)"
+PYTHONUNBUFFERED=1 python3 .device/peers.py w8a8_gemm --json "$OUT/peers.json" >"$OUT/peers.log" 2>&1 || echo "peers failed"
+tail -16 "$OUT/peers.log"
+
+python3 - "$OUT" "${CASES[@]}" <<'PY'
+import json, os, sys
+out, cases = sys.argv[1], sys.argv[2:]
+peers = {}
+if os.path.exists(f"{out}/peers.json"):
+    for r in json.load(open(f"{out}/peers.json"))["rows"]:
+        peers[r["case"]] = r["us"]
+def peer(prefix):
+    return next((v for k, v in peers.items() if k.startswith(prefix)), float("nan"))
+print(f"\n{'form':<9} {'M':>5} {'qjit us':>9} {'TOP/s':>7} {'cublas fp16':>11} {'x':>5} {'int8 no scales':>14} {'x':>5} "
+      f"{'torch fp16':>10} {'_int_mm':>8} {'x':>5}  config")
+for i, c in enumerate(cases, 1):
+    form, m = c.split()
+    try:
+        b = json.load(open(f"{out}/bench_{i}.json"))[0]
+    except Exception:
+        print(f"{form:<9} {m:>5} (no bench)"); continue
+    rows = {r.get("name", "qjit"): r for r in b["rows"]}
+    q = b["rows"][0]
+    us = q["median_us"]
+    base = lambda name: next((r["median_us"] for r in b["rows"] if r.get("name") == name), float("nan"))
+    f16, i8 = base("cublas_fp16"), base("cublas_int8_no_scales")
+    tf16 = peer(f"cuBLAS fp16 M={m} K=4096 N=11008")
+    imm = peer(f"torch._int_mm (per-tensor, no scales) M={m} K=4096 N=11008")
+    tops = 2 * int(m) * 4096 * 11008 / us / 1e6
+    cfg = q.get("config")
+    cfg = cfg if isinstance(cfg, str) else json.dumps(cfg, separators=(",", ":"))
+    print(f"{form:<9} {m:>5} {us:>9.1f} {tops:>7.0f} {f16:>11.1f} {f16 / us:>5.2f} {i8:>14.1f} {i8 / us:>5.2f} "
+          f"{tf16:>10.1f} {imm:>8.1f} {imm / us:>5.2f}  {cfg}")
+PY

@@ -1,0 +1,186 @@
+// w8a8_gemm on the GPU: the quantization kernel equals the CPU quantizer
+// bit for bit (codes, scales, offsets, sums) on edge-case rows; every
+// candidate of a spread of specs verifies (the tuner checks each against the
+// float64 reference within w8a8_tolerance); the typed API, including a call
+// of more rows than the top bucket (run chunk by chunk), and the C API.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "cache/store.h"
+#include "codegen/ops/w8a8_gemm.h"
+#include "codegen/nvrtc.h"
+#include "codegen/registry.h"
+#include "codegen/source.h"
+#include "qjit/qjit.h"
+#include "qjit/qjit_c.h"
+#include "runtime/device.h"
+#include "runtime/driver.h"
+#include "tests/gpu_helpers.h"
+#include "tests/helpers.h"
+#include "tuner/reference/w8a8_gemm.h"
+#include "tuner/timing.h"
+
+using namespace qjit;
+
+namespace {
+
+// x [m][k] in float32 with the rows that stress QuantA: constant (the
+// degenerate |scale| ≤ 1e-5 block), zeros, a spread of 1e-30 (subnormal
+// scale), huge values, half-way values (ties of the rounding), random.
+std::vector<float> edge_rows(int64_t m, int64_t k, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> x(m * k);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t i = 0; i < k; ++i) {
+      float v = u(rng);
+      switch (r % 8) {
+        case 0: v = 0.25f; break;
+        case 1: v = 0.0f; break;
+        case 2: v = 1.0f + 1e-30f * static_cast<float>(i % 5); break;
+        case 3: v *= 6.0e4f; break;
+        case 4: v = static_cast<float>(static_cast<int>(i % 255) - 128) + 0.5f; break;  // ties after scaling
+        case 5: v = (i % 2) ? 1e-6f : -1e-6f; break;  // spread 2e-6: scale under 1e-5
+        default: v *= std::pow(10.0f, static_cast<float>(r % 5) - 2.0f);
+      }
+      x[r * k + i] = v;
+    }
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("w8a8_gemm: the quantization kernel equals the CPU bit for bit", "[gpu]") {
+  const auto& dev = runtime::current_device();
+  const uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  for (const char* rule : {"offset", "symmetric"})
+    for (const auto& [k, block] : {std::pair{512, 128}, std::pair{96, 48}, std::pair{1024, 512}, std::pair{64, 32}}) {
+      const int m = 16;
+      const std::string s = "k=" + std::to_string(k) + ",n=16,m=16,x=fp32,block=" + std::to_string(block) +
+                            ",quant_a=" + rule;
+      INFO(s);
+      const auto spec = codegen::parse_spec("w8a8_gemm", s);
+      const auto& op = codegen::find_op("w8a8_gemm");
+      const auto r = codegen::compile(codegen::generate_source(spec, op.default_config(spec)), dev.arch);
+      REQUIRE(r.ok);
+      CUmodule module;
+      CUfunction quant;
+      QJIT_CU(cuModuleLoadData(&module, r.cubin.data()));
+      QJIT_CU(cuModuleGetFunction(&quant, module, "qjit_w8a8_quant_a"));
+      const auto x = edge_rows(m, k, rng);
+      const auto want = tuner::quantize_activations(x, m, k, block, std::string(rule) == "offset"
+                                                                         ? tuner::BlockRule::offset
+                                                                         : tuner::BlockRule::symmetric);
+      const auto ws = codegen::w8a8_workspace(m, k, block);
+      tuner::DeviceBuffer dx(x.size() * 4), dws(ws.total);
+      dx.upload(x.data(), x.size() * 4);
+      CUdeviceptr px = dx.ptr(), pc = dws.ptr() + ws.codes, ps = dws.ptr() + ws.scale, po = dws.ptr() + ws.offset,
+                  pz = dws.ptr() + ws.sum;
+      int rows = m;
+      void* params[] = {&px, &rows, &pc, &ps, &po, &pz};
+      const int blocks = k / block;
+      QJIT_CU(cuLaunchKernel(quant, (m * blocks + 7) / 8, 1, 1, 256, 1, 1, 0, nullptr, params, nullptr));
+      QJIT_CU(cuCtxSynchronize());
+      std::vector<int8_t> codes(m * k);
+      std::vector<unsigned char> all(ws.total);
+      dws.download(all.data(), all.size());
+      std::memcpy(codes.data(), all.data() + ws.codes, codes.size());
+      CHECK(codes == want.q);
+      const int64_t padded = (ws.offset - ws.scale) / 4 / blocks;
+      for (int row = 0; row < m; ++row)
+        for (int b = 0; b < blocks; ++b) {
+          float sc, of;
+          int32_t sum;
+          const size_t at = static_cast<size_t>(b * padded + row) * 4;
+          std::memcpy(&sc, all.data() + ws.scale + at, 4);
+          std::memcpy(&of, all.data() + ws.offset + at, 4);
+          std::memcpy(&sum, all.data() + ws.sum + at, 4);
+          INFO("row " << row << " block " << b);
+          CHECK(std::memcmp(&sc, &want.scale[row * blocks + b], 4) == 0);
+          if (std::string(rule) == "offset") CHECK(std::memcmp(&of, &want.offset[row * blocks + b], 4) == 0);
+          CHECK(sum == want.sum[row * blocks + b]);
+        }
+      QJIT_CU(cuModuleUnload(module));
+    }
+}
+
+TEST_CASE("w8a8_gemm: every candidate verifies (tuner)", "[gpu]") {
+  test::TempDir dir;
+  cache::Store store(dir.file("kernels.db"));
+  for (const char* s : {"k=512,n=256,m=1,block=128", "k=1024,n=192,m=16,block=64,x=bf16,quant_a=symmetric,bias=yes",
+                        "k=768,n=128,m=64,block=256,x=fp32,quant_w=symmetric,act=relu6,bias=yes",
+                        "k=2048,n=512,m=256,block=128,quant_a=symmetric,quant_w=symmetric,act=relu",
+                        "k=1024,n=256,m=128,block=32", "k=96,n=40,m=8,block=48,bias=yes"}) {
+    INFO(s);
+    test::expect_every_candidate_verifies(store, codegen::parse_spec("w8a8_gemm", s), /*allow_pruned=*/false);
+  }
+}
+
+TEST_CASE("w8a8_gemm: typed API over more rows than a bucket, and the C API", "[gpu]") {
+  test::TempDir dir;
+  set_cache_path(dir.file("api.db"));
+  const uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  // 4096 + 37 rows: the top bucket's plan runs twice, the second chunk 37 rows.
+  const int m = 4133, k = 256, n = 64, block = 64;
+  std::vector<float> x(static_cast<size_t>(m) * k), wf(n * k), bias(n);
+  for (auto& v : x) v = 3.0f * u(rng);
+  for (auto& v : wf) v = 0.1f * u(rng);
+  for (auto& v : bias) v = u(rng);
+  const auto a = tuner::quantize_activations(x, m, k, block, tuner::BlockRule::offset);
+  const auto w = tuner::pack_weights(wf, n, k, block, tuner::BlockRule::offset);
+  const std::vector<int64_t> rows = {0, 1, 4095, 4096, 4097, m - 1};
+  const auto ref = tuner::w8a8_gemm_reference(a, w, bias, "relu", rows);
+  const int blocks = k / block;
+  std::vector<float> scale(blocks * n), offset(blocks * n);
+  std::vector<int32_t> sum(blocks * n);
+  for (int c = 0; c < n; ++c)
+    for (int b = 0; b < blocks; ++b)
+      scale[b * n + c] = w.scale[c * blocks + b], offset[b * n + c] = w.offset[c * blocks + b],
+                  sum[b * n + c] = w.sum[c * blocks + b];
+  tuner::DeviceBuffer dx(x.size() * 4), dq(w.q.size()), ds(scale.size() * 4), dof(offset.size() * 4),
+      dsum(sum.size() * 4), db(bias.size() * 4), dy(static_cast<size_t>(m) * n * 4);
+  dx.upload(x.data(), x.size() * 4), dq.upload(w.q.data(), w.q.size()), ds.upload(scale.data(), scale.size() * 4);
+  dof.upload(offset.data(), offset.size() * 4), dsum.upload(sum.data(), sum.size() * 4);
+  db.upload(bias.data(), bias.size() * 4);
+  auto p = [](const tuner::DeviceBuffer& b) { return reinterpret_cast<void*>(b.ptr()); };
+  W8a8GemmShape shape;
+  shape.k = k, shape.n = n, shape.block = block, shape.x = DType::fp32, shape.bias = true, shape.act = "relu";
+  auto check_y = [&] {
+    std::vector<float> y(static_cast<size_t>(m) * n);
+    dy.download(y.data(), y.size() * 4);
+    for (size_t i = 0; i < ref.y.size(); ++i) {
+      const int64_t r = rows[i / n], c = static_cast<int64_t>(i % n);
+      INFO("y[" << r << "][" << c << "]");
+      CHECK(std::fabs(y[r * n + c] - ref.y[i]) <= tuner::w8a8_tolerance(ref.magnitude[i], ref.y[i], blocks, "fp32"));
+    }
+  };
+  CHECK_THROWS_WITH(w8a8_gemm(shape, {p(dx), p(dq), p(ds), p(dof), nullptr, p(db), p(dy), m}),
+                    Catch::Contains("w_sum"));
+  CHECK_THROWS_WITH(w8a8_gemm(shape, {p(dx), p(dq), p(ds), p(dof), p(dsum), nullptr, p(dy), m}),
+                    Catch::Contains("bias is null"));
+  QJIT_CU(cuMemsetD8(dy.ptr(), 0xff, dy.bytes()));
+  w8a8_gemm(shape, {p(dx), p(dq), p(ds), p(dof), p(dsum), p(db), p(dy), m});
+  QJIT_CU(cuCtxSynchronize());
+  check_y();
+
+  REQUIRE(qjit_set_cache_path(dir.file("c.db").c_str()) == QJIT_OK);
+  qjit_w8a8_gemm_args c{};
+  c.k = k, c.n = n, c.block = block, c.x_dtype = "fp32", c.bias = 1, c.act = "relu";
+  c.x = p(dx), c.wq = p(dq), c.w_scale = p(ds), c.w_offset = p(dof), c.w_sum = p(dsum), c.bias_ptr = p(db);
+  c.y = p(dy), c.m = m;
+  c.quant_a = "minmax";
+  CHECK(qjit_w8a8_gemm(&c, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(qjit_last_error(), Catch::Contains("minmax"));
+  c.quant_a = nullptr;
+  QJIT_CU(cuMemsetD8(dy.ptr(), 0xff, dy.bytes()));
+  REQUIRE(qjit_w8a8_gemm(&c, nullptr) == QJIT_OK);
+  QJIT_CU(cuCtxSynchronize());
+  check_y();
+}
