@@ -16,4 +16,5 @@
   X(fp_lut)         \
   X(awq_dequant)    \
   X(wq_gemm)        \
-  X(gru_quant)
+  X(gru_quant)      \
+  X(qconv2d)
