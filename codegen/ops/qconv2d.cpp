@@ -96,10 +96,11 @@ std::string gemm_problem(const Shape& s, const GemmConfig& c, const DeviceLimits
   if (wtm < 16 || wtm % 16 || wtn < 8 || wtn % 8) return "a warp's tile must be a multiple of 16 × 8";
   if ((wtm / 16) * (wtn / 8) > 16) return "a warp's tile holds more than 64 accumulators";
   // x is loaded as 16-byte vectors (nhwc) or single halves (nchw): every
-  // thread the same number, at most 32 halves held in registers.
+  // thread the same number. nchw: at most 16 halves held in registers, each
+  // with its own index arithmetic (32 spilled at 255 registers on sm_90).
   const int a_items = s.nhwc ? c.bm * c.bk / 8 : c.bm * c.bk;
   if (a_items % c.threads()) return "the threads do not split the x tile evenly";
-  if (!s.nhwc && a_items / c.threads() > 32) return "more than 32 halves of x per thread (nchw)";
+  if (!s.nhwc && a_items / c.threads() > 16) return "more than 16 halves of x per thread (nchw)";
   if (c.smem_bytes() > d.smem_per_sm - d.smem_reserved_per_block) return "shared memory exceeds the device's";
   return "";
 }
