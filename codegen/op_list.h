@@ -17,4 +17,5 @@
   X(awq_dequant)    \
   X(wq_gemm)        \
   X(gru_quant)      \
-  X(w8a8_gemm)
+  X(w8a8_gemm)      \
+  X(qconv2d)

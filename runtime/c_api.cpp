@@ -150,6 +150,22 @@ extern "C" qjit_status qjit_gru_quant(const qjit_gru_quant_args* args, void* str
   });
 }
 
+extern "C" qjit_status qjit_qconv2d(const qjit_qconv2d_args* args, void* stream) {
+  return guarded([&] {
+    const auto& a = required(args, "qconv2d");
+    qjit::QConv2dShape s;
+    s.n = a.n, s.ci = a.ci, s.h = a.h, s.w = a.w, s.co = a.co, s.kh = a.kh, s.kw = a.kw;
+    s.stride_h = a.stride_h, s.stride_w = a.stride_w, s.pad_h = a.pad_h, s.pad_w = a.pad_w;
+    s.dil_h = a.dil_h, s.dil_w = a.dil_w;
+    s.layout = a.layout ? a.layout : "nchw";
+    s.bits = a.bits, s.block = a.block;
+    s.x = element_type(a.x_dtype, qjit::DType::fp16, "qconv2d", "x_dtype");
+    s.bias = a.bias != 0;
+    s.act = a.act ? a.act : "none";
+    qjit::qconv2d(s, {a.x, a.qweight, a.scales, a.offsets, a.bias_ptr, a.y}, static_cast<CUstream_st*>(stream));
+  });
+}
+
 extern "C" qjit_status qjit_set_cache_path(const char* path) {
   return guarded([&] {
     if (!path || !*path) throw qjit::Error("argument", "qjit_set_cache_path: empty path");

@@ -78,5 +78,38 @@ TEST_CASE("libqjit_runtime.so loads alone and its C API reports bad arguments", 
   f.act = "gelu";
   CHECK(qffn(&f, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(last_error(), Catch::Contains("act 'gelu'"));
+  // qconv2d: every bad value named before any device is touched.
+  const auto qconv = symbol<qjit_status (*)(const qjit_qconv2d_args*, void*)>(lib, "qjit_qconv2d");
+  CHECK(qconv(nullptr, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Catch::Contains("qconv2d: args is null"));
+  qjit_qconv2d_args c{};
+  c.n = 1, c.ci = 64, c.h = 8, c.w = 8, c.co = 32, c.kh = 3, c.kw = 3, c.bits = 4, c.block = 32;
+  c.stride_h = 1, c.stride_w = 0, c.dil_h = 1, c.dil_w = 1;
+  CHECK(qconv(&c, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Catch::Contains("stride_w=0"));
+  c.stride_w = 1, c.x_dtype = "bf16";
+  CHECK(qconv(&c, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Catch::Contains("qconv2d: x bf16"));
+  c.x_dtype = "int8";
+  CHECK(qconv(&c, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Catch::Contains("x_dtype 'int8'"));
+  c.x_dtype = nullptr, c.bias = 1;  // bias=1 without bias_ptr
+  CHECK(qconv(&c, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Catch::Contains("bias is null"));
+  c.bias = 0, c.block = 48;
+  CHECK(qconv(&c, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Catch::Contains("block=48 does not divide ci=64"));
+  c.block = 63, c.ci = 63;  // int4 with an odd ci
+  CHECK(qconv(&c, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Catch::Contains("ci=63"));
+  c.ci = 64, c.pad_h = -1;
+  CHECK(qconv(&c, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Catch::Contains("pad_h=-1"));
+  c.pad_h = 0, c.dil_w = 5;  // a 9-wide dilated kernel on 8 columns
+  CHECK(qconv(&c, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Catch::Contains("output is empty along w"));
+  c.dil_w = 1, c.layout = "chw";
+  CHECK(qconv(&c, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Catch::Contains("layout=chw"));
   dlclose(lib);
 }

@@ -1,5 +1,7 @@
 #include "tuner/reference/qconv2d.h"
 
+#include <cmath>
+
 #include "codegen/error.h"
 #include "tuner/reference/act_clamp.h"
 
@@ -24,20 +26,6 @@ void check_int4_shape(int64_t ci) {
 }
 
 }  // namespace
-
-int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil, const char* axis) {
-  const std::string a = axis;
-  if (stride < 1) throw Error("spec", "qconv2d: stride_" + a + "=" + str(stride) + " (need ≥ 1)");
-  if (pad < 0) throw Error("spec", "qconv2d: pad_" + a + "=" + str(pad) + " (need ≥ 0)");
-  if (dil < 1) throw Error("spec", "qconv2d: dil_" + a + "=" + str(dil) + " (need ≥ 1)");
-  if (k < 1) throw Error("spec", "qconv2d: kernel " + a + "=" + str(k) + " (need ≥ 1)");
-  if (in < 1) throw Error("spec", "qconv2d: input " + a + "=" + str(in) + " (need ≥ 1)");
-  const int64_t span = dil * (k - 1) + 1;  // input extent one output point reads
-  if (in + 2 * pad < span)
-    throw Error("spec", "qconv2d: the output is empty along " + a + ": input " + str(in) + " + 2·pad " + str(pad) +
-                            " < dilated kernel " + str(span) + " (dil " + str(dil) + ", kernel " + str(k) + ")");
-  return (in + 2 * pad - span) / stride + 1;
-}
 
 void check_qconv2d(const Conv2dShape& s, const QConvWeights& w, const std::vector<float>& bias,
                    const std::string& act) {
@@ -69,7 +57,8 @@ void check_qconv2d(const Conv2dShape& s, const QConvWeights& w, const std::vecto
 }
 
 std::vector<double> qconv2d_reference(const Conv2dShape& s, const std::vector<float>& x, const QConvWeights& w,
-                                      const std::vector<float>& bias, const std::string& act) {
+                                      const std::vector<float>& bias, const std::string& act,
+                                      std::vector<double>* magnitude) {
   check_qconv2d(s, w, bias, act);
   expect_size("input x", x.size(), s.batch * s.ci * s.h * s.w);
   const int64_t oh = conv_out_size(s.h, s.kh, s.stride_h, s.pad_h, s.dil_h, "h");
@@ -80,30 +69,38 @@ std::vector<double> qconv2d_reference(const Conv2dShape& s, const std::vector<fl
   };
   const int64_t groups = s.ci / w.block;
   // The dequantised weights once, [co][ci][kh][kw], exact products in float64.
-  std::vector<double> wd(w.q.size());
+  std::vector<double> wd(w.q.size()), wmag(w.q.size());  // w, and |q·s| + |o|
   for (size_t i = 0; i < wd.size(); ++i) {
     const int64_t co = static_cast<int64_t>(i) / (s.ci * s.kh * s.kw), ci = (static_cast<int64_t>(i) / (s.kh * s.kw)) % s.ci;
     const int64_t p = co * groups + ci / w.block;
     wd[i] = static_cast<double>(w.q[i]) * w.scale[p] + w.offset[p];
+    wmag[i] = std::fabs(static_cast<double>(w.q[i]) * w.scale[p]) + std::fabs(static_cast<double>(w.offset[p]));
   }
   std::vector<double> y(s.batch * s.co * oh * ow);
+  if (magnitude) magnitude->assign(y.size(), 0.0);
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t co = 0; co < s.co; ++co)
       for (int64_t oy = 0; oy < oh; ++oy)
         for (int64_t ox = 0; ox < ow; ++ox) {
           double acc = bias.empty() ? 0.0 : bias[co];
+          double mag = std::fabs(acc);
           for (int64_t fy = 0; fy < s.kh; ++fy) {
             const int64_t iy = oy * s.stride_h - s.pad_h + fy * s.dil_h;
             if (iy < 0 || iy >= s.h) continue;
             for (int64_t fx = 0; fx < s.kw; ++fx) {
               const int64_t ix = ox * s.stride_w - s.pad_w + fx * s.dil_w;
               if (ix < 0 || ix >= s.w) continue;
-              for (int64_t ci = 0; ci < s.ci; ++ci)
-                acc += x_at(b, ci, iy, ix) * wd[((co * s.ci + ci) * s.kh + fy) * s.kw + fx];
+              for (int64_t ci = 0; ci < s.ci; ++ci) {
+                const double xv = x_at(b, ci, iy, ix);
+                const int64_t wi = ((co * s.ci + ci) * s.kh + fy) * s.kw + fx;
+                acc += xv * wd[wi];
+                mag += std::fabs(xv) * wmag[wi];
+              }
             }
           }
           const int64_t at = nhwc ? ((b * oh + oy) * ow + ox) * s.co + co : ((b * s.co + co) * oh + oy) * ow + ox;
           y[at] = apply_act(acc, act);
+          if (magnitude) (*magnitude)[at] = mag;
         }
   return y;
 }
@@ -142,6 +139,55 @@ std::vector<int8_t> unpack_int4_ohwi(const std::vector<uint8_t>& bytes, int64_t 
     out[2 * j + 1] = static_cast<int8_t>((bytes[j] & 15) - 8);
   }
   return out;
+}
+
+std::vector<uint8_t> pack_qconv2d_weights(const std::vector<int8_t>& q, int bits, int64_t co, int64_t ci, int64_t kh,
+                                          int64_t kw) {
+  if (bits == 4) return pack_int4_ohwi(q, co, ci, kh, kw);
+  if (bits != 8) throw Error("spec", "qconv2d: bits=" + std::to_string(bits) + " (expected 4 or 8)");
+  const std::vector<int8_t> r = reorder_ohwi(q, co, ci, kh, kw);
+  std::vector<uint8_t> out(r.size());
+  for (size_t i = 0; i < r.size(); ++i) out[i] = static_cast<uint8_t>(r[i]);  // two's complement byte
+  return out;
+}
+
+std::vector<int8_t> unpack_qconv2d_weights(const std::vector<uint8_t>& bytes, int bits, int64_t co, int64_t ci,
+                                           int64_t kh, int64_t kw) {
+  std::vector<int8_t> ohwi;
+  if (bits == 4) {
+    ohwi = unpack_int4_ohwi(bytes, co, ci, kh, kw);
+  } else if (bits == 8) {
+    expect_size("packed int8 weights [co][kh][kw][ci]", bytes.size(), co * kh * kw * ci);
+    ohwi.assign(bytes.begin(), bytes.end());
+    for (size_t i = 0; i < bytes.size(); ++i) ohwi[i] = static_cast<int8_t>(bytes[i]);
+  } else {
+    throw Error("spec", "qconv2d: bits=" + std::to_string(bits) + " (expected 4 or 8)");
+  }
+  std::vector<int8_t> out(ohwi.size());
+  for (int64_t o = 0; o < co; ++o)
+    for (int64_t c = 0; c < ci; ++c)
+      for (int64_t fy = 0; fy < kh; ++fy)
+        for (int64_t fx = 0; fx < kw; ++fx)
+          out[((o * ci + c) * kh + fy) * kw + fx] = ohwi[((o * kh + fy) * kw + fx) * ci + c];
+  return out;
+}
+
+double qconv2d_tolerance(double magnitude, double y, int64_t k, const std::string& x_type) {
+  double u_out, floor_out = 0.0, weight16 = 0.0;
+  if (x_type == "fp32") {
+    u_out = 0x1p-24;
+  } else if (x_type == "fp16") {
+    u_out = 0x1p-11, floor_out = 0x1p-25;
+    weight16 = 0x1p-11 * (1.0 + 2 * 0x1p-24 / (1.0 - 2 * 0x1p-24));
+  } else {
+    throw Error("argument", "qconv2d: x type \"" + x_type + "\" (expected fp16 or fp32)");
+  }
+  auto gamma = [&](double u) {
+    const double nu = static_cast<double>(k + 4) * u;
+    return nu / (1.0 - nu);
+  };
+  const double combine = (gamma(0x1p-23) + weight16 + gamma(0x1p-53)) * magnitude;
+  return combine + u_out * (std::fabs(y) + combine) + floor_out;  // the value rounded is within `combine` of y
 }
 
 }  // namespace qjit::tuner

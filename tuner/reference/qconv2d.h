@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "codegen/ops/qconv2d.h"
+
 namespace qjit::tuner {
 
 struct Conv2dShape {
@@ -38,8 +40,8 @@ struct Conv2dShape {
 // (in + 2·pad − dil·(k − 1) − 1) / stride + 1, rounded down (PyTorch's and
 // cuDNN's rule; the seed's bounds loop assumes it). Throws
 // qjit::Error("spec", ...) naming `axis` for stride < 1, pad < 0, dil < 1,
-// k < 1, or an empty output.
-int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil, const char* axis);
+// k < 1, or an empty output. (Defined with the op, whose spec checks use it.)
+using codegen::conv_out_size;
 
 struct QConvWeights {
   int bits = 8;                      // 4 or 8
@@ -53,14 +55,48 @@ struct QConvWeights {
 void check_qconv2d(const Conv2dShape& s, const QConvWeights& w, const std::vector<float>& bias, const std::string& act);
 
 // The reference. x: float32 in s.layout ([N][Ci][H][W] or [N][H][W][Ci]); bias
-// [Co] or empty; act "none", "relu", "relu6". Result in s.layout.
+// [Co] or empty; act "none", "relu", "relu6". Result in s.layout. With
+// `magnitude`, also each output's Σ |x|·(|q·s| + |o|) + |bias| (same layout):
+// the scale of the rounding errors of a GPU result (qconv2d_tolerance).
 std::vector<double> qconv2d_reference(const Conv2dShape& s, const std::vector<float>& x, const QConvWeights& w,
-                                      const std::vector<float>& bias, const std::string& act);
+                                      const std::vector<float>& bias, const std::string& act,
+                                      std::vector<double>* magnitude = nullptr);
+
+// The largest |gpu − reference| allowed for one output of a qconv2d kernel
+// with `k` = Kh·Kw·Ci products and x (and y) of type x_type ("fp16", "fp32").
+//
+// Why: x and the weights' codes, scales and offsets are exact inputs; the
+// errors are roundings. Each weight w = q·s + o is formed in fp32 (at most
+// two roundings, of a value within |q·s| + |o|); with fp16 x the tensor-core
+// kernel rounds it once more to fp16 (u = 2^-11; the direct kernel does not,
+// and is within the same bound). A product x·w is exact in fp32 when both
+// are fp16 (the mma's case) and one rounding otherwise. The k products and
+// the bias are summed in fp32 in any order: at most k + 1 roundings on a
+// path. Each rounding is taken as 2^-23 (one fp32 ulp, not half of one:
+// the tensor cores' accumulation truncates, M. Fasi et al., "Numerical
+// behavior of NVIDIA tensor cores", PeerJ CS 2021). With n = k + 4 and
+// γ_n = n·u / (1 − n·u) (Higham, "Accuracy and Stability of Numerical
+// Algorithms", §3.1) the fp32 result is within
+//   (γ_n(2^-23) + [fp16 x] 2^-11·(1 + γ_2)) · magnitude
+// of the exact one. The clamp moves no two values further apart. Writing y
+// adds u_out·|y| (2^-24 fp32, 2^-11 fp16) and, for fp16, half the smallest
+// subnormal step (2^-25). The reference's own float64 error is added with
+// γ_n(2^-53).
+double qconv2d_tolerance(double magnitude, double y, int64_t k, const std::string& x_type);
 
 // The seed's reorder [Co][Ci][Kh][Kw] → [Co][Kh][Kw][Ci], element for element.
 std::vector<int8_t> reorder_ohwi(const std::vector<int8_t>& q, int64_t co, int64_t ci, int64_t kh, int64_t kw);
 // int4 codes [Co][Ci][Kh][Kw] → the seed's packed bytes [Co][Kh][Kw][Ci / 2].
 std::vector<uint8_t> pack_int4_ohwi(const std::vector<int8_t>& q, int64_t co, int64_t ci, int64_t kh, int64_t kw);
+// The runtime's weights from the model's codes [Co][Ci][Kh][Kw]: the seed's
+// packed OHWI bytes, int8 [Co][Kh][Kw][Ci] (each code's two's complement
+// byte) or int4 [Co][Kh][Kw][Ci / 2] (pack_int4_ohwi). Throws for a code
+// outside the bit range.
+std::vector<uint8_t> pack_qconv2d_weights(const std::vector<int8_t>& q, int bits, int64_t co, int64_t ci, int64_t kh,
+                                          int64_t kw);
+// The inverse: packed bytes → codes [Co][Ci][Kh][Kw].
+std::vector<int8_t> unpack_qconv2d_weights(const std::vector<uint8_t>& bytes, int bits, int64_t co, int64_t ci,
+                                           int64_t kh, int64_t kw);
 // The inverse, read the seed's way: bytes [Co][Kh][Kw][Ci / 2] → codes [Co][Kh][Kw][Ci].
 std::vector<int8_t> unpack_int4_ohwi(const std::vector<uint8_t>& bytes, int64_t co, int64_t ci, int64_t kh, int64_t kw);
 

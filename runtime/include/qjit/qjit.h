@@ -260,6 +260,39 @@ struct W8a8GemmArgs {
 };
 void w8a8_gemm(const W8a8GemmShape& shape, const W8a8GemmArgs& args, CUstream_st* stream = nullptr);
 
+// conv2d with quantized weights (../shared/seeds/002_*, CONV_FpAInt4B):
+// y = clamp(bias[co] + Σ_{fy, fx, ci} x[b][ci][iy][ix] · w[co][ci][fy][fx]),
+// iy = oy·stride_h − pad_h + fy·dil_h (ix likewise), zero padding, with
+// w = q·s + o, one (scale, offset) per block of `block` input channels
+// (block = ci: per channel). x and y in `layout` ("nchw": [n][c][h][w],
+// "nhwc": [n][h][w][c]) and type `x` (fp16 or fp32). qweight: the seed's
+// packed OHWI bytes, int8 [co][kh][kw][ci] or int4 [co][kh][kw][ci/2] with
+// channel 2j in the high nibble, each nibble code + 8 (tuner/reference/qconv2d.h
+// pack_qconv2d_weights converts [co][ci][kh][kw] codes). scales, offsets
+// float32 [co][ci/block]; bias float32 [co] or null (shape.bias says which).
+// act: "none", "relu", "relu6". Output size: oh = (h + 2·pad_h −
+// dil_h·(kh − 1) − 1) / stride_h + 1 (ow likewise).
+struct QConv2dShape {
+  int n = 1, ci = 0, h = 0, w = 0, co = 0;
+  int kh = 3, kw = 3;
+  int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1;
+  std::string layout = "nchw";  // "nchw" | "nhwc"
+  int bits = 4, block = 32;
+  DType x = DType::fp16;        // fp16 | fp32
+  bool bias = false;
+  std::string act = "none";
+};
+struct QConv2dArgs {
+  const void* x = nullptr;
+  const void* qweight = nullptr;
+  const void* scales = nullptr;
+  const void* offsets = nullptr;
+  const void* bias = nullptr;  // null unless shape.bias
+  void* y = nullptr;
+  ArgPack pack() const { return ArgPack("qconv2d").ptr(x).ptr(qweight).ptr(scales).ptr(offsets).ptr(bias).ptr(y); }
+};
+void qconv2d(const QConv2dShape& shape, const QConv2dArgs& args, CUstream_st* stream = nullptr);
+
 // Use another cache file for this process (default: $QJIT_CACHE or ~/.cache/qjit/kernels.db).
 void set_cache_path(const std::string& path);
 

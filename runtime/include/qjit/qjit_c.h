@@ -110,6 +110,27 @@ typedef struct {
   int m;
 } qjit_w8a8_gemm_args;
 qjit_status qjit_w8a8_gemm(const qjit_w8a8_gemm_args* args, void* stream);
+
+/* Quantized conv2d (qjit.h: QConv2dShape, QConv2dArgs). Every int field is
+ * used as given (stride and dilation 0 are errors, as in the spec); the
+ * strings may be NULL for layout "nchw" ("nhwc"), x_dtype "fp16" ("fp32"),
+ * act "none" ("relu", "relu6"); bias is 0 or 1 (whether bias_ptr is passed). */
+typedef struct {
+  int n, ci, h, w, co, kh, kw;
+  int stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
+  const char* layout;
+  int bits, block;
+  const char* x_dtype;
+  int bias;
+  const char* act;
+  const void* x;
+  const void* qweight;
+  const void* scales;
+  const void* offsets;
+  const void* bias_ptr;
+  void* y;
+} qjit_qconv2d_args;
+qjit_status qjit_qconv2d(const qjit_qconv2d_args* args, void* stream);
 qjit_status qjit_set_cache_path(const char* path);
 /* The message of the last failed call on this thread ("" after a success). */
 const char* qjit_last_error(void);

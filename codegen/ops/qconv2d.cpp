@@ -1,0 +1,310 @@
+#include "codegen/ops/qconv2d.h"
+#include <algorithm>
+#include "codegen/error.h"
+#include "codegen/json_input.h"
+
+namespace qjit::codegen {
+namespace {
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+// The kernels index x, y and the weights with 32-bit integers.
+constexpr int64_t kMaxElements = (int64_t{1} << 31) - 1;
+
+// The spec's values, read once.
+struct Shape {
+  int64_t n, ci, h, w, co, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, block;
+  int bits;
+  bool nhwc, fp16, bias;
+  std::string act;
+
+  static Shape from(const OpSpec& s) {
+    Shape r{};
+    r.n = s.get_int("n"), r.ci = s.get_int("ci"), r.h = s.get_int("h"), r.w = s.get_int("w");
+    r.co = s.get_int("co"), r.kh = s.get_int("kh"), r.kw = s.get_int("kw");
+    r.sh = s.get_int("stride_h"), r.sw = s.get_int("stride_w"), r.ph = s.get_int("pad_h"), r.pw = s.get_int("pad_w");
+    r.dh = s.get_int("dil_h"), r.dw = s.get_int("dil_w");
+    r.oh = conv_out_size(r.h, r.kh, r.sh, r.ph, r.dh, "h");
+    r.ow = conv_out_size(r.w, r.kw, r.sw, r.pw, r.dw, "w");
+    r.block = s.get_int("block");
+    r.bits = static_cast<int>(s.get_int("bits"));
+    r.nhwc = s.get_str("layout") == "nhwc";
+    r.fp16 = s.get_str("x") == "fp16";
+    r.bias = s.get_str("bias") == "yes";
+    r.act = s.get_str("act");
+    return r;
+  }
+  int64_t gemm_m() const { return n * oh * ow; }
+  int64_t gemm_k() const { return kh * kw * ci; }
+  int x_bytes() const { return fp16 ? 2 : 4; }
+};
+
+// --- family direct: one thread per output point -----------------------------
+
+struct DirectConfig {
+  int threads;
+  static DirectConfig from(const nlohmann::json& j) {
+    if (!j.is_object() || j.size() != 2) throw Error("config", "qconv2d direct config needs family and threads: " + json_excerpt(j));
+    return {config_int(j, "threads", "qconv2d direct config")};
+  }
+  nlohmann::json to_json() const { return {{"family", "direct"}, {"threads", threads}}; }
+};
+
+std::string direct_problem(const DirectConfig& c) {
+  if (c.threads != 64 && c.threads != 128 && c.threads != 256 && c.threads != 512)
+    return "threads must be 64, 128, 256 or 512";
+  return "";
+}
+
+// --- family implicit_gemm: tensor cores --------------------------------------
+
+struct GemmConfig {
+  int bm, bn, bk;            // block tile: bm rows of M (output points) × bn output channels, bk of K per stage
+  int warps_m, warps_n;      // warps along M and N; a warp owns (bm/warps_m) × (bn/warps_n)
+  static GemmConfig from(const nlohmann::json& j) {
+    const std::string what = "qconv2d implicit_gemm config";
+    if (!j.is_object() || j.size() != 6)
+      throw Error("config", what + " needs family, bm, bn, bk, warps_m, warps_n: " + json_excerpt(j));
+    return {config_int(j, "bm", what), config_int(j, "bn", what), config_int(j, "bk", what),
+            config_int(j, "warps_m", what), config_int(j, "warps_n", what)};
+  }
+  nlohmann::json to_json() const {
+    return {{"family", "implicit_gemm"}, {"bm", bm}, {"bn", bn}, {"bk", bk}, {"warps_m", warps_m}, {"warps_n", warps_n}};
+  }
+  int threads() const { return 32 * warps_m * warps_n; }
+  // Two stages of x and of the dequantised weights, fp16, rows padded by 8
+  // halves (16 bytes) so that a warp's fragment reads hit 32 different banks.
+  int smem_bytes() const { return 2 * (bm + bn) * (bk + 8) * 2; }
+};
+
+// Why the implicit GEMM cannot serve the spec, or "".
+std::string gemm_applies(const Shape& s) {
+  if (!s.fp16) return "x=fp32 (the tensor-core path multiplies fp16; the direct family serves fp32 x in fp32)";
+  if (s.ci % 16) return "ci=" + str(s.ci) + " is not a multiple of 16";
+  return "";
+}
+
+std::string gemm_problem(const Shape& s, const GemmConfig& c, const DeviceLimits& d) {
+  if (const std::string why = gemm_applies(s); !why.empty()) return why;
+  auto one_of = [](int v, std::initializer_list<int> set) { return std::find(set.begin(), set.end(), v) != set.end(); };
+  if (!one_of(c.bm, {32, 64, 128})) return "bm must be 32, 64 or 128";
+  if (!one_of(c.bn, {32, 64, 128})) return "bn must be 32, 64 or 128";
+  if (!one_of(c.bk, {16, 32, 64})) return "bk must be 16, 32 or 64";
+  if (!one_of(c.warps_m, {1, 2, 4}) || !one_of(c.warps_n, {1, 2, 4})) return "warps_m and warps_n must be 1, 2 or 4";
+  if (s.ci % c.bk) return "bk=" + str(c.bk) + " does not divide ci=" + str(s.ci) + " (a stage reads one filter tap)";
+  const int wtm = c.bm / c.warps_m, wtn = c.bn / c.warps_n;
+  if (wtm < 16 || wtm % 16 || wtn < 8 || wtn % 8) return "a warp's tile must be a multiple of 16 × 8";
+  if ((wtm / 16) * (wtn / 8) > 16) return "a warp's tile holds more than 64 accumulators";
+  // x is loaded as 16-byte vectors (nhwc) or single halves (nchw): every
+  // thread the same number. nchw: at most 16 halves held in registers, each
+  // with its own index arithmetic (32 spilled at 255 registers on sm_90).
+  const int a_items = s.nhwc ? c.bm * c.bk / 8 : c.bm * c.bk;
+  if (a_items % c.threads()) return "the threads do not split the x tile evenly";
+  if (!s.nhwc && a_items / c.threads() > 16) return "more than 16 halves of x per thread (nchw)";
+  if (c.smem_bytes() > d.smem_per_sm - d.smem_reserved_per_block) return "shared memory exceeds the device's";
+  return "";
+}
+
+// --- the family table ----------------------------------------------------------
+
+bool is_gemm(const nlohmann::json& config) { return config_family(config) == "implicit_gemm"; }
+
+void check_family(const nlohmann::json& config) {
+  const std::string f = config_family(config);
+  if (f != "direct" && f != "implicit_gemm")
+    throw Error("config", "qconv2d config " + json_excerpt(config) + ": unknown family '" + f +
+                              "' (expected direct or implicit_gemm)");
+}
+
+}  // namespace
+
+int64_t conv_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil, const char* axis) {
+  const std::string a = axis;
+  if (stride < 1) throw Error("spec", "qconv2d: stride_" + a + "=" + str(stride) + " (need ≥ 1)");
+  if (pad < 0) throw Error("spec", "qconv2d: pad_" + a + "=" + str(pad) + " (need ≥ 0)");
+  if (dil < 1) throw Error("spec", "qconv2d: dil_" + a + "=" + str(dil) + " (need ≥ 1)");
+  if (k < 1) throw Error("spec", "qconv2d: kernel " + a + "=" + str(k) + " (need ≥ 1)");
+  if (in < 1) throw Error("spec", "qconv2d: input " + a + "=" + str(in) + " (need ≥ 1)");
+  const int64_t span = dil * (k - 1) + 1;  // input extent one output point reads
+  if (in + 2 * pad < span)
+    throw Error("spec", "qconv2d: the output is empty along " + a + ": input " + str(in) + " + 2·pad " + str(pad) +
+                            " < dilated kernel " + str(span) + " (dil " + str(dil) + ", kernel " + str(k) + ")");
+  return (in + 2 * pad - span) / stride + 1;
+}
+
+std::vector<ParamDef> QConv2dOp::params() const {
+  const int64_t big = int64_t{1} << 16;
+  return {
+      {"n", "batch", 1, {}, 1, big},
+      {"ci", "input channels (even for bits=4)", nullptr, {}, 1, big},
+      {"h", "input height", nullptr, {}, 1, big},
+      {"w", "input width", nullptr, {}, 1, big},
+      {"co", "output channels", nullptr, {}, 1, big},
+      {"kh", "kernel height", 3, {}, 1, 64},
+      {"kw", "kernel width", 3, {}, 1, 64},
+      {"stride_h", "vertical stride", 1, {}, 1, 64},
+      {"stride_w", "horizontal stride", 1, {}, 1, 64},
+      {"pad_h", "zero padding above and below", 0, {}, 0, 64},
+      {"pad_w", "zero padding left and right", 0, {}, 0, 64},
+      {"dil_h", "vertical dilation", 1, {}, 1, 64},
+      {"dil_w", "horizontal dilation", 1, {}, 1, 64},
+      {"layout", "x and y: nchw [n][c][h][w] or nhwc [n][h][w][c]", "nchw", {"nchw", "nhwc"}},
+      {"bits", "weight bits: 4 or 8", 4, {}, 4, 8},
+      {"block", "input channels per (scale, offset) pair; divides ci (ci: per channel)", 32, {}, 1, big},
+      {"x", "type of x and y", "fp16", {"fp16", "fp32"}},
+      {"bias", "add bias[co] (float32) before the clamp", "no", {"no", "yes"}},
+      {"act", "clamp after the bias: none, relu [0, inf), relu6 [0, 6]", "none", {"none", "relu", "relu6"}},
+  };
+}
+
+void QConv2dOp::validate(const nlohmann::json& p) const {
+  auto get = [&](const char* k) { return p.at(k).get<int64_t>(); };
+  const int64_t n = get("n"), ci = get("ci"), co = get("co"), kh = get("kh"), kw = get("kw"), bits = get("bits"),
+                block = get("block");
+  const int64_t oh = conv_out_size(get("h"), kh, get("stride_h"), get("pad_h"), get("dil_h"), "h");
+  const int64_t ow = conv_out_size(get("w"), kw, get("stride_w"), get("pad_w"), get("dil_w"), "w");
+  if (bits != 4 && bits != 8) throw Error("spec", "qconv2d: bits=" + str(bits) + " (expected 4 or 8)");
+  if (ci % block) throw Error("spec", "qconv2d: block=" + str(block) + " does not divide ci=" + str(ci));
+  if (bits == 4 && ci % 2)
+    throw Error("spec", "qconv2d: int4 weights need an even ci (two channels per byte); ci=" + str(ci));
+  if (bits == 4 && block % 2)
+    throw Error("spec", "qconv2d: int4 needs an even block (a byte holds two channels); block=" + str(block));
+  auto limit = [&](const char* what, int64_t elements) {
+    if (elements > kMaxElements)
+      throw Error("spec", std::string("qconv2d: ") + what + " has " + str(elements) + " elements (at most 2^31 - 1)");
+  };
+  limit("x", n * ci * get("h") * get("w"));
+  limit("y", n * co * oh * ow);
+  limit("the weights", co * kh * kw * ci);
+}
+
+std::string QConv2dOp::template_path(const nlohmann::json& config) const {
+  check_family(config);
+  return is_gemm(config) ? "templates/qconv2d/qconv2d_implicit_gemm.cu" : "templates/qconv2d/qconv2d_direct.cu";
+}
+
+std::vector<ArgDef> QConv2dOp::args() const {
+  return {{"x"}, {"qweight"}, {"scales"}, {"offsets"}, {"bias"}, {"y"}};
+}
+
+std::vector<nlohmann::json> QConv2dOp::candidates(const OpSpec& spec, const DeviceLimits& device) const {
+  const Shape s = Shape::from(spec);
+  std::vector<nlohmann::json> out;
+  for (int threads : {64, 128, 256, 512}) out.push_back(DirectConfig{threads}.to_json());
+  if (!gemm_applies(s).empty()) return out;
+  const int64_t m = s.gemm_m();
+  for (int bm : {32, 64, 128})
+    for (int bn : {32, 64, 128})
+      for (int bk : {16, 32, 64})
+        for (auto [wm, wn] : {std::pair{2, 2}, std::pair{4, 2}, std::pair{2, 4}, std::pair{1, 2}, std::pair{2, 1}}) {
+          const GemmConfig c{bm, bn, bk, wm, wn};
+          if (!gemm_problem(s, c, device).empty()) continue;
+          // Named prune rules: a tile at least twice the problem along an
+          // axis wastes half its work; bk 16 only where ci has no 32; four
+          // warps for tiles of at most 64 × 64, eight above.
+          if ((bm > 32 && m * 2 <= bm) || (bn > 32 && s.co * 2 <= bn)) continue;
+          if (bk == 16 && s.ci % 32 == 0) continue;
+          if ((bm * bn <= 64 * 64) != (wm * wn <= 4)) continue;
+          out.push_back(c.to_json());
+        }
+  return out;
+}
+
+nlohmann::json QConv2dOp::default_config(const OpSpec& spec) const {
+  const Shape s = Shape::from(spec);
+  if (gemm_applies(s).empty()) {
+    const int bk = s.ci % 32 == 0 ? 32 : 16;
+    const GemmConfig c{64, s.co <= 32 ? 32 : 64, bk, 2, 2};
+    if (gemm_problem(s, c, DeviceLimits{}).empty()) return c.to_json();
+  }
+  return DirectConfig{128}.to_json();
+}
+
+void QConv2dOp::validate_config(const OpSpec& spec, const nlohmann::json& config) const {
+  check_family(config);
+  const Shape s = Shape::from(spec);
+  const std::string p = is_gemm(config) ? gemm_problem(s, GemmConfig::from(config), DeviceLimits{})
+                                        : direct_problem(DirectConfig::from(config));
+  if (!p.empty()) throw Error("config", "qconv2d config " + json_excerpt(config) + " is illegal for " + spec.label() + ": " + p);
+}
+
+std::vector<Constant> QConv2dOp::constants(const OpSpec& spec, const nlohmann::json& config) const {
+  const Shape s = Shape::from(spec);
+  std::vector<Constant> c = {
+      {"using", "TX", s.fp16 ? "qjit::half_t" : "float", "type of x and y"},
+      {"int", "kBatch", str(s.n), "batch"},
+      {"int", "kCi", str(s.ci), "input channels"},
+      {"int", "kH", str(s.h), "input height"},
+      {"int", "kW", str(s.w), "input width"},
+      {"int", "kCo", str(s.co), "output channels"},
+      {"int", "kKh", str(s.kh), "kernel height"},
+      {"int", "kKw", str(s.kw), "kernel width"},
+      {"int", "kStrideH", str(s.sh), "vertical stride"},
+      {"int", "kStrideW", str(s.sw), "horizontal stride"},
+      {"int", "kPadH", str(s.ph), "zero padding above and below"},
+      {"int", "kPadW", str(s.pw), "zero padding left and right"},
+      {"int", "kDilH", str(s.dh), "vertical dilation"},
+      {"int", "kDilW", str(s.dw), "horizontal dilation"},
+      {"int", "kOh", str(s.oh), "output height"},
+      {"int", "kOw", str(s.ow), "output width"},
+      {"bool", "kNhwc", s.nhwc ? "true" : "false", "x and y channels-last (else nchw)"},
+      {"int", "kBits", str(s.bits), "weight bits (4: two channels per byte, channel 2j high)"},
+      {"int", "kBlock", str(s.block), "input channels per (scale, offset)"},
+      {"bool", "kHasBias", s.bias ? "true" : "false", "add bias[co]"},
+      {"int", "kAct", s.act == "none" ? "0" : s.act == "relu" ? "1" : "2", "0 none, 1 relu, 2 relu6"},
+  };
+  if (is_gemm(config)) {
+    const GemmConfig g = GemmConfig::from(config);
+    c.push_back({"int", "kBM", str(g.bm), "tunable: output points per block (GEMM rows)"});
+    c.push_back({"int", "kBN", str(g.bn), "tunable: output channels per block (GEMM columns)"});
+    c.push_back({"int", "kBK", str(g.bk), "tunable: input channels of one filter tap per stage"});
+    c.push_back({"int", "kWarpsM", str(g.warps_m), "tunable: warps along the rows"});
+    c.push_back({"int", "kWarpsN", str(g.warps_n), "tunable: warps along the columns"});
+  } else {
+    c.push_back({"int", "kThreads", str(DirectConfig::from(config).threads), "tunable: threads per block"});
+  }
+  return c;
+}
+
+Plan QConv2dOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
+  const Shape s = Shape::from(spec);
+  const bool no_bias = !s.bias;
+  const auto params = arg_params({"x", "qweight", "scales", "offsets", "bias", "y"});
+  LaunchGeometry g;
+  if (is_gemm(config)) {
+    const GemmConfig c = GemmConfig::from(config);
+    g.grid[0] = static_cast<unsigned>((s.gemm_m() + c.bm - 1) / c.bm);
+    g.grid[1] = static_cast<unsigned>((s.co + c.bn - 1) / c.bn);
+    g.block[0] = static_cast<unsigned>(c.threads());
+    g.dynamic_smem = static_cast<unsigned>(c.smem_bytes());
+    // nhwc x is read as 16-byte vectors; a weight row as 8-byte pieces
+    // (ci % 16 == 0 makes every row of kh·kw·ci·bits/8 bytes a multiple of 8).
+    return single_kernel_plan("qjit_qconv2d_implicit_gemm", g, params,
+                              {{"x", s.nhwc ? 16 : 2}, {"qweight", 8}, {"scales", 4}, {"offsets", 4},
+                               {"bias", 4, no_bias}, {"y", 2}});
+  }
+  const DirectConfig c = DirectConfig::from(config);
+  const int64_t points = s.n * s.co * s.oh * s.ow;
+  g.grid[0] = static_cast<unsigned>((points + c.threads - 1) / c.threads);
+  g.block[0] = static_cast<unsigned>(c.threads);
+  return single_kernel_plan("qjit_qconv2d_direct", g, params,
+                            {{"x", s.x_bytes()}, {"qweight", 1}, {"scales", 4}, {"offsets", 4}, {"bias", 4, no_bias},
+                             {"y", s.x_bytes()}});
+}
+
+Traffic QConv2dOp::traffic(const OpSpec& spec) const {
+  const Shape s = Shape::from(spec);
+  const double xb = s.x_bytes();
+  const double x = static_cast<double>(s.n * s.ci * s.h * s.w) * xb;
+  const double w = static_cast<double>(s.co * s.gemm_k()) * s.bits / 8;
+  const double quant = static_cast<double>(s.co * (s.ci / s.block)) * 8 + (s.bias ? 4.0 * s.co : 0);
+  const double y = static_cast<double>(s.n * s.co * s.oh * s.ow) * xb;
+  return {x + w + quant + y, 2.0 * static_cast<double>(s.gemm_m()) * static_cast<double>(s.co * s.gemm_k())};
+}
+
+const OpDef& qconv2d_op() {
+  static const QConv2dOp op;
+  return op;
+}
+
+}  // namespace qjit::codegen

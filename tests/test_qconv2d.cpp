@@ -1,0 +1,228 @@
+// qconv2d's op on the CPU: spec errors naming the bad value, the tuning space
+// and its pruning, the weight packer's round trip, the tolerance bound, the
+// direct kernel's formula against the reference (a CPU transcription of it
+// within the bound), and NVRTC compiles of the candidates for sm_80 and sm_90.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "codegen/error.h"
+#include "codegen/numeric.h"
+#include "codegen/ops/qconv2d.h"
+#include "codegen/registry.h"
+#include "codegen/source.h"
+#include "tests/helpers.h"
+#include "tuner/reference/qconv2d.h"
+
+using namespace qjit;
+using namespace qjit::tuner;
+
+namespace {
+
+const char* kMain = "n=1,ci=64,h=56,w=56,co=64,pad_h=1,pad_w=1,layout=nhwc";
+
+}  // namespace
+
+TEST_CASE("qconv2d specs: bad values are named", "[qconv2d]") {
+  using codegen::parse_spec;
+  const std::string base = "n=1,ci=64,h=8,w=8,co=32";
+  CHECK_NOTHROW(parse_spec("qconv2d", base));
+  CHECK_THROWS_WITH(parse_spec("qconv2d", base + ",block=48"), Catch::Contains("block=48 does not divide ci=64"));
+  CHECK_THROWS_WITH(parse_spec("qconv2d", "ci=63,h=8,w=8,co=32,block=63"),
+                    Catch::Contains("even ci") && Catch::Contains("ci=63"));
+  CHECK_THROWS_WITH(parse_spec("qconv2d", "ci=66,h=8,w=8,co=32,block=33,bits=4"), Catch::Contains("block=33"));
+  CHECK_NOTHROW(parse_spec("qconv2d", "ci=63,h=8,w=8,co=32,block=21,bits=8"));  // int8: any block dividing ci
+  CHECK_THROWS_WITH(parse_spec("qconv2d", base + ",pad_h=-1"), Catch::Contains("pad_h=-1"));
+  CHECK_THROWS_WITH(parse_spec("qconv2d", base + ",stride_w=0"), Catch::Contains("stride_w=0"));
+  CHECK_THROWS_WITH(parse_spec("qconv2d", base + ",dil_h=0"), Catch::Contains("dil_h=0"));
+  CHECK_THROWS_WITH(parse_spec("qconv2d", base + ",dil_h=4"),
+                    Catch::Contains("output is empty along h") && Catch::Contains("dilated kernel 9"));
+  CHECK_THROWS_WITH(parse_spec("qconv2d", base + ",bits=5"), Catch::Contains("bits=5"));
+  CHECK_THROWS_WITH(parse_spec("qconv2d", base + ",bits=2"), Catch::Contains("bits=2"));
+  CHECK_THROWS_WITH(parse_spec("qconv2d", base + ",x=bf16"), Catch::Contains("x=bf16"));
+  CHECK_THROWS_WITH(parse_spec("qconv2d", base + ",layout=chwn"), Catch::Contains("layout=chwn"));
+  CHECK_THROWS_WITH(parse_spec("qconv2d", base + ",act=gelu"), Catch::Contains("act=gelu"));
+  CHECK_THROWS_WITH(parse_spec("qconv2d", "ci=64,h=8,w=8"), Catch::Contains("needs 'co'"));
+  CHECK_THROWS_WITH(parse_spec("qconv2d", "n=65536,ci=64,h=256,w=256,co=64,kh=1,kw=1,block=64"),
+                    Catch::Contains("x has") && Catch::Contains("2^31"));
+  // The output size rule is the reference's.
+  CHECK(codegen::conv_out_size(56, 3, 2, 1, 1, "h") == 28);
+  CHECK(codegen::conv_out_size(7, 3, 1, 0, 2, "w") == 3);
+}
+
+TEST_CASE("qconv2d space: families, pruning, legality of every candidate", "[qconv2d]") {
+  const auto& op = codegen::find_op("qconv2d");
+  const auto spec = codegen::parse_spec("qconv2d", kMain);
+  const auto space = op.tunable_space(spec);
+  std::set<std::string> families;
+  for (const auto& c : space) {
+    INFO(c.dump());
+    families.insert(c.at("family").get<std::string>());
+    CHECK_NOTHROW(op.validate_config(spec, c));
+    CHECK(op.template_path(c).find("templates/qconv2d/") == 0);
+  }
+  CHECK(families == std::set<std::string>{"direct", "implicit_gemm"});
+  CHECK(space.size() >= 10);
+  CHECK(space.size() <= 44);
+  INFO(space.size() << " candidates");
+  CHECK(op.default_config(spec).at("family") == "implicit_gemm");
+  // fp32 x and ci without 16 leave only the direct kernel.
+  for (const char* s : {"ci=64,h=8,w=8,co=32,x=fp32", "ci=6,h=8,w=8,co=32,block=6"}) {
+    const auto sp = codegen::parse_spec("qconv2d", s);
+    for (const auto& c : op.tunable_space(sp)) CHECK(c.at("family") == "direct");
+    CHECK(op.default_config(sp).at("family") == "direct");
+  }
+  // Illegal configs are named.
+  const nlohmann::json bad_bk = {{"family", "implicit_gemm"}, {"bm", 64}, {"bn", 64}, {"bk", 64},
+                                 {"warps_m", 2}, {"warps_n", 2}};
+  CHECK_THROWS_WITH(op.validate_config(codegen::parse_spec("qconv2d", "ci=32,h=8,w=8,co=32"), bad_bk),
+                    Catch::Contains("bk=64 does not divide ci=32"));
+  CHECK_THROWS_WITH(op.validate_config(codegen::parse_spec("qconv2d", "ci=32,h=8,w=8,co=32,x=fp32"), bad_bk),
+                    Catch::Contains("x=fp32"));
+  CHECK_THROWS_WITH(op.validate_config(spec, {{"family", "winograd"}}), Catch::Contains("unknown family 'winograd'"));
+  CHECK_THROWS_WITH(op.validate_config(spec, {{"family", "direct"}, {"threads", 96}}), Catch::Contains("threads"));
+  // Geometry: the GEMM grid covers M = n·oh·ow and co.
+  const auto k = op.plan(spec, bad_bk).main_kernel();
+  CHECK(k.geometry.grid[0] == (56 * 56 + 63) / 64);
+  CHECK(k.geometry.grid[1] == 1);
+  CHECK(k.geometry.dynamic_smem == 2 * (64 + 64) * (64 + 8) * 2);
+  const auto t = op.traffic(spec);
+  CHECK(t.flops == 2.0 * 56 * 56 * 64 * 9 * 64);
+  CHECK(t.bytes == 56 * 56 * 64 * 2 * 2 + 64 * 9 * 64 / 2 + 64 * 2 * 8);
+}
+
+TEST_CASE("qconv2d weight packer: bit-exact round trips, int4 and int8", "[qconv2d]") {
+  const uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  for (int bits : {4, 8})
+    for (auto [co, ci, kh, kw] : {std::array<int64_t, 4>{1, 2, 1, 1}, {3, 6, 3, 3}, {5, 16, 1, 3}, {8, 64, 3, 3}}) {
+      const int lo = bits == 4 ? -8 : -128, span = bits == 4 ? 16 : 256;
+      std::vector<int8_t> q(co * ci * kh * kw);
+      for (auto& v : q) v = static_cast<int8_t>(lo + static_cast<int>(rng() % span));
+      const auto packed = pack_qconv2d_weights(q, bits, co, ci, kh, kw);
+      CHECK(packed.size() == q.size() * bits / 8);
+      CHECK(unpack_qconv2d_weights(packed, bits, co, ci, kh, kw) == q);
+      // Where the kernels read code (co, fy, fx, c): byte (co·kh·kw + fy·kw + fx)·ci·bits/8 + c·bits/8.
+      for (int probe = 0; probe < 20; ++probe) {
+        const int64_t o = rng() % co, c = rng() % ci, fy = rng() % kh, fx = rng() % kw;
+        const int8_t want = q[((o * ci + c) * kh + fy) * kw + fx];
+        const int64_t row = ((o * kh + fy) * kw + fx) * ci;
+        if (bits == 8) {
+          CHECK(static_cast<int8_t>(packed[row + c]) == want);
+        } else {
+          const uint8_t byte = packed[(row + c) / 2];
+          CHECK((c % 2 ? (byte & 15) : (byte >> 4)) - 8 == want);
+        }
+      }
+    }
+  CHECK_THROWS_WITH(pack_qconv2d_weights(std::vector<int8_t>(4, 9), 4, 1, 2, 1, 2), Catch::Contains("outside"));
+  CHECK_THROWS_WITH(pack_qconv2d_weights(std::vector<int8_t>(4, 0), 3, 1, 2, 1, 2), Catch::Contains("bits=3"));
+}
+
+TEST_CASE("qconv2d tolerance: the bound's terms, and the fp32 kernel's formula stays inside it", "[qconv2d]") {
+  // Zero magnitude: only the output's floor (fp16's half subnormal step).
+  CHECK(qconv2d_tolerance(0, 0, 576, "fp32") == 0);
+  CHECK(qconv2d_tolerance(0, 0, 576, "fp16") == 0x1p-25);
+  // fp16 x: dominated by rounding w to fp16 (2^-11) and y to fp16 (2^-11·|y|).
+  const double t16 = qconv2d_tolerance(10.0, 1.0, 576, "fp16");
+  CHECK(t16 > 10.0 * 0x1p-11 + 0x1p-11);
+  CHECK(t16 < 10.0 * 0x1p-11 * 1.1 + 0x1p-11 * 1.01 + 10.0 * 600 * 0x1p-23 * 1.01);
+  // fp32 x: the k + 4 accumulation roundings at 2^-23.
+  const double t32 = qconv2d_tolerance(10.0, 1.0, 576, "fp32");
+  CHECK(t32 == Approx(10.0 * 580 * 0x1p-23 + 0x1p-24).epsilon(1e-3));
+  CHECK_THROWS_WITH(qconv2d_tolerance(1, 1, 9, "bf16"), Catch::Contains("bf16"));
+
+  // A CPU transcription of the direct kernel in fp32 (fmaf for w and for the
+  // sum, the kernel's order) stays within the bound of the float64 reference
+  // on random data, and an error of 4× the bound on one output is caught.
+  const uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Conv2dShape s;
+  s.batch = 2, s.ci = 32, s.h = 7, s.w = 6, s.co = 5, s.kh = 3, s.kw = 3, s.pad_h = 1, s.pad_w = 1, s.layout = "nhwc";
+  QConvWeights w;
+  w.bits = 4, w.block = 8;
+  w.q.resize(s.co * s.ci * 9);
+  for (auto& v : w.q) v = static_cast<int8_t>(static_cast<int>(rng() % 16) - 8);
+  w.scale.resize(s.co * 4), w.offset.resize(s.co * 4);
+  for (auto& v : w.scale) v = 0.02f * u(rng);
+  for (auto& v : w.offset) v = 0.02f * u(rng);
+  std::vector<float> x(s.batch * s.h * s.w * s.ci), bias(s.co);
+  for (auto& v : x) v = u(rng);
+  for (auto& v : bias) v = u(rng);
+  std::vector<double> mag;
+  const auto ref = qconv2d_reference(s, x, w, bias, "relu6", &mag);
+  size_t i = 0;
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t oy = 0; oy < s.h; ++oy)
+      for (int64_t ox = 0; ox < s.w; ++ox)
+        for (int64_t co = 0; co < s.co; ++co, ++i) {
+          float acc = 0.0f;
+          for (int64_t fy = 0; fy < 3; ++fy)
+            for (int64_t fx = 0; fx < 3; ++fx) {
+              const int64_t iy = oy - 1 + fy, ix = ox - 1 + fx;
+              if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
+              for (int64_t c = 0; c < s.ci; ++c) {
+                const float wv = std::fmaf(w.q[((co * s.ci + c) * 3 + fy) * 3 + fx], w.scale[co * 4 + c / 8],
+                                           w.offset[co * 4 + c / 8]);
+                acc = std::fmaf(x[((b * s.h + iy) * s.w + ix) * s.ci + c], wv, acc);
+              }
+            }
+          const float y = std::min(std::max(acc + bias[co], 0.0f), 6.0f);
+          const double tol = qconv2d_tolerance(mag[i], ref[i], s.kh * s.kw * s.ci, "fp32");
+          INFO("y[" << i << "] = " << y << ", reference " << ref[i]);
+          CHECK(std::fabs(y - ref[i]) <= tol);
+          if (ref[i] > 0.5 && ref[i] < 5.5) CHECK(std::fabs(y + 4 * tol - ref[i]) > tol);
+        }
+  CHECK(i == ref.size());
+}
+
+TEST_CASE("qconv2d: candidates compile for sm_80 and sm_90 without spills", "[qconv2d][nvrtc]") {
+  const auto& op = codegen::find_op("qconv2d");
+  // The main nhwc int4 shape's whole space, an nchw int8 one (strided gather),
+  // and the odd specs' defaults and direct kernels. (In CI a quarter of each
+  // space, a different quarter each run: test::compile_sample.)
+  std::vector<test::CompileJob> jobs;
+  for (const char* s : {kMain, "n=8,ci=128,h=28,w=28,co=128,stride_h=2,stride_w=2,pad_h=1,pad_w=1,bits=8,block=128,"
+                               "bias=yes,act=relu6"}) {
+    const auto spec = codegen::parse_spec("qconv2d", s);
+    const auto space = op.tunable_space(spec);
+    const auto sample = test::compile_sample(1, std::string("qconv2d ") + s);
+    for (size_t i = 0; i < space.size(); ++i)
+      if (sample.takes(i)) jobs.push_back({spec, space[i]});
+    jobs.push_back({spec, op.default_config(spec)});
+  }
+  for (const char* s : {"n=3,ci=48,h=9,w=11,co=40,kh=1,kw=1,block=16,layout=nhwc,bits=8",
+                        "n=2,ci=16,h=13,w=7,co=24,kh=3,kw=5,dil_h=2,dil_w=2,pad_w=2,block=2,act=relu",
+                        "n=1,ci=6,h=10,w=10,co=8,block=6,x=fp32,bias=yes,layout=nhwc",
+                        "n=1,ci=3,h=10,w=10,co=8,block=3,bits=8,x=fp32,stride_h=3"}) {
+    const auto spec = codegen::parse_spec("qconv2d", s);
+    jobs.push_back({spec, op.default_config(spec)});
+    jobs.push_back({spec, op.tunable_space(spec).front()});
+  }
+  size_t spilling = 0;
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    auto run = jobs;
+    test::compile_jobs(run, arch, std::string("qconv2d ") + arch);
+    for (const auto& j : run) {
+      INFO(arch << " " << j.spec.label() << " " << j.config.dump() << "\n" << j.error << j.result.log);
+      REQUIRE(j.error.empty());
+      CHECK(j.result.ok);
+      CHECK(j.result.ptx.find(".entry qjit_qconv2d_") != std::string::npos);
+      if (j.config.at("family") == "implicit_gemm") CHECK(j.result.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos);
+      // The tuner prunes a spilling candidate before any GPU time, but the
+      // default config runs untuned on a runtime miss: it must never spill.
+      if (j.config == op.default_config(j.spec)) CHECK(j.result.spill_bytes <= 0);
+      spilling += j.result.spill_bytes > 0;
+    }
+  }
+  // Most of the space is spill-free; ptxas spills a few of the largest
+  // tiles (up to 255 registers), which the tuner then prunes.
+  INFO(spilling << " of " << 2 * jobs.size() << " compiles spill");
+  CHECK(spilling * 4 <= 2 * jobs.size());
+}
