@@ -69,13 +69,14 @@ class Checker:
         (e.g. "[K/g, N] = [32, 4096]"). ndim: the number of dimensions, when
         the shape is checked by the caller.
         """
-        if not hasattr(t, "data_ptr") or not hasattr(t, "dtype"):
+        try:
+            dt = dtype_name(t)
+            dev = t.device
+        except AttributeError:
             self.fail("%s must be a torch.Tensor, got %s" % (name, type(t).__name__), TypeError)
-        dt = dtype_name(t)
         if dt not in dtypes:
             allowed = " or ".join("%s (%s)" % (d, TORCH_NAMES[d]) for d in dtypes)
             self.fail("%s has dtype %s; expected %s" % (name, TORCH_NAMES.get(dt, dt), allowed), TypeError)
-        dev = t.device
         if dev.type != "cuda":
             self.fail("%s is on %s; expected a CUDA tensor" % (name, dev))
         if self.device is None:
@@ -83,17 +84,21 @@ class Checker:
         elif dev.index != self.device.index:
             self.fail("%s is on %s but %s is on %s; every tensor of one call must be on the same device"
                       % (name, dev, self.first, self.device))
-        s = tuple(t.shape)
-        if ndim is not None and len(s) != ndim:
-            self.fail("%s has %d dimensions (shape %s); expected %d" % (name, len(s), _dims(s), ndim))
+        if ndim is not None and len(t.shape) != ndim:
+            self.fail("%s has %d dimensions (shape %s); expected %d" % (name, len(t.shape), _dims(t.shape), ndim))
         if shape is not None:
-            if len(s) != len(shape) or any(w is not None and int(a) != w for a, w in zip(s, shape)):
-                want = expected or _dims(["?" if w is None else w for w in shape])
-                self.fail("%s has shape %s; expected %s" % (name, _dims(s), want))
+            self.shape_is(name, t, shape, expected)
         if not t.is_contiguous():
             self.fail("%s is not contiguous (shape %s, stride %s); qjit takes row-major tensors: pass %s.contiguous()"
-                      % (name, _dims(s), tuple(t.stride()), name))
+                      % (name, _dims(t.shape), tuple(t.stride()), name))
         return dt
+
+    def shape_is(self, name, t, shape, expected=None):
+        """The shape alone (of a tensor already checked): a tuple, None entries matching anything."""
+        s = tuple(t.shape)
+        if len(s) != len(shape) or any(w is not None and int(a) != w for a, w in zip(s, shape)):
+            want = expected or _dims(["?" if w is None else w for w in shape])
+            self.fail("%s has shape %s; expected %s" % (name, _dims(s), want))
 
     def optional(self, name, t, dtypes, shape=None, expected=None):
         """As tensor() when t is not None; returns None for None."""

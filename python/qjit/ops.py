@@ -30,12 +30,18 @@ def _b(text):
     return b
 
 
+_torch_module = None
+
+
 def _torch():
-    try:
-        import torch
-    except ImportError:
-        raise ImportError("qjit's ops take torch tensors: install PyTorch (pip install torch)") from None
-    return torch
+    global _torch_module
+    if _torch_module is None:
+        try:
+            import torch
+        except ImportError:
+            raise ImportError("qjit's ops take torch tensors: install PyTorch (pip install torch)") from None
+        _torch_module = torch
+    return _torch_module
 
 
 def _current_stream(torch, index):
@@ -53,8 +59,9 @@ def _empty(shape, dtype, device):
 def _launch(device, entry, *args):
     """Calls C entry `entry` with args + (the current stream of `device`), on that device."""
     torch = _torch()
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index == torch.cuda.current_device():
+    current = torch.cuda.current_device()
+    index = device.index if device.index is not None else current
+    if index == current:
         _lib.call(entry, *args, _current_stream(torch, index))
     else:
         with torch.cuda.device(index):
@@ -86,7 +93,7 @@ def _quant_weight(c, suffix, qweight, scales, zeros, k, bits, g, zero):
     sd = c.tensor("scales" + suffix, scales, HALF, ndim=2)
     n = int(scales.shape[1])
     c.divides("g", g, "K", k)
-    c.tensor("scales" + suffix, scales, HALF, (k // g, n), "[K/g, N] = [%d, %d]" % (k // g, n))
+    c.shape_is("scales" + suffix, scales, (k // g, n), "[K/g, N] = [%d, %d]" % (k // g, n))
     c.tensor("qweight" + suffix, qweight, WORDS)
     c.numel_is("qweight" + suffix, qweight, k * n * bits // 32, "K·N·bits/32 (native layout, from qjit repack)")
     _zeros_check(c, zero, zeros, k // g, n, sd, "zeros" + suffix)
@@ -148,7 +155,7 @@ def awq_dequant(qweight, qzeros, scales, *, layout="awq", symmetric=False, out_d
     groups = int(scales.shape[0])
     if groups <= 0 or k % groups:
         c.fail("scales has %d rows, which must divide K=%d (g = K / rows)" % (groups, k))
-    c.tensor("scales", scales, HALF, (groups, n), "[K/g, N] = [%d, %d]" % (groups, n))
+    c.shape_is("scales", scales, (groups, n), "[K/g, N] = [%d, %d]" % (groups, n))
     if symmetric:
         if qzeros is not None:
             c.fail("qzeros given but symmetric=True takes none")
@@ -189,7 +196,7 @@ def fused_ffn(x, w1, w3, *, scales1=None, zeros1=None, scales3=None, zeros3=None
                 c.fail("%s given without scales1 (dense weights take no scales or zeros)" % name)
         wd = c.tensor("w1", w1, FLOAT, ndim=2)
         h = int(w1.shape[0])
-        c.tensor("w1", w1, FLOAT, (h, d), "[H, D] = [%d, %d]" % (h, d))
+        c.shape_is("w1", w1, (h, d), "[H, D] = [%d, %d]" % (h, d))
         c.tensor("w3", w3, (wd,), (h, d), "[H, D] = [%d, %d] like w1" % (h, d))
         if wd == xd:
             dtype = xd
@@ -257,7 +264,7 @@ def gru_quant(x, h0, W, R, bw, br, params, *, float_out=False, out=None, out_flo
     t, n, ci = (int(s) for s in x.shape)
     c.tensor("h0", h0, ("int32",), ndim=2)
     h = int(h0.shape[1])
-    c.tensor("h0", h0, ("int32",), (n, h), "[N, H] = [%d, %d] (N from x)" % (n, h))
+    c.shape_is("h0", h0, (n, h), "[N, H] = [%d, %d] (N from x)" % (n, h))
     c.tensor("W", W, ("int8",), (3 * h, ci), "[3H, C] = [%d, %d]" % (3 * h, ci))
     c.tensor("R", R, ("int8",), (3 * h, h), "[3H, H] = [%d, %d]" % (3 * h, h))
     c.tensor("bw", bw, ("int32",), (3 * h,), "[3H] = [%d]" % (3 * h))

@@ -216,8 +216,10 @@ class GpuOps(unittest.TestCase):
             xf.copy_(self.randn(1, d))
             graph.replay()
             torch.cuda.synchronize()
-            self.assertTrue(torch.equal(y, lin(x)), "replayed wq_gemm differs from an eager call")
-            self.assertTrue(torch.equal(yf, qjit.fused_ffn(xf, w1, w3)), "replayed fused_ffn differs")
+            # A split-K kernel may sum in another order from one launch to the next: close, not equal.
+            # Stale outputs (a replay that launched nothing) would be off by O(1).
+            close(self, y, lin(x), 2e-3, "replayed wq_gemm vs an eager call")
+            close(self, yf, qjit.fused_ffn(xf, w1, w3), 2e-3, "replayed fused_ffn vs an eager call")
 
     def test_launch_overhead_python_vs_cpp(self):
         """The host time of one cache-hit call (enqueue only, median of 7 batches of 1000), the probe's shape."""
