@@ -75,7 +75,8 @@ class Checker:
         except AttributeError:
             self.fail("%s must be a torch.Tensor, got %s" % (name, type(t).__name__), TypeError)
         if dt not in dtypes:
-            allowed = " or ".join("%s (%s)" % (d, TORCH_NAMES[d]) for d in dtypes)
+            named = ["%s (%s)" % (d, TORCH_NAMES[d]) for d in dtypes]
+            allowed = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " or " + named[-1]
             self.fail("%s has dtype %s; expected %s" % (name, TORCH_NAMES.get(dt, dt), allowed), TypeError)
         if dev.type != "cuda":
             self.fail("%s is on %s; expected a CUDA tensor" % (name, dev))
