@@ -5,6 +5,7 @@ dtype (its str() is torch's name), shape, stride(), is_contiguous(), device
 (type, index) and data_ptr(). It tests the checks without torch or a GPU;
 the GPU machine's tests (test_gpu.py) run the same ops on real tensors."""
 import os
+import tempfile
 import unittest
 from collections import namedtuple
 
@@ -22,6 +23,22 @@ def need(find):
         if REQUIRED:
             raise
         raise unittest.SkipTest(str(e)) from None
+
+class CliTest(unittest.TestCase):
+    """A test that runs the `qjit` command (need(qjit.find_cli)) in a temporary folder: self.file(name) is a path in it."""
+
+    def setUp(self):
+        import qjit
+
+        need(qjit.find_cli)
+        self.tmp = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def file(self, name):
+        return os.path.join(self.tmp.name, name)
+
 
 Device = namedtuple("Device", "type index")
 Device.__str__ = lambda d: d.type if d.index is None else "%s:%d" % (d.type, d.index)

@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import qjit  # noqa: E402
 from qjit import awq  # noqa: E402
 from qjit import safetensors as st  # noqa: E402
-from support import need  # noqa: E402
+from support import CliTest  # noqa: E402
 
 
 def decode_native4(words, k, n):
@@ -119,17 +119,7 @@ class Safetensors(unittest.TestCase):
             st.write(bad, {"x": st.Tensor("F16", (4,), b"1234")})
 
 
-class RepackCheckpoint(unittest.TestCase):
-    def setUp(self):
-        need(qjit.find_cli)
-        self.tmp = tempfile.TemporaryDirectory()
-
-    def tearDown(self):
-        self.tmp.cleanup()
-
-    def file(self, name):
-        return os.path.join(self.tmp.name, name)
-
+class RepackCheckpoint(CliTest):
     def test_awq_checkpoint_bit_exact(self):
         rng = random.Random(7)
         layers = {"model.layers.0.mlp.up_proj": (128, 32, 64), "model.layers.0.mlp.down_proj": (64, 48, 32),

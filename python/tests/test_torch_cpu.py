@@ -11,7 +11,6 @@ machine, a developer's machine), skipped in CI, which has no torch.
 """
 import os
 import sys
-import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -20,7 +19,7 @@ sys.path.insert(0, HERE)
 import qjit  # noqa: E402
 from qjit import awq  # noqa: E402
 from qjit import safetensors as st  # noqa: E402
-from support import need  # noqa: E402
+from support import CliTest  # noqa: E402
 
 try:
     import torch
@@ -29,17 +28,7 @@ except ImportError:
 
 
 @unittest.skipUnless(torch, "needs torch")
-class TorchWithoutGpu(unittest.TestCase):
-    def setUp(self):
-        need(qjit.find_cli)
-        self.tmp = tempfile.TemporaryDirectory()
-
-    def tearDown(self):
-        self.tmp.cleanup()
-
-    def file(self, name):
-        return os.path.join(self.tmp.name, name)
-
+class TorchWithoutGpu(CliTest):
     def test_quant_linear_from_awq(self):
         import test_gpu
         from test_safetensors_repack import decode_native4
