@@ -1,0 +1,29 @@
+"""qjit from Python: its ops on PyTorch tensors through libqjit_runtime.so
+(ctypes over the C API, no compiled extension), `qjit.nn` modules, tuning and
+checkpoint repacking through the `qjit` command, and a safetensors reader.
+
+    import torch, qjit
+    y = qjit.wq_gemm(x, qweight, scales, zeros, g=128)     # on torch.cuda.current_stream()
+
+`import qjit` needs neither torch nor the library: torch is imported by the
+ops and qjit.nn, the library is loaded by the first op (see
+qjit._lib.find_library for where it is looked for).
+"""
+from . import awq, safetensors
+from ._cli import repack_checkpoint, tune
+from ._lib import QjitArgumentError, QjitError, find_cli, find_library, set_cache_path
+from .ops import awq_dequant, fp_lut, fused_ffn, gru_quant, wq_gemm
+
+__version__ = "0.1.0"
+
+__all__ = ["QjitError", "QjitArgumentError", "wq_gemm", "awq_dequant", "fused_ffn", "fp_lut", "gru_quant", "tune",
+           "repack_checkpoint", "set_cache_path", "find_library", "find_cli", "safetensors", "awq", "nn"]
+
+
+def __getattr__(name):
+    # qjit.nn needs torch: imported on first use, so `import qjit` works without it.
+    if name == "nn":
+        import importlib
+
+        return importlib.import_module(".nn", __name__)
+    raise AttributeError("module 'qjit' has no attribute %r" % name)

@@ -1,0 +1,267 @@
+"""libqjit_runtime.so through ctypes: where it is found, the C API's argument
+structs and entry points (runtime/include/qjit/qjit_c.h), and errors.
+
+Every struct below mirrors its C typedef field for field, in order; the CI test
+python/tests/test_c_abi.py compiles the header with `cc` and compares sizes,
+offsets and field names, and checks that every entry of the header is declared
+in ENTRIES. Adding an op to the C API means one Structure here, one line in
+ENTRIES, and one wrapper in qjit/ops.py.
+
+The library is loaded on first use, not on `import qjit`, so the pure-Python
+parts (safetensors, repack through the CLI) work without it.
+"""
+import ctypes
+import os
+import shutil
+import threading
+from ctypes import POINTER, Structure, c_char_p, c_int, c_longlong, c_void_p
+
+LIBRARY_NAME = "libqjit_runtime.so"
+
+# qjit_status (qjit_c.h)
+STATUS_NAMES = {
+    0: "ok",
+    1: "invalid_argument",
+    2: "no_device",
+    3: "compile",
+    4: "cache",
+    5: "driver",
+    6: "internal",
+}
+INVALID_ARGUMENT = 1
+
+
+class QjitError(RuntimeError):
+    """A qjit call failed; the message is the C library's qjit_last_error()
+    (or the CLI's error output). `status` is the qjit_status name."""
+
+    def __init__(self, message, status="internal"):
+        super().__init__(message)
+        self.status = status
+
+
+class QjitArgumentError(QjitError, ValueError):
+    """The C library refused an argument (QJIT_ERROR_INVALID_ARGUMENT): nothing was launched."""
+
+
+# ---- argument structs (qjit_c.h, field for field) -----------------------------
+
+
+class WqGemmArgs(Structure):
+    _fields_ = [
+        ("k", c_int), ("n", c_int), ("bits", c_int), ("g", c_int),
+        ("zero", c_char_p),
+        ("scales_dtype", c_char_p),
+        ("x_dtype", c_char_p),
+        ("bias", c_int), ("residual", c_int),
+        ("act", c_char_p),
+        ("x", c_void_p),
+        ("qweight", c_void_p),
+        ("scales", c_void_p),
+        ("zeros", c_void_p),
+        ("bias_ptr", c_void_p),
+        ("residual_ptr", c_void_p),
+        ("y", c_void_p),
+        ("m", c_int),
+    ]
+    c_name = "qjit_wq_gemm_args"
+
+
+class AwqDequantArgs(Structure):
+    _fields_ = [
+        ("k", c_int), ("n", c_int), ("g", c_int),
+        ("layout", c_char_p),
+        ("symmetric", c_int),
+        ("scales_dtype", c_char_p),
+        ("out_dtype", c_char_p),
+        ("qweight", c_void_p),
+        ("qzeros", c_void_p),
+        ("scales", c_void_p),
+        ("out", c_void_p),
+    ]
+    c_name = "qjit_awq_dequant_args"
+
+
+class QuantFfnArgs(Structure):
+    _fields_ = [
+        ("d", c_int), ("h", c_int), ("m", c_int), ("bits", c_int), ("g", c_int),
+        ("zero", c_char_p),
+        ("scales_dtype", c_char_p),
+        ("x_dtype", c_char_p),
+        ("act", c_char_p),
+        ("x", c_void_p),
+        ("qweight1", c_void_p),
+        ("scales1", c_void_p),
+        ("zeros1", c_void_p),
+        ("qweight3", c_void_p),
+        ("scales3", c_void_p),
+        ("zeros3", c_void_p),
+        ("y", c_void_p),
+    ]
+    c_name = "qjit_quant_ffn_args"
+
+
+class GruQuantArgs(Structure):
+    _fields_ = [
+        ("t", c_int), ("n", c_int), ("c", c_int), ("h", c_int),
+        ("params", c_char_p),
+        ("x", c_void_p),
+        ("h0", c_void_p),
+        ("W", c_void_p),
+        ("R", c_void_p),
+        ("bw", c_void_p),
+        ("br", c_void_p),
+        ("y", c_void_p),
+        ("y_float", c_void_p),
+    ]
+    c_name = "qjit_gru_quant_args"
+
+
+STRUCTS = [WqGemmArgs, AwqDequantArgs, QuantFfnArgs, GruQuantArgs]
+
+# Every function of qjit_c.h: name -> argument types (all return qjit_status but
+# qjit_last_error). The stream is a CUstream passed as void*.
+ENTRIES = {
+    "qjit_fused_ffn": [c_int, c_int, c_int, c_char_p, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p],
+    "qjit_fp_lut": [c_char_p, c_longlong, c_char_p, c_char_p, c_char_p, c_void_p, c_void_p, c_void_p],
+    "qjit_wq_gemm": [POINTER(WqGemmArgs), c_void_p],
+    "qjit_awq_dequant": [POINTER(AwqDequantArgs), c_void_p],
+    "qjit_quant_ffn": [POINTER(QuantFfnArgs), c_void_p],
+    "qjit_gru_quant": [POINTER(GruQuantArgs), c_void_p],
+    "qjit_set_cache_path": [c_char_p],
+    "qjit_last_error": [],
+}
+
+# ---- finding the library and the qjit command -------------------------------
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# python/qjit/ -> the repository root, when the package runs from a checkout.
+_REPO_ROOT = os.path.dirname(os.path.dirname(_PACKAGE_DIR))
+
+
+def _exists(path):
+    return path if path and os.path.isfile(path) else None
+
+
+def library_candidates():
+    """The places searched for libqjit_runtime.so, in order (see find_library)."""
+    out = []
+    env = os.environ.get("QJIT_LIBRARY")
+    if env:
+        out.append(("QJIT_LIBRARY", env))
+    out.append(("bundled", os.path.join(_PACKAGE_DIR, LIBRARY_NAME)))
+    cli = shutil.which("qjit")
+    if cli:
+        bindir = os.path.dirname(os.path.realpath(cli))
+        out.append(("qjit on PATH", os.path.join(os.path.dirname(bindir), "lib", LIBRARY_NAME)))
+        out.append(("qjit on PATH", os.path.join(bindir, LIBRARY_NAME)))  # a build folder
+    for sub in ("build", os.path.join(".dist", "lib")):
+        out.append(("repository", os.path.join(_REPO_ROOT, sub, LIBRARY_NAME)))
+    return out
+
+
+def find_library():
+    """The path of libqjit_runtime.so: $QJIT_LIBRARY (which must exist when set),
+    else next to this package (a bundled copy), else PREFIX/lib of the `qjit`
+    found on PATH (or beside it, in a build folder), else build/ or .dist/lib/
+    of the repository this package sits in."""
+    candidates = library_candidates()
+    env = os.environ.get("QJIT_LIBRARY")
+    if env:
+        if not _exists(env):
+            raise QjitError("QJIT_LIBRARY=%s: no such file" % env)
+        return env
+    for _, path in candidates:
+        if _exists(path):
+            return path
+    raise QjitError(
+        "cannot find %s; looked in: %s. Set QJIT_LIBRARY to its path, or put the qjit install's bin/ on PATH"
+        % (LIBRARY_NAME, ", ".join(p for _, p in candidates)), "internal")
+
+
+def find_cli():
+    """The `qjit` command: $QJIT_CLI, else `qjit` on PATH, else beside the loaded
+    library's folder (PREFIX/bin, or the build folder itself), else the repository's
+    build/ or .dist/bin/."""
+    env = os.environ.get("QJIT_CLI")
+    if env:
+        if not _exists(env):
+            raise QjitError("QJIT_CLI=%s: no such file" % env)
+        return env
+    found = shutil.which("qjit")
+    if found:
+        return found
+    places = []
+    try:
+        libdir = os.path.dirname(os.path.realpath(find_library()))
+        places += [os.path.join(os.path.dirname(libdir), "bin", "qjit"), os.path.join(libdir, "qjit")]
+    except QjitError:
+        pass
+    places += [os.path.join(_REPO_ROOT, "build", "qjit"), os.path.join(_REPO_ROOT, ".dist", "bin", "qjit")]
+    for p in places:
+        if _exists(p) and os.access(p, os.X_OK):
+            return p
+    raise QjitError("cannot find the qjit command; looked for $QJIT_CLI, qjit on PATH, " + ", ".join(places))
+
+
+# ---- loading and calling ----------------------------------------------------
+
+_lock = threading.Lock()
+_library = None
+_functions = {}
+
+
+def load():
+    """The loaded library, its entries declared (loads it on the first call)."""
+    global _library
+    if _library is not None:
+        return _library
+    with _lock:
+        if _library is None:
+            path = find_library()
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError as e:
+                raise QjitError("cannot load %s: %s" % (path, e)) from None
+            for name, argtypes in ENTRIES.items():
+                try:
+                    f = getattr(lib, name)
+                except AttributeError:
+                    raise QjitError("%s has no %s (a library older than this package?)" % (path, name)) from None
+                f.argtypes = argtypes
+                f.restype = c_char_p if name == "qjit_last_error" else c_int
+                _functions[name] = f
+            lib.qjit_path = path
+            _library = lib
+    return _library
+
+
+def function(name):
+    """The declared C function `name` (for callers that time the bare call)."""
+    if _library is None:
+        load()
+    return _functions[name]
+
+
+def error_for(status):
+    """The exception for a non-zero qjit_status, with qjit_last_error()'s text."""
+    text = function("qjit_last_error")().decode("utf-8", "replace")
+    name = STATUS_NAMES.get(status, "status %d" % status)
+    cls = QjitArgumentError if status == INVALID_ARGUMENT else QjitError
+    return cls(text or name, name)
+
+
+def call(name, *args):
+    """Calls C entry `name`; raises QjitError (QjitArgumentError for a refused argument) on a non-zero status."""
+    f = _functions.get(name) or function(name)
+    status = f(*args)
+    if status:
+        raise error_for(status)
+
+
+def set_cache_path(path):
+    """Use another kernel cache file for this process (qjit_set_cache_path)."""
+    call("qjit_set_cache_path", os.fsencode(path))
+
+
+__all__ = ["QjitError", "QjitArgumentError", "find_library", "find_cli", "load", "call", "set_cache_path"]

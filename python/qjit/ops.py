@@ -1,0 +1,283 @@
+"""qjit's ops on PyTorch tensors.
+
+Each op checks every tensor (dtype, shape, contiguity, device: qjit/_check.py)
+before it touches the C library, allocates its output unless `out=` is given,
+and launches on the current CUDA stream of the tensors' device
+(torch.cuda.current_stream()), so it composes with streams and CUDA graph
+capture like any torch op. The first call of a shape loads its kernel from the
+cache (or compiles the default one): make one call of every shape before
+capturing a graph, so that capture never compiles.
+
+Adding an op: a Structure and an ENTRIES line in qjit/_lib.py, and here one
+function that checks its tensors with a Checker, allocates its output with
+_empty and calls _launch.
+"""
+import json
+
+from . import _lib
+from ._check import FLOAT, HALF, WORDS, TORCH_NAMES, Checker, numel
+
+_bytes_cache = {}
+
+
+def _b(text):
+    """A str as the C string ctypes passes (None stays NULL); cached, as the same few strings recur."""
+    if text is None:
+        return None
+    b = _bytes_cache.get(text)
+    if b is None:
+        b = _bytes_cache[text] = text.encode()
+    return b
+
+
+_torch_module = None
+
+
+def _torch():
+    global _torch_module
+    if _torch_module is None:
+        try:
+            import torch
+        except ImportError:
+            raise ImportError("qjit's ops take torch tensors: install PyTorch (pip install torch)") from None
+        _torch_module = torch
+    return _torch_module
+
+
+def _current_stream(torch, index):
+    # torch._C._cuda_getCurrentRawStream is what torch.cuda.current_stream(i).cuda_stream
+    # reads, without building a Stream object (a few µs on the hot path).
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
+
+
+def _empty(shape, dtype, device):
+    torch = _torch()
+    return torch.empty(shape, dtype=getattr(torch, TORCH_NAMES[dtype][len("torch."):]), device=device)
+
+
+def _launch(device, entry, *args):
+    """Calls C entry `entry` with args + (the current stream of `device`), on that device."""
+    torch = _torch()
+    current = torch.cuda.current_device()
+    index = device.index if device.index is not None else current
+    if index == current:
+        _lib.call(entry, *args, _current_stream(torch, index))
+    else:
+        with torch.cuda.device(index):
+            _lib.call(entry, *args, _current_stream(torch, index))
+
+
+def _output(c, out, dtype, shape, name="out"):
+    """`out` checked against the op's result, or a new tensor of it."""
+    if out is None:
+        return _empty(shape, dtype, c.device)
+    c.tensor(name, out, (dtype,), tuple(shape))
+    return out
+
+
+def _zeros_check(c, zero, zeros, groups, n, scales_dtype, name="zeros"):
+    """wq_gemm's zeros for zero mode `zero`: none (sym), uint8 [K/g, N] (int), or the scales' type (float)."""
+    if zero == "sym":
+        if zeros is not None:
+            c.fail("%s given but zero='sym' takes none" % name)
+        return
+    if zeros is None:
+        c.fail("%s is None; zero=%r needs it ([K/g, N] %s)" % (name, zero, "uint8" if zero == "int" else scales_dtype))
+    dtypes = ("uint8",) if zero == "int" else (scales_dtype,)
+    c.tensor(name, zeros, dtypes, (groups, n), "[K/g, N] = [%d, %d]" % (groups, n))
+
+
+def _quant_weight(c, suffix, qweight, scales, zeros, k, bits, g, zero):
+    """One native-layout matrix (qweight, scales, zeros) of K rows of input; returns (N, scales dtype)."""
+    sd = c.tensor("scales" + suffix, scales, HALF, ndim=2)
+    n = int(scales.shape[1])
+    c.divides("g", g, "K", k)
+    c.shape_is("scales" + suffix, scales, (k // g, n), "[K/g, N] = [%d, %d]" % (k // g, n))
+    c.tensor("qweight" + suffix, qweight, WORDS)
+    c.numel_is("qweight" + suffix, qweight, k * n * bits // 32, "K·N·bits/32 (native layout, from qjit repack)")
+    _zeros_check(c, zero, zeros, k // g, n, sd, "zeros" + suffix)
+    return n, sd
+
+
+def wq_gemm(x, qweight, scales, zeros=None, *, bits=4, g=128, zero="int", bias=None, act="none", residual=None,
+            out=None):
+    """y = act(x·Wᵀ + bias) (+ residual), W quantised in qjit's native layout.
+
+    x: [..., K] fp16, bf16 or fp32 (M = the product of the leading dims).
+    qweight: int32 or uint32 words, K·N·bits/32 of them (`qjit repack` or
+    qjit.repack_checkpoint). scales: [K/g, N] fp16 or bf16. zeros: uint8
+    [K/g, N] for zero="int", the scales' type for "float", None for "sym".
+    bias: [N]; residual: [..., N] like y (may be `out` itself); both x's type.
+    act: "none", "relu", "relu6". Returns y [..., N] of x's type.
+    """
+    c = Checker("wq_gemm")
+    xd = c.tensor("x", x, FLOAT)
+    if len(x.shape) < 1:
+        c.fail("x is a scalar; expected [..., K]")
+    c.choice("zero", zero, ("sym", "int", "float"))
+    c.choice("act", act, ("none", "relu", "relu6"))
+    if bits not in (2, 3, 4, 8):
+        c.fail("bits=%r; expected 2, 3, 4 or 8" % (bits,))
+    k = int(x.shape[-1])
+    n, sd = _quant_weight(c, "", qweight, scales, zeros, k, bits, g, zero)
+    lead = tuple(int(s) for s in x.shape[:-1])
+    c.optional("bias", bias, (xd,), (n,), "[N] = [%d]" % n)
+    c.optional("residual", residual, (xd,), lead + (n,))
+    y = _output(c, out, xd, lead + (n,))
+    m = numel(lead)
+    if m == 0:
+        return y
+    a = _lib.WqGemmArgs(k, n, bits, g, _b(zero), _b(sd), _b(xd), bias is not None, residual is not None, _b(act),
+                        x.data_ptr(), qweight.data_ptr(), scales.data_ptr(),
+                        zeros.data_ptr() if zeros is not None else None,
+                        bias.data_ptr() if bias is not None else None,
+                        residual.data_ptr() if residual is not None else None, y.data_ptr(), m)
+    _launch(c.device, "qjit_wq_gemm", a)
+    return y
+
+
+def awq_dequant(qweight, qzeros, scales, *, layout="awq", symmetric=False, out_dtype=None, out=None):
+    """Dense W [K, N] = (q − z)·s from AWQ or GPTQ packed int4, bit-exact.
+
+    layout "awq": qweight int32 [K, N/8]; "gptq": [K/8, N]. qzeros int32
+    [K/g, N/8] (None for symmetric gptq). scales [K/g, N] fp16 or bf16 (g is
+    K / its rows). out_dtype: "fp16", "bf16" or None (the scales' type).
+    """
+    c = Checker("awq_dequant")
+    c.choice("layout", layout, ("awq", "gptq"))
+    if symmetric and layout != "gptq":
+        c.fail("symmetric is for layout='gptq' only")
+    c.tensor("qweight", qweight, WORDS, ndim=2)
+    rows, cols = int(qweight.shape[0]), int(qweight.shape[1])
+    k, n = (rows, cols * 8) if layout == "awq" else (rows * 8, cols)
+    sd = c.tensor("scales", scales, HALF, ndim=2)
+    groups = int(scales.shape[0])
+    if groups <= 0 or k % groups:
+        c.fail("scales has %d rows, which must divide K=%d (g = K / rows)" % (groups, k))
+    c.shape_is("scales", scales, (groups, n), "[K/g, N] = [%d, %d]" % (groups, n))
+    if symmetric:
+        if qzeros is not None:
+            c.fail("qzeros given but symmetric=True takes none")
+    else:
+        c.tensor("qzeros", qzeros, WORDS, (groups, n // 8), "[K/g, N/8] = [%d, %d]" % (groups, n // 8))
+    od = out_dtype or sd
+    c.choice("out_dtype", od, HALF)
+    y = _output(c, out, od, (k, n))
+    a = _lib.AwqDequantArgs(k, n, k // groups, _b(layout), int(bool(symmetric)), _b(sd), _b(od),
+                            qweight.data_ptr(), qzeros.data_ptr() if qzeros is not None else None,
+                            scales.data_ptr(), y.data_ptr())
+    _launch(c.device, "qjit_awq_dequant", a)
+    return y
+
+
+def fused_ffn(x, w1, w3, *, scales1=None, zeros1=None, scales3=None, zeros3=None, bits=4, g=128, zero="int",
+              act="silu", out=None):
+    """y = SiLU(x·W1ᵀ) ⊙ (x·W3ᵀ) for M = 1..8 rows of x [..., D].
+
+    Dense (scales1 None): w1, w3 [H, D] of x's type, or fp16 with fp32 x
+    ("mixed"). Quantized (scales1 given): w1, w3 as wq_gemm's native words,
+    scales [D/g, H], zeros per `zero` as for wq_gemm. act: "silu", "silu_lut",
+    "silu_lut_seed". Returns y [..., H] of x's type.
+    """
+    c = Checker("fused_ffn")
+    xd = c.tensor("x", x, FLOAT)
+    if len(x.shape) < 1:
+        c.fail("x is a scalar; expected [..., D]")
+    c.choice("act", act, ("silu", "silu_lut", "silu_lut_seed"))
+    d = int(x.shape[-1])
+    lead = tuple(int(s) for s in x.shape[:-1])
+    m = numel(lead)
+    if not 1 <= m <= 8:
+        c.fail("x has M = %d rows (shape %s); fused_ffn takes 1..8 (wq_gemm serves any M)" % (m, list(x.shape)))
+    if scales1 is None:
+        for name, v in (("scales3", scales3), ("zeros1", zeros1), ("zeros3", zeros3)):
+            if v is not None:
+                c.fail("%s given without scales1 (dense weights take no scales or zeros)" % name)
+        wd = c.tensor("w1", w1, FLOAT, ndim=2)
+        h = int(w1.shape[0])
+        c.shape_is("w1", w1, (h, d), "[H, D] = [%d, %d]" % (h, d))
+        c.tensor("w3", w3, (wd,), (h, d), "[H, D] = [%d, %d] like w1" % (h, d))
+        if wd == xd:
+            dtype = xd
+        elif xd == "fp32" and wd == "fp16":
+            dtype = "mixed"
+        else:
+            c.fail("x is %s and w1 is %s; expected the same type, or fp32 x with fp16 weights"
+                   % (TORCH_NAMES[xd], TORCH_NAMES[wd]), TypeError)
+        y = _output(c, out, xd, lead + (h,))
+        _launch(c.device, "qjit_fused_ffn", d, h, m, _b(dtype), _b(act), x.data_ptr(), w1.data_ptr(),
+                w3.data_ptr(), y.data_ptr())
+        return y
+    c.choice("zero", zero, ("sym", "int", "float"))
+    if bits not in (2, 3, 4, 8):
+        c.fail("bits=%r; expected 2, 3, 4 or 8" % (bits,))
+    if scales3 is None:
+        c.fail("scales3 is None but scales1 is given (quantized W1 and W3 both need scales)")
+    h, sd = _quant_weight(c, "1", w1, scales1, zeros1, d, bits, g, zero)
+    h3, sd3 = _quant_weight(c, "3", w3, scales3, zeros3, d, bits, g, zero)
+    if h3 != h:
+        c.fail("scales3 has N = %d columns but scales1 has %d (W1 and W3 are both [H, D])" % (h3, h))
+    c.same_dtype("scales3", sd3, "scales1", sd)
+    y = _output(c, out, xd, lead + (h,))
+    a = _lib.QuantFfnArgs(d, h, m, bits, g, _b(zero), _b(sd), _b(xd), _b(act), x.data_ptr(),
+                          w1.data_ptr(), scales1.data_ptr(), zeros1.data_ptr() if zeros1 is not None else None,
+                          w3.data_ptr(), scales3.data_ptr(), zeros3.data_ptr() if zeros3 is not None else None,
+                          y.data_ptr())
+    _launch(c.device, "qjit_quant_ffn", a)
+    return y
+
+
+def fp_lut(x, fn="silu", *, cuts=None, out_dtype=None, out=None):
+    """y = f(x) elementwise by an FP16 table with linear interpolation, bit-exact.
+
+    fn: silu, gelu, gelu_tanh, sigmoid, tanh, exp, softplus, sin, cos. cuts:
+    None ("default"), "seed", or 11 fp16 hex values "a:b:...". x fp16, bf16 or
+    fp32, any shape; out_dtype: fp16, bf16, fp32 or None (x's type).
+    """
+    c = Checker("fp_lut")
+    xd = c.tensor("x", x, FLOAT)
+    if not isinstance(fn, str):
+        c.fail("fn must be a str, got %s" % type(fn).__name__, TypeError)
+    od = out_dtype or xd
+    c.choice("out_dtype", od, FLOAT)
+    shape = tuple(int(s) for s in x.shape)
+    y = _output(c, out, od, shape)
+    n = numel(shape)
+    if n == 0:
+        return y
+    _launch(c.device, "qjit_fp_lut", _b(fn), n, _b(xd), _b(od), _b(cuts), x.data_ptr(), y.data_ptr())
+    return y
+
+
+def gru_quant(x, h0, W, R, bw, br, params, *, float_out=False, out=None, out_float=None):
+    """The fixed-point GRU forward over T steps, bit-exact with qjit's CPU reference.
+
+    x int32 [T, N, C] and h0 int32 [N, H] (codes in the params' x and h
+    ranges); W int8 [3H, C], R int8 [3H, H], bw and br int32 [3H] (gate rows
+    u, r, n: `qjit gru calibrate --weights-out`). params: the layer's params
+    document (JSON text or a dict). Returns y int32 [T, N, H], and with
+    float_out=True (y, y_float) with y_float the dequantized float32 states.
+    """
+    c = Checker("gru_quant")
+    c.tensor("x", x, ("int32",), ndim=3)
+    t, n, ci = (int(s) for s in x.shape)
+    c.tensor("h0", h0, ("int32",), ndim=2)
+    h = int(h0.shape[1])
+    c.shape_is("h0", h0, (n, h), "[N, H] = [%d, %d] (N from x)" % (n, h))
+    c.tensor("W", W, ("int8",), (3 * h, ci), "[3H, C] = [%d, %d]" % (3 * h, ci))
+    c.tensor("R", R, ("int8",), (3 * h, h), "[3H, H] = [%d, %d]" % (3 * h, h))
+    c.tensor("bw", bw, ("int32",), (3 * h,), "[3H] = [%d]" % (3 * h))
+    c.tensor("br", br, ("int32",), (3 * h,), "[3H] = [%d]" % (3 * h))
+    if isinstance(params, dict):
+        params = json.dumps(params)
+    elif not isinstance(params, str):
+        c.fail("params must be the params document as a str or dict, got %s" % type(params).__name__, TypeError)
+    y = _output(c, out, "int32", (t, n, h))
+    yf = None
+    if float_out or out_float is not None:
+        yf = _output(c, out_float, "fp32", (t, n, h), "out_float")
+    a = _lib.GruQuantArgs(t, n, ci, h, params.encode(), x.data_ptr(), h0.data_ptr(), W.data_ptr(), R.data_ptr(),
+                          bw.data_ptr(), br.data_ptr(), y.data_ptr(), yf.data_ptr() if yf is not None else None)
+    _launch(c.device, "qjit_gru_quant", a)
+    return (y, yf) if yf is not None else y

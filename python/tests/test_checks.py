@@ -1,0 +1,224 @@
+"""The ops' argument checks and how they marshal the C structs, without torch
+or a GPU.
+
+Tensors here are stand-ins (support.py) with the attributes the checks read;
+they test the checks and the values handed to the C library, whose call
+(qjit.ops._launch) and output allocation (qjit.ops._empty) are replaced by
+recorders. The GPU machine's tests (test_gpu.py) run the same ops on real
+torch tensors against PyTorch.
+"""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import qjit  # noqa: E402
+from qjit import ops  # noqa: E402
+from support import StandIn, T  # noqa: E402
+
+
+class Recorder:
+    """Replaces qjit.ops._launch and _empty: records each launch, allocates stand-ins."""
+
+    def __init__(self):
+        self.launches = []
+
+    def launch(self, device, entry, *args):
+        self.launches.append((device, entry, args))
+
+    @staticmethod
+    def empty(shape, dtype, device):
+        from qjit._check import TORCH_NAMES
+
+        return StandIn(TORCH_NAMES[dtype][len("torch."):], shape, str(device))
+
+
+class OpChecks(unittest.TestCase):
+    def setUp(self):
+        self.rec = Recorder()
+        self.saved = ops._launch, ops._empty
+        ops._launch, ops._empty = self.rec.launch, self.rec.empty
+
+    def tearDown(self):
+        ops._launch, ops._empty = self.saved
+
+    def refused(self, exc, words, fn, *args, **kwargs):
+        """fn(*args) raises exc whose message holds every word, and launches nothing."""
+        with self.assertRaises(exc) as cm:
+            fn(*args, **kwargs)
+        for w in words:
+            self.assertIn(w, str(cm.exception))
+        self.assertEqual(self.rec.launches, [], "a refused call must launch nothing")
+        return str(cm.exception)
+
+    # ---- wq_gemm ----
+    def wq(self, **over):
+        a = dict(x=T("float16", 3, 256), qweight=T("int32", 256 * 64 // 8), scales=T("float16", 2, 64),
+                 zeros=T("uint8", 2, 64))
+        a.update(over)
+        return a
+
+    def test_wq_gemm_marshals_its_struct(self):
+        a = self.wq(x=T("float16", 2, 3, 256), bias=T("float16", 64))
+        y = qjit.wq_gemm(**a)
+        self.assertEqual(y.shape, (2, 3, 64))
+        self.assertEqual(y.dtype, "torch.float16")
+        (device, entry, (s,)), = self.rec.launches
+        self.assertEqual(entry, "qjit_wq_gemm")
+        self.assertEqual((device.type, device.index), ("cuda", 0))
+        self.assertEqual((s.k, s.n, s.m, s.bits, s.g, s.bias, s.residual), (256, 64, 6, 4, 128, 1, 0))
+        self.assertEqual((s.zero, s.scales_dtype, s.x_dtype, s.act), (b"int", b"fp16", b"fp16", b"none"))
+        self.assertEqual((s.x, s.qweight, s.scales, s.zeros, s.bias_ptr, s.y),
+                         (a["x"].data_ptr(), a["qweight"].data_ptr(), a["scales"].data_ptr(),
+                          a["zeros"].data_ptr(), a["bias"].data_ptr(), y.data_ptr()))
+        self.assertIsNone(s.residual_ptr)
+
+    def test_wq_gemm_residual_into_out_and_sym(self):
+        x = T("bfloat16", 1, 256)
+        r = T("bfloat16", 1, 64)
+        y = qjit.wq_gemm(x, T("int32", 256 * 64 // 8), T("bfloat16", 2, 64), zero="sym", residual=r, out=r)
+        self.assertIs(y, r)
+        s = self.rec.launches[0][2][0]
+        self.assertEqual((s.zero, s.scales_dtype, s.x_dtype, s.residual), (b"sym", b"bf16", b"bf16", 1))
+        self.assertIsNone(s.zeros)
+        self.assertEqual(s.residual_ptr, s.y)
+
+    def test_wq_gemm_no_rows_launches_nothing(self):
+        y = qjit.wq_gemm(**self.wq(x=T("float16", 0, 256)))
+        self.assertEqual(y.shape, (0, 64))
+        self.assertEqual(self.rec.launches, [])
+
+    def test_wq_gemm_refusals(self):
+        f = qjit.wq_gemm
+        self.refused(TypeError, ["wq_gemm: x", "torch.float64", "fp16"], f, **self.wq(x=T("float64", 3, 256)))
+        self.refused(TypeError, ["x must be a torch.Tensor", "list"], f, **self.wq(x=[[1.0] * 256]))
+        self.refused(ValueError, ["scales has shape [3, 64]", "[K/g, N] = [2, 64]"], f,
+                     **self.wq(scales=T("float16", 3, 64)))
+        self.refused(ValueError, ["qweight has 1024 elements", "2048"], f, **self.wq(qweight=T("int32", 1024)))
+        self.refused(TypeError, ["qweight", "torch.int64"], f, **self.wq(qweight=T("int64", 2048)))
+        self.refused(TypeError, ["zeros", "torch.int32", "uint8"], f, **self.wq(zeros=T("int32", 2, 64)))
+        self.refused(ValueError, ["zeros is None", "zero='int'"], f, **self.wq(zeros=None))
+        self.refused(ValueError, ["zeros given but zero='sym'"], f, zero="sym", **self.wq())
+        self.refused(TypeError, ["zeros", "float16"], f, zero="float", **self.wq())  # float zeros: the scales' type
+        self.refused(ValueError, ["x is on cpu", "CUDA"], f, **self.wq(x=T("float16", 3, 256, device="cpu")))
+        self.refused(ValueError, ["scales is on cuda:1 but x is on cuda:0"], f,
+                     **self.wq(scales=T("float16", 2, 64, device="cuda:1")))
+        self.refused(ValueError, ["x is not contiguous", "stride (1, 3)", "x.contiguous()"], f,
+                     **self.wq(x=T("float16", 256, 3).t()))
+        self.refused(TypeError, ["bias", "torch.bfloat16"], f, bias=T("bfloat16", 64), **self.wq())
+        self.refused(ValueError, ["bias has shape [32]"], f, bias=T("float16", 32), **self.wq())
+        self.refused(ValueError, ["residual has shape [3, 32]", "[3, 64]"], f, residual=T("float16", 3, 32), **self.wq())
+        self.refused(ValueError, ["out has shape [3, 65]"], f, out=T("float16", 3, 65), **self.wq())
+        self.refused(TypeError, ["out has dtype torch.float32"], f, out=T("float32", 3, 64), **self.wq())
+        self.refused(ValueError, ["g=96 must divide K", "256"], f, g=96, **self.wq())
+        self.refused(ValueError, ["bits=5"], f, bits=5, **self.wq())
+        self.refused(ValueError, ["act 'gelu'"], f, act="gelu", **self.wq())
+
+    # ---- awq_dequant ----
+    def test_awq_dequant(self):
+        qw, qz, sc = T("int32", 256, 8), T("int32", 2, 8), T("float16", 2, 64)
+        y = qjit.awq_dequant(qw, qz, sc, out_dtype="bf16")
+        self.assertEqual((y.shape, y.dtype), ((256, 64), "torch.bfloat16"))
+        s = self.rec.launches[0][2][0]
+        self.assertEqual((s.k, s.n, s.g, s.layout, s.symmetric, s.scales_dtype, s.out_dtype),
+                         (256, 64, 128, b"awq", 0, b"fp16", b"bf16"))
+        self.rec.launches.clear()
+        y = qjit.awq_dequant(T("int32", 32, 64), None, sc, layout="gptq", symmetric=True)
+        s = self.rec.launches[0][2][0]
+        self.assertEqual((s.k, s.n, s.g, s.layout, s.symmetric, s.qzeros), (256, 64, 128, b"gptq", 1, None))
+        self.rec.launches.clear()
+        f = qjit.awq_dequant
+        self.refused(ValueError, ["qzeros has shape [2, 64]", "[K/g, N/8] = [2, 8]"], f, qw, T("int32", 2, 64), sc)
+        self.refused(TypeError, ["qweight", "torch.float16"], f, T("float16", 256, 8), qz, sc)
+        self.refused(ValueError, ["symmetric is for layout='gptq'"], f, qw, None, sc, symmetric=True)
+        self.refused(ValueError, ["scales has 3 rows", "K=256"], f, qw, qz, T("float16", 3, 64))
+        self.refused(ValueError, ["qweight has 3 dimensions"], f, T("int32", 1, 256, 8), qz, sc)
+
+    # ---- fused_ffn ----
+    def test_fused_ffn_dense(self):
+        x, w1, w3 = T("float16", 1, 256), T("float16", 512, 256), T("float16", 512, 256)
+        y = qjit.fused_ffn(x, w1, w3)
+        self.assertEqual(y.shape, (1, 512))
+        _, entry, args = self.rec.launches[0]
+        self.assertEqual(entry, "qjit_fused_ffn")
+        self.assertEqual(args, (256, 512, 1, b"fp16", b"silu", x.data_ptr(), w1.data_ptr(), w3.data_ptr(),
+                                y.data_ptr()))
+        self.rec.launches.clear()
+        qjit.fused_ffn(T("float32", 4, 256), w1, w3, act="silu_lut")
+        self.assertEqual(self.rec.launches[0][2][2:5], (4, b"mixed", b"silu_lut"))
+        self.rec.launches.clear()
+        f = qjit.fused_ffn
+        self.refused(ValueError, ["M = 9 rows", "1..8"], f, T("float16", 9, 256), w1, w3)
+        self.refused(ValueError, ["w3 has shape [256, 512]", "[H, D] = [512, 256]"], f, x, w1, w3.t())
+        self.refused(TypeError, ["x is torch.float16 and w1 is torch.bfloat16"], f, x, T("bfloat16", 512, 256),
+                     T("bfloat16", 512, 256))
+        self.refused(ValueError, ["zeros1 given without scales1"], f, x, w1, w3, zeros1=T("uint8", 2, 512))
+
+    def test_fused_ffn_quantized(self):
+        x = T("float16", 2, 256)
+        w = dict(w1=T("int32", 256 * 512 // 8), w3=T("int32", 256 * 512 // 8), scales1=T("float16", 2, 512),
+                 zeros1=T("uint8", 2, 512), scales3=T("float16", 2, 512), zeros3=T("uint8", 2, 512))
+        y = qjit.fused_ffn(x, **w)
+        self.assertEqual(y.shape, (2, 512))
+        _, entry, (s,) = self.rec.launches[0]
+        self.assertEqual(entry, "qjit_quant_ffn")
+        self.assertEqual((s.d, s.h, s.m, s.bits, s.g, s.zero, s.act), (256, 512, 2, 4, 128, b"int", b"silu"))
+        self.assertEqual((s.qweight3, s.zeros3, s.y), (w["w3"].data_ptr(), w["zeros3"].data_ptr(), y.data_ptr()))
+        self.rec.launches.clear()
+        f = qjit.fused_ffn
+        self.refused(ValueError, ["scales3 is None"], f, x, **dict(w, scales3=None))
+        self.refused(ValueError, ["zeros3 has shape [2, 256]"], f, x, **dict(w, zeros3=T("uint8", 2, 256)))
+        self.refused(TypeError, ["scales3 has dtype torch.bfloat16 but scales1 has torch.float16"], f, x,
+                     **dict(w, scales3=T("bfloat16", 2, 512)))
+        self.refused(ValueError, ["qweight1 has 100 elements"], f, x, **dict(w, w1=T("int32", 100)))
+
+    # ---- fp_lut, gru_quant ----
+    def test_fp_lut(self):
+        x = T("bfloat16", 4, 100)
+        y = qjit.fp_lut(x, "gelu", out_dtype="fp32")
+        self.assertEqual((y.shape, y.dtype), ((4, 100), "torch.float32"))
+        self.assertEqual(self.rec.launches[0][1:], ("qjit_fp_lut", (b"gelu", 400, b"bf16", b"fp32", None,
+                                                                     x.data_ptr(), y.data_ptr())))
+        self.rec.launches.clear()
+        self.refused(TypeError, ["fp_lut: x", "torch.int32"], qjit.fp_lut, T("int32", 4))
+        self.refused(ValueError, ["out_dtype 'fp64'"], qjit.fp_lut, x, out_dtype="fp64")
+
+    def test_gru_quant(self):
+        t, n, c, h = 5, 2, 8, 16
+        a = [T("int32", t, n, c), T("int32", n, h), T("int8", 3 * h, c), T("int8", 3 * h, h), T("int32", 3 * h),
+             T("int32", 3 * h)]
+        y, yf = qjit.gru_quant(*a, {"input_size": c}, float_out=True)
+        self.assertEqual((y.shape, y.dtype, yf.dtype), ((t, n, h), "torch.int32", "torch.float32"))
+        s = self.rec.launches[0][2][0]
+        self.assertEqual((s.t, s.n, s.c, s.h, s.params), (t, n, c, h, b'{"input_size": 8}'))
+        self.assertEqual(s.y_float, yf.data_ptr())
+        self.rec.launches.clear()
+        bad = list(a)
+        bad[2] = T("int32", 3 * h, c)
+        self.refused(TypeError, ["gru_quant: W", "torch.int32", "int8"], qjit.gru_quant, *bad, "{}")
+        bad = list(a)
+        bad[1] = T("int32", 3, h)
+        self.refused(ValueError, ["h0 has shape [3, 16]", "N from x"], qjit.gru_quant, *bad, "{}")
+        self.refused(TypeError, ["params must be"], qjit.gru_quant, *a, 7)
+
+
+class WithoutTorch(unittest.TestCase):
+    def test_import_needs_no_torch_and_nn_says_why(self):
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            with self.assertRaises(ImportError) as cm:
+                qjit.nn
+            self.assertIn("needs PyTorch", str(cm.exception))
+            # A valid call passes every check, then needs torch for its stream.
+            with self.assertRaises(ImportError) as cm:
+                qjit.fp_lut(T("float16", 8), out=T("float16", 8))
+            self.assertIn("install PyTorch", str(cm.exception))
+        else:
+            self.skipTest("torch is installed here")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,319 @@
+"""qjit's Python ops on real CUDA tensors against PyTorch (the GPU machine:
+tests/gpu_python.sh). Skipped without torch or a CUDA device.
+
+- each op against a float reference of the same weights in torch (awq_dequant
+  bit-exact; float ops within a stated tolerance),
+- wrong dtype / device / stride on real tensors: TypeError or ValueError
+  naming the tensor, and the output left as it was (nothing launched),
+- CUDA graph capture after a warm call, replayed on new inputs,
+- the end-to-end Llama-style MLP: an AWQ-format safetensors file written
+  here, repacked, tuned and run through qjit.nn against a float reference,
+- the host cost of a cache hit from Python next to qjit_launch_probe's from
+  C++, in one run (written to $QJIT_PY_RESULTS as JSON lines when set).
+
+Environment: QJIT_TUNE_BUDGET (the e2e test's tune budget per spec, default
+"15s"), QJIT_LAUNCH_PROBE (path of qjit_launch_probe; default .dist/bin).
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+import qjit  # noqa: E402
+from qjit import awq  # noqa: E402
+from qjit import safetensors as st  # noqa: E402
+
+try:
+    import torch
+    import torch.nn.functional as F
+
+    CUDA = torch.cuda.is_available()
+except ImportError:
+    torch = None
+    CUDA = False
+
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+
+
+def record(entry):
+    """Prints a result line and appends it to $QJIT_PY_RESULTS."""
+    line = json.dumps(entry)
+    print(line, flush=True)
+    path = os.environ.get("QJIT_PY_RESULTS")
+    if path:
+        with open(path, "a") as f:
+            f.write(line + "\n")
+
+
+def pack_awq(q):
+    """q [R, N] (0..15) -> int32 [R, N/8] in AWQ's order (qjit.awq.AWQ_ORDER), vectorised."""
+    r, n = q.shape
+    order = torch.tensor(awq.AWQ_ORDER, device=q.device)
+    v = q.to(torch.int64).view(r, n // 8, 8)[:, :, order]
+    w = (v << (torch.arange(8, device=q.device) * 4)).sum(-1)
+    return torch.where(w >= 2 ** 31, w - 2 ** 32, w).to(torch.int32)
+
+
+class AwqLayer:
+    """Random AWQ weights of a Linear(K -> N), group g: q [K, N], z [K/g, N], s [K/g, N] fp16 and
+    W [K, N] = (q - z)·s in float32 (exact)."""
+
+    def __init__(self, k, n, g, gen, device="cuda"):
+        self.k, self.n, self.g = k, n, g
+        self.q = torch.randint(0, 16, (k, n), generator=gen).to(device)
+        self.z = torch.randint(0, 16, (k // g, n), generator=gen).to(device)
+        # |w| ~ 2/√k, so that x·W stays O(1)
+        self.s = ((torch.rand(k // g, n, generator=gen) + 0.5) * (0.5 / k ** 0.5)).half().to(device)
+        zk = self.z.repeat_interleave(g, 0)
+        self.w = (self.q - zk).float() * self.s.float().repeat_interleave(g, 0)
+
+    def awq_tensors(self):
+        return pack_awq(self.q), pack_awq(self.z), self.s
+
+
+def close(test, y, ref, rel, what):
+    """max |y - ref| <= rel · max |ref| (float64)."""
+    err = (y.double() - ref.double()).abs().max().item()
+    scale = ref.double().abs().max().item()
+    test.assertLessEqual(err, rel * scale, "%s: max error %.3g, max |ref| %.3g" % (what, err, scale))
+    return err / scale
+
+
+@unittest.skipUnless(CUDA, "needs torch with a CUDA device")
+class GpuOps(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.gen = torch.Generator().manual_seed(1234)
+        cls.layer = AwqLayer(512, 256, 128, cls.gen)
+        cls.lin = qjit.nn.QuantLinear.from_awq(*cls.layer.awq_tensors(), device="cuda")
+
+    def randn(self, *shape, dtype=None):
+        return torch.randn(*shape, generator=self.gen).to("cuda", dtype or torch.float16)
+
+    def test_awq_packing_matches_the_pure_python_packer(self):
+        q = self.layer.q[:4]
+        self.assertEqual(pack_awq(q).flatten().tolist(), awq.pack(q.flatten().tolist(), 4, q.shape[1]))
+
+    def test_awq_dequant_bit_exact(self):
+        L = self.layer
+        qw, qz, s = L.awq_tensors()
+        w = qjit.awq_dequant(qw, qz, s)
+        self.assertEqual(w.dtype, torch.float16)
+        self.assertTrue(torch.equal(w, L.w.half()), "awq_dequant differs from (q - z)·s rounded once")
+        wb = qjit.awq_dequant(qw, qz, s, out_dtype="bf16")
+        self.assertTrue(torch.equal(wb, L.w.bfloat16()))
+
+    def test_wq_gemm_against_torch(self):
+        L, lin = self.layer, self.lin
+        for m in (1, 5, 33, 300):
+            x = self.randn(m, L.k)
+            close(self, lin(x), x.float() @ L.w, 1e-2, "wq_gemm m=%d" % m)
+        x = self.randn(2, 3, L.k)  # leading dims
+        self.assertEqual(tuple(lin(x).shape), (2, 3, L.n))
+        close(self, lin(x), x.float() @ L.w, 1e-2, "wq_gemm [2, 3, K]")
+        # bias, relu and a residual added in place
+        bias, res = self.randn(L.n), self.randn(4, L.n)
+        x = self.randn(4, L.k)
+        ref = torch.relu(x.float() @ L.w + bias.float()) + res.float()
+        y = qjit.wq_gemm(x, lin.qweight, lin.scales, lin.zeros, bias=bias, act="relu", residual=res, out=res)
+        self.assertEqual(y.data_ptr(), res.data_ptr())
+        close(self, y, ref, 1e-2, "wq_gemm bias+relu+residual")
+
+    def test_fused_ffn_dense_and_quantized(self):
+        d, h = 512, 1024
+        w1, w3 = self.randn(h, d) / d ** 0.5, self.randn(h, d) / d ** 0.5
+        for m in (1, 8):
+            x = self.randn(m, d)
+            ref = F.silu(x.float() @ w1.float().T) * (x.float() @ w3.float().T)
+            close(self, qjit.fused_ffn(x, w1, w3), ref, 1e-2, "fused_ffn dense m=%d" % m)
+        gen = torch.Generator().manual_seed(5)
+        g1, g3 = AwqLayer(d, h, 128, gen), AwqLayer(d, h, 128, gen)
+        ffn = qjit.nn.FusedFFN.from_quant(qjit.nn.QuantLinear.from_awq(*g1.awq_tensors()),
+                                          qjit.nn.QuantLinear.from_awq(*g3.awq_tensors()))
+        for m in (1, 3, 8, 20):  # 20 rows: two wq_gemm calls
+            x = self.randn(m, d)
+            ref = F.silu(x.float() @ g1.w) * (x.float() @ g3.w)
+            close(self, ffn(x), ref, 1e-2, "FusedFFN quantized m=%d" % m)
+
+    def test_fp_lut_against_torch(self):
+        x = torch.linspace(-8, 8, 100003, device="cuda").half()
+        for fn, ref in (("silu", F.silu), ("gelu", F.gelu), ("sigmoid", torch.sigmoid)):
+            y = qjit.fp_lut(x, fn)
+            err = (y.float() - ref(x.float())).abs().max().item()
+            record({"test": "fp_lut", "fn": fn, "max_abs_err": err})
+            self.assertLess(err, 2e-2, fn)
+        y = qjit.fp_lut(x.float(), "silu", out_dtype="bf16")
+        self.assertEqual(y.dtype, torch.bfloat16)
+
+    def test_quant_gru_bit_exact_with_the_cpu_reference(self):
+        t, n, c, h = 24, 2, 32, 32
+        gru = torch.nn.GRU(c, h).double()
+        steps = torch.arange(t, dtype=torch.float64)[:, None, None]
+        x = (0.5 * torch.sin(0.2 * steps + torch.rand(1, n, c, generator=self.gen, dtype=torch.float64) * 6)).float()
+        with tempfile.TemporaryDirectory() as tmp:
+            p = lambda name: os.path.join(tmp, name)  # noqa: E731
+            st.write(p("gru.safetensors"), {k: st.from_torch(v.float()) for k, v in gru.state_dict().items()})
+            st.write(p("x.safetensors"), {"x": st.from_torch(x)})
+            qjit._cli.run(["gru", "calibrate", "--weights", p("gru.safetensors"), "--input", p("x.safetensors"),
+                           "--bits", "8", "-o", p("params.json"), "--weights-out", p("q.safetensors"), "-q"])
+            qgru = qjit.nn.QuantGRU.from_files(p("params.json"), p("q.safetensors"))
+            y, h_n = qgru(x.cuda())
+            qjit._cli.run(["gru", "run", "--cpu", "--params", p("params.json"), "--weights", p("q.safetensors"),
+                           "--input", p("x.safetensors"), "-o", p("y_cpu.npy")])
+            cpu = load_npy_int32(p("y_cpu.npy"))
+        codes, _ = qgru.forward_codes(qgru._quantize(x.cuda(), qgru._x),
+                                      qgru._quantize(torch.zeros(n, h, device="cuda"), qgru._h))
+        self.assertTrue(torch.equal(codes.cpu(), cpu.reshape(t, n, h)), "GPU codes differ from `qjit gru run --cpu`")
+        with torch.no_grad():
+            ref, _ = gru(x.double())
+        mse = ((y.double().cpu() - ref) ** 2).mean().item()
+        record({"test": "quant_gru", "mse_vs_torch_gru": mse})
+        self.assertLess(mse, 1e-3)
+        self.assertTrue(torch.equal(h_n[0], y[-1]))
+
+    def test_wrong_arguments_raise_and_launch_nothing(self):
+        L, lin = self.layer, self.lin
+        out = torch.full((2, L.n), 7.0, device="cuda", dtype=torch.float16)
+        x = self.randn(2, L.k)
+        cases = [
+            (TypeError, "x has dtype torch.float64", dict(x=x.double())),
+            (ValueError, "x is on cpu", dict(x=x.cpu())),
+            (ValueError, "x is not contiguous", dict(x=self.randn(L.k, 2).T)),
+            (ValueError, "scales has shape", dict(scales=lin.scales[:1])),
+            (TypeError, "zeros has dtype torch.int32", dict(zeros=lin.zeros.int())),
+        ]
+        for exc, words, over in cases:
+            a = dict(x=x, qweight=lin.qweight, scales=lin.scales, zeros=lin.zeros)
+            a.update(over)
+            with self.assertRaises(exc) as cm:
+                qjit.wq_gemm(a.pop("x"), **a, out=out)
+            self.assertIn(words, str(cm.exception))
+        torch.cuda.synchronize()
+        self.assertTrue(bool((out == 7.0).all()), "a refused call wrote its output")
+        if torch.cuda.device_count() > 1:
+            with self.assertRaisesRegex(ValueError, "is on cuda:1 but x is on cuda:0"):
+                qjit.wq_gemm(x, lin.qweight, lin.scales.to("cuda:1"), lin.zeros)
+
+    def test_cuda_graph_capture_after_a_warm_call(self):
+        L, lin = self.layer, self.lin
+        d, h = 512, 1024
+        w1, w3 = self.randn(h, d) / d ** 0.5, self.randn(h, d) / d ** 0.5
+        x = self.randn(1, L.k)
+        xf = self.randn(1, d)
+        lin(x), qjit.fused_ffn(xf, w1, w3)  # warm: kernels loaded before capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = lin(x)
+            yf = qjit.fused_ffn(xf, w1, w3)
+        for _ in range(3):
+            x.copy_(self.randn(1, L.k))
+            xf.copy_(self.randn(1, d))
+            graph.replay()
+            torch.cuda.synchronize()
+            # A split-K kernel may sum in another order from one launch to the next: close, not equal.
+            # Stale outputs (a replay that launched nothing) would be off by O(1).
+            close(self, y, lin(x), 2e-3, "replayed wq_gemm vs an eager call")
+            close(self, yf, qjit.fused_ffn(xf, w1, w3), 2e-3, "replayed fused_ffn vs an eager call")
+
+    def test_launch_overhead_python_vs_cpp(self):
+        """The host time of one cache-hit call (enqueue only, median of 7 batches of 1000), the probe's shape."""
+        probe = os.environ.get("QJIT_LAUNCH_PROBE") or os.path.join(REPO, ".dist", "bin", "qjit_launch_probe")
+        if not os.path.exists(probe):
+            self.skipTest("no qjit_launch_probe at %s" % probe)
+        d, h, m = 4096, 11008, 1
+        x, w1, w3 = self.randn(m, d), self.randn(h, d), self.randn(h, d)
+        y = torch.empty(m, h, device="cuda", dtype=torch.float16)
+
+        def per_call(f):
+            f()
+            torch.cuda.synchronize()
+            times = []
+            for _ in range(7):
+                t0 = time.perf_counter()
+                for _ in range(1000):
+                    f()
+                times.append((time.perf_counter() - t0) * 1e3)  # µs per call
+                torch.cuda.synchronize()
+            return sorted(times)[3]
+
+        bare = qjit._lib.function("qjit_fused_ffn")
+        stream = torch.cuda.current_stream().cuda_stream
+        args = (d, h, m, b"fp16", b"silu", x.data_ptr(), w1.data_ptr(), w3.data_ptr(), y.data_ptr(), stream)
+        py_out = per_call(lambda: qjit.fused_ffn(x, w1, w3, out=y))
+        py_alloc = per_call(lambda: qjit.fused_ffn(x, w1, w3))
+        py_ctypes = per_call(lambda: bare(*args))
+        env = dict(os.environ)
+        cpp = json.loads(subprocess.run([probe, str(d), str(h), str(m), "fp16"], stdout=subprocess.PIPE, env=env,
+                                        universal_newlines=True, check=True).stdout.strip().splitlines()[-1])
+        result = {"test": "launch_overhead", "device": torch.cuda.get_device_name(), "d": d, "h": h, "m": m,
+                  "cpp_hit_us": cpp["hit_overhead_us"], "cpp_bare_launch_us": cpp["bare_launch_us"],
+                  "py_out_us": round(py_out, 2), "py_alloc_us": round(py_alloc, 2), "py_ctypes_us": round(py_ctypes, 2),
+                  "py_minus_cpp_us": round(py_out - cpp["hit_overhead_us"], 2)}
+        record(result)
+        self.assertLessEqual(py_out - cpp["hit_overhead_us"], 5.0, result)
+
+
+def load_npy_int32(path):
+    """An int32 .npy file (format 1.0/2.0, little-endian, C order) as a torch tensor."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    assert blob[:6] == b"\x93NUMPY", path
+    major = blob[6]
+    hlen = int.from_bytes(blob[8:10], "little") if major == 1 else int.from_bytes(blob[8:12], "little")
+    start = (10 if major == 1 else 12) + hlen
+    header = blob[start - hlen:start].decode("latin1")
+    assert "'<i4'" in header and "'fortran_order': False" in header, header
+    return torch.frombuffer(bytearray(blob[start:]), dtype=torch.int32)
+
+
+@unittest.skipUnless(CUDA, "needs torch with a CUDA device")
+class LlamaMlpEndToEnd(unittest.TestCase):
+    """A Llama-style MLP, down(SiLU(gate(x)) ⊙ up(x)), from an AWQ checkpoint written here."""
+
+    def test_awq_checkpoint_to_qjit_nn(self):
+        d, h, g = 1024, 2816, 128
+        gen = torch.Generator().manual_seed(42)
+        layers = {"gate_proj": AwqLayer(d, h, g, gen), "up_proj": AwqLayer(d, h, g, gen),
+                  "down_proj": AwqLayer(h, d, g, gen)}
+        budget = os.environ.get("QJIT_TUNE_BUDGET", "15s")
+        with tempfile.TemporaryDirectory() as tmp:
+            ckpt, native = os.path.join(tmp, "model.safetensors"), os.path.join(tmp, "native.safetensors")
+            manifest, config = os.path.join(tmp, "specs.jsonl"), os.path.join(tmp, "config.json")
+            tensors = {}
+            for name, L in layers.items():
+                qw, qz, s = L.awq_tensors()
+                prefix = "model.layers.0.mlp." + name
+                tensors.update({prefix + ".qweight": st.from_torch(qw), prefix + ".qzeros": st.from_torch(qz),
+                                prefix + ".scales": st.from_torch(s)})
+            st.write(ckpt, tensors)
+            with open(config, "w") as f:
+                json.dump({"quantization_config": {"quant_method": "awq", "bits": 4, "group_size": g,
+                                                   "version": "gemm", "zero_point": True}}, f)
+            summary = qjit.repack_checkpoint(ckpt, native, config=config, manifest=manifest)
+            self.assertEqual(summary["layers"], 3)
+            t0 = time.time()
+            for spec in summary["specs"]:
+                qjit.tune("wq_gemm", spec["shape"], m="1,16", budget=budget)
+            qjit.tune("fused_ffn", "d=%d,h=%d,weights=native,bits=4,g=%d,zero=int" % (d, h, g), m=1, budget=budget)
+            record({"test": "llama_mlp_tune", "seconds": round(time.time() - t0, 1)})
+            p = "model.layers.0.mlp."
+            gate, up, down = (qjit.nn.QuantLinear.from_checkpoint(native, p + n) for n in ("gate_proj", "up_proj",
+                                                                                          "down_proj"))
+        mlp_up = qjit.nn.FusedFFN.from_quant(gate, up)
+        W = {n: L.w for n, L in layers.items()}
+        for m in (1, 4, 16):
+            x = torch.randn(m, d, generator=gen).to("cuda", torch.float16)
+            y = down(mlp_up(x))
+            ref = (F.silu(x.float() @ W["gate_proj"]) * (x.float() @ W["up_proj"])) @ W["down_proj"]
+            rel = close(self, y, ref, 2e-2, "Llama MLP m=%d" % m)
+            record({"test": "llama_mlp", "m": m, "max_err_over_max_ref": rel})
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,87 @@
+"""The torch side of qjit that needs no GPU: run where torch imports (the GPU
+machine, a developer's machine), skipped in CI, which has no torch.
+
+- qjit.nn.QuantLinear.from_awq on CPU tensors: repacked by the `qjit`
+  command, its native words decode to the AWQ values written,
+- the torch AWQ packer of test_gpu.py equals qjit.awq.pack,
+- qjit.safetensors.from_torch / to_torch round trips,
+- the real tensor protocol in the checks (dtype, then device),
+- QuantGRU's quantization of float input equals the C++ one: `qjit gru run
+  --cpu` on the float input and on QuantGRU's codes gives the same states.
+"""
+import os
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, HERE)
+import qjit  # noqa: E402
+from qjit import awq  # noqa: E402
+from qjit import safetensors as st  # noqa: E402
+from support import CliTest  # noqa: E402
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+@unittest.skipUnless(torch, "needs torch")
+class TorchWithoutGpu(CliTest):
+    def test_quant_linear_from_awq(self):
+        import test_gpu
+        from test_safetensors_repack import decode_native4
+
+        gen = torch.Generator().manual_seed(0)
+        L = test_gpu.AwqLayer(256, 64, 64, gen, device="cpu")
+        qw, qz, s = L.awq_tensors()
+        self.assertEqual(qw.flatten().tolist(), awq.pack(L.q.flatten().tolist(), 256, 64))
+        self.assertEqual(qz.flatten().tolist(), awq.pack(L.z.flatten().tolist(), 4, 64))
+        lin = qjit.nn.QuantLinear.from_awq(qw, qz, s, device="cpu")
+        self.assertEqual((lin.in_features, lin.out_features, lin.group_size, lin.zero), (256, 64, 64, "int"))
+        self.assertTrue(torch.equal(lin.zeros, L.z.to(torch.uint8)))
+        self.assertTrue(torch.equal(lin.scales, s))
+        self.assertEqual(lin.qweight.dtype, torch.int32)
+        words = [w & 0xFFFFFFFF for w in lin.qweight.tolist()]
+        self.assertEqual(decode_native4(words, 256, 64), L.q.flatten().tolist())
+        x = torch.randn(2, 256, dtype=torch.float16)
+        with self.assertRaisesRegex(ValueError, "wq_gemm: x is on cpu; expected a CUDA tensor"):
+            lin(x)
+        with self.assertRaisesRegex(TypeError, r"wq_gemm: x has dtype torch.float64; expected fp16 \(torch.float16\), "
+                                               r"bf16 \(torch.bfloat16\) or fp32 \(torch.float32\)"):
+            lin(x.double())
+
+    def test_safetensors_from_and_to_torch(self):
+        for dt in (torch.float16, torch.bfloat16, torch.float32, torch.int32, torch.uint8, torch.int8):
+            t = (torch.randn(3, 5) * 50).to(dt)
+            back = st.to_torch(st.from_torch(t))
+            self.assertEqual(back.dtype, dt)
+            self.assertTrue(torch.equal(back, t), dt)
+
+    def test_quant_gru_quantizes_as_the_cli(self):
+        import test_gpu
+
+        gru = torch.nn.GRU(16, 16)
+        p = self.file
+        st.write(p("g.safetensors"), {k: st.from_torch(v.detach().float()) for k, v in gru.state_dict().items()})
+        x = torch.sin(torch.arange(20.0)[:, None, None] * 0.3 + torch.rand(1, 2, 16) * 6) * 0.5
+        st.write(p("x.safetensors"), {"x": st.from_torch(x)})
+        qjit._cli.run(["gru", "calibrate", "--weights", p("g.safetensors"), "--input", p("x.safetensors"),
+                       "--bits", "8", "-o", p("params.json"), "--weights-out", p("q.safetensors"), "-q"])
+        qg = qjit.nn.QuantGRU.from_files(p("params.json"), p("q.safetensors"), device="cpu")
+        self.assertEqual((qg.W.dtype, tuple(qg.W.shape), qg.bw.dtype), (torch.int8, (48, 16), torch.int32))
+        # x slightly outside the calibrated range too: saturation must agree
+        x = x * 1.5
+        st.write(p("x.safetensors"), {"x": st.from_torch(x)})
+        st.write(p("xc.safetensors"), {"x": st.from_torch(qg._quantize(x, qg._x))})
+        for name in ("x", "xc"):
+            qjit._cli.run(["gru", "run", "--cpu", "--params", p("params.json"), "--weights", p("q.safetensors"),
+                           "--input", p(name + ".safetensors"), "-o", p(name + ".npy")])
+        self.assertTrue(torch.equal(test_gpu.load_npy_int32(p("x.npy")), test_gpu.load_npy_int32(p("xc.npy"))))
+        with self.assertRaisesRegex(ValueError, "gru_quant: x is on cpu"):
+            qg(x)
+
+
+if __name__ == "__main__":
+    unittest.main()
