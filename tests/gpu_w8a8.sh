@@ -7,25 +7,15 @@
 #   TESTS="catch2 test spec" overrides which tests run (default: the w8a8_gemm ones).
 # Expects the install tree in .dist (with --component tests) and peers.py in .device/peers.py.
 set -u
-DIST=${DIST:-.dist}
-Q="$DIST/bin/qjit"
-FINAL=${OUT:-/tmp/qjit_w8a8_out}
-OUT=/tmp/qjit_w8a8/out
-rm -rf /tmp/qjit_w8a8
-mkdir -p "$OUT" "$FINAL"
-trap 'tar czf "$FINAL/w8a8_logs.tgz" -C /tmp/qjit_w8a8 out' EXIT
-export QJIT_CACHE=/tmp/qjit_w8a8.db
+NAME=w8a8
+source "$(dirname "$0")/gpu_op_common.sh"
 PART=${1:-all}
-echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
 
 if [ "$PART" = all ] || [ "$PART" = tests ]; then
-  echo "== GPU tests"
-  ( time "$DIST/bin/qjit_tests" ${TESTS:-"w8a8_gemm*"} ) >"$OUT/tests.log" 2>&1
-  echo "tests exit $?"; grep -E "FAILED|failed|passed" "$OUT/tests.log" | head -20; tail -3 "$OUT/tests.log"
+  run_tests ${TESTS:-"w8a8_gemm*"}
 fi
 [ "$PART" = tests ] && exit 0
 
-rm -f "$QJIT_CACHE"
 CASES=("offset 1" "offset 16" "offset 128" "offset 1024" "offset 4096" "symmetric 4096")
 i=0
 for c in "${CASES[@]}"; do

@@ -117,7 +117,47 @@ class GruQuantArgs(Structure):
     c_name = "qjit_gru_quant_args"
 
 
-STRUCTS = [WqGemmArgs, AwqDequantArgs, QuantFfnArgs, GruQuantArgs]
+class W8a8GemmArgs(Structure):
+    _fields_ = [
+        ("k", c_int), ("n", c_int), ("block", c_int),
+        ("x_dtype", c_char_p),
+        ("quant_a", c_char_p),
+        ("quant_w", c_char_p),
+        ("bias", c_int),
+        ("act", c_char_p),
+        ("x", c_void_p),
+        ("wq", c_void_p),
+        ("w_scale", c_void_p),
+        ("w_offset", c_void_p),
+        ("w_sum", c_void_p),
+        ("bias_ptr", c_void_p),
+        ("y", c_void_p),
+        ("m", c_int),
+    ]
+    c_name = "qjit_w8a8_gemm_args"
+
+
+class QConv2dArgs(Structure):
+    _fields_ = [
+        ("n", c_int), ("ci", c_int), ("h", c_int), ("w", c_int), ("co", c_int), ("kh", c_int), ("kw", c_int),
+        ("stride_h", c_int), ("stride_w", c_int), ("pad_h", c_int), ("pad_w", c_int), ("dil_h", c_int),
+        ("dil_w", c_int),
+        ("layout", c_char_p),
+        ("bits", c_int), ("block", c_int),
+        ("x_dtype", c_char_p),
+        ("bias", c_int),
+        ("act", c_char_p),
+        ("x", c_void_p),
+        ("qweight", c_void_p),
+        ("scales", c_void_p),
+        ("offsets", c_void_p),
+        ("bias_ptr", c_void_p),
+        ("y", c_void_p),
+    ]
+    c_name = "qjit_qconv2d_args"
+
+
+STRUCTS = [WqGemmArgs, AwqDequantArgs, QuantFfnArgs, GruQuantArgs, W8a8GemmArgs, QConv2dArgs]
 
 # Every function of qjit_c.h: name -> argument types (all return qjit_status but
 # qjit_last_error). The stream is a CUstream passed as void*.
@@ -128,6 +168,8 @@ ENTRIES = {
     "qjit_awq_dequant": [POINTER(AwqDequantArgs), c_void_p],
     "qjit_quant_ffn": [POINTER(QuantFfnArgs), c_void_p],
     "qjit_gru_quant": [POINTER(GruQuantArgs), c_void_p],
+    "qjit_w8a8_gemm": [POINTER(W8a8GemmArgs), c_void_p],
+    "qjit_qconv2d": [POINTER(QConv2dArgs), c_void_p],
     "qjit_set_cache_path": [c_char_p],
     "qjit_last_error": [],
 }

@@ -281,3 +281,94 @@ def gru_quant(x, h0, W, R, bw, br, params, *, float_out=False, out=None, out_flo
                           bw.data_ptr(), br.data_ptr(), y.data_ptr(), yf.data_ptr() if yf is not None else None)
     _launch(c.device, "qjit_gru_quant", a)
     return (y, yf) if yf is not None else y
+
+
+def w8a8_gemm(x, wq, w_scale, w_offset=None, w_sum=None, *, block=128, quant_a="offset", bias=None, act="none",
+              out=None):
+    """y = act(dequant(quant(x)·Wqᵀ) + bias), x quantized on the fly per row and block of K.
+
+    x: [..., K] fp16, bf16 or fp32. quant_a: "offset" (seed 002's QuantA,
+    x ≈ q·s + o) or "symmetric" (q·s). wq: int8 codes [N, K]; w_scale
+    float32 [K/block, N]; w_offset float32 [K/block, N] for offset weights
+    (None: symmetric weights); w_sum int32 [K/block, N], each block's Σ of
+    codes (needed with quant_a="offset"). bias: [N] of x's type. act:
+    "none", "relu", "relu6". Returns y [..., N] of x's type.
+    """
+    c = Checker("w8a8_gemm")
+    xd = c.tensor("x", x, FLOAT)
+    if len(x.shape) < 1:
+        c.fail("x is a scalar; expected [..., K]")
+    c.choice("quant_a", quant_a, ("offset", "symmetric"))
+    c.choice("act", act, ("none", "relu", "relu6"))
+    k = int(x.shape[-1])
+    c.tensor("wq", wq, ("int8",), ndim=2)
+    n = int(wq.shape[0])
+    c.shape_is("wq", wq, (n, k), "[N, K] = [%d, %d]" % (n, k))
+    c.divides("block", block, "K", k)
+    blocks = k // block
+    param = "[K/block, N] = [%d, %d]" % (blocks, n)
+    c.tensor("w_scale", w_scale, ("fp32",), (blocks, n), param)
+    c.optional("w_offset", w_offset, ("fp32",), (blocks, n), param)
+    if quant_a == "offset" and w_sum is None:
+        c.fail("w_sum is None; quant_a='offset' needs it (int32 %s, Σ of each block's codes)" % param)
+    c.optional("w_sum", w_sum, ("int32",), (blocks, n), param)
+    lead = tuple(int(s) for s in x.shape[:-1])
+    c.optional("bias", bias, (xd,), (n,), "[N] = [%d]" % n)
+    y = _output(c, out, xd, lead + (n,))
+    m = numel(lead)
+    if m == 0:
+        return y
+    quant_w = "offset" if w_offset is not None else "symmetric"
+    a = _lib.W8a8GemmArgs(k, n, block, _b(xd), _b(quant_a), _b(quant_w), bias is not None, _b(act),
+                          x.data_ptr(), wq.data_ptr(), w_scale.data_ptr(),
+                          w_offset.data_ptr() if w_offset is not None else None,
+                          w_sum.data_ptr() if (w_sum is not None and quant_a == "offset") else None,
+                          bias.data_ptr() if bias is not None else None, y.data_ptr(), m)
+    _launch(c.device, "qjit_w8a8_gemm", a)
+    return y
+
+
+def qconv2d(x, qweight, scales, offsets, *, bits=4, block=32, kernel=(3, 3), stride=(1, 1), padding=(0, 0),
+            dilation=(1, 1), layout="nchw", bias=None, act="none", out=None):
+    """conv2d of fp activations with weights quantized per block of input channels (seed 002's CONV_FpAInt4B).
+
+    x: [N, C, H, W] (layout "nchw") or [N, H, W, C] ("nhwc"), fp16 or fp32,
+    contiguous. qweight: the seed's packed OHWI bytes, int8 [Co, Kh, Kw, Ci]
+    for bits=8 or uint8 [Co, Kh, Kw, Ci/2] for bits=4 (channel 2j in the high
+    nibble, code + 8). scales, offsets: float32 [Co, Ci/block] (w = q·s + o).
+    bias: float32 [Co]. act: "none", "relu", "relu6". Returns y in x's
+    layout and type.
+    """
+    c = Checker("qconv2d")
+    xd = c.tensor("x", x, ("fp16", "fp32"), ndim=4)
+    c.choice("layout", layout, ("nchw", "nhwc"))
+    c.choice("act", act, ("none", "relu", "relu6"))
+    if bits not in (4, 8):
+        c.fail("bits=%r; expected 4 or 8" % (bits,))
+    pair = lambda v: (v, v) if isinstance(v, int) else tuple(int(e) for e in v)
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = pair(kernel), pair(stride), pair(padding), pair(dilation)
+    if layout == "nchw":
+        nb, ci, h, w = (int(s) for s in x.shape)
+    else:
+        nb, h, w, ci = (int(s) for s in x.shape)
+    c.tensor("qweight", qweight, ("int8",) if bits == 8 else ("uint8",), ndim=4)
+    co = int(qweight.shape[0])
+    per_row = ci if bits == 8 else ci // 2
+    c.shape_is("qweight", qweight, (co, kh, kw, per_row), "[Co, Kh, Kw, %s] = [%d, %d, %d, %d]"
+               % ("Ci" if bits == 8 else "Ci/2", co, kh, kw, per_row))
+    c.divides("block", block, "Ci", ci)
+    param = "[Co, Ci/block] = [%d, %d]" % (co, ci // block)
+    c.tensor("scales", scales, ("fp32",), (co, ci // block), param)
+    c.tensor("offsets", offsets, ("fp32",), (co, ci // block), param)
+    c.optional("bias", bias, ("fp32",), (co,), "[Co] = [%d]" % co)
+    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1 if sh > 0 else 0
+    ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1 if sw > 0 else 0
+    if oh <= 0 or ow <= 0:
+        c.fail("the output would be %d × %d (input %d × %d, kernel %d × %d, stride %s, padding %s, dilation %s)"
+               % (oh, ow, h, w, kh, kw, (sh, sw), (ph, pw), (dh, dw)))
+    y = _output(c, out, xd, (nb, co, oh, ow) if layout == "nchw" else (nb, oh, ow, co))
+    a = _lib.QConv2dArgs(nb, ci, h, w, co, kh, kw, sh, sw, ph, pw, dh, dw, _b(layout), bits, block, _b(xd),
+                         bias is not None, _b(act), x.data_ptr(), qweight.data_ptr(), scales.data_ptr(),
+                         offsets.data_ptr(), bias.data_ptr() if bias is not None else None, y.data_ptr())
+    _launch(c.device, "qjit_qconv2d", a)
+    return y

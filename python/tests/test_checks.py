@@ -116,6 +116,81 @@ class OpChecks(unittest.TestCase):
         self.refused(ValueError, ["bits=5"], f, bits=5, **self.wq())
         self.refused(ValueError, ["act 'gelu'"], f, act="gelu", **self.wq())
 
+    # ---- w8a8_gemm ----
+    def w8(self, **over):
+        a = dict(x=T("float16", 3, 256), wq=T("int8", 64, 256), w_scale=T("float32", 2, 64),
+                 w_offset=T("float32", 2, 64), w_sum=T("int32", 2, 64))
+        a.update(over)
+        return a
+
+    def test_w8a8_gemm_marshals_its_struct(self):
+        a = self.w8(x=T("bfloat16", 2, 3, 256), bias=T("bfloat16", 64))
+        y = qjit.w8a8_gemm(**a, act="relu6")
+        self.assertEqual((y.shape, y.dtype), ((2, 3, 64), "torch.bfloat16"))
+        (_, entry, (s,)), = self.rec.launches
+        self.assertEqual(entry, "qjit_w8a8_gemm")
+        self.assertEqual((s.k, s.n, s.block, s.m, s.bias), (256, 64, 128, 6, 1))
+        self.assertEqual((s.x_dtype, s.quant_a, s.quant_w, s.act), (b"bf16", b"offset", b"offset", b"relu6"))
+        self.assertEqual((s.x, s.wq, s.w_scale, s.w_offset, s.w_sum, s.bias_ptr, s.y),
+                         (a["x"].data_ptr(), a["wq"].data_ptr(), a["w_scale"].data_ptr(), a["w_offset"].data_ptr(),
+                          a["w_sum"].data_ptr(), a["bias"].data_ptr(), y.data_ptr()))
+
+    def test_w8a8_gemm_symmetric_forms_pass_no_offsets_or_sums(self):
+        qjit.w8a8_gemm(T("float32", 1, 256), T("int8", 64, 256), T("float32", 4, 64), block=64,
+                       quant_a="symmetric")
+        s = self.rec.launches[0][2][0]
+        self.assertEqual((s.quant_a, s.quant_w, s.block, s.x_dtype), (b"symmetric", b"symmetric", 64, b"fp32"))
+        self.assertIsNone(s.w_offset)
+        self.assertIsNone(s.w_sum)
+
+    def test_w8a8_gemm_refusals(self):
+        f = qjit.w8a8_gemm
+        self.refused(TypeError, ["w8a8_gemm: wq", "torch.uint8", "int8"], f, **self.w8(wq=T("uint8", 64, 256)))
+        self.refused(ValueError, ["wq has shape [64, 128]", "[N, K] = [64, 256]"], f, **self.w8(wq=T("int8", 64, 128)))
+        self.refused(ValueError, ["block=96 must divide K=256"], f, block=96, **self.w8())
+        self.refused(ValueError, ["w_scale has shape [4, 64]", "[K/block, N] = [2, 64]"], f,
+                     **self.w8(w_scale=T("float32", 4, 64)))
+        self.refused(TypeError, ["w_offset", "torch.float16", "fp32"], f, **self.w8(w_offset=T("float16", 2, 64)))
+        self.refused(ValueError, ["w_sum is None", "quant_a='offset'"], f, **self.w8(w_sum=None))
+        self.refused(ValueError, ["quant_a 'minmax'"], f, quant_a="minmax", **self.w8())
+        self.refused(TypeError, ["bias", "torch.float32"], f, bias=T("float32", 64), **self.w8())
+
+    # ---- qconv2d ----
+    def conv(self, **over):
+        a = dict(x=T("float16", 1, 64, 14, 14), qweight=T("uint8", 32, 3, 3, 32), scales=T("float32", 32, 2),
+                 offsets=T("float32", 32, 2))
+        a.update(over)
+        return a
+
+    def test_qconv2d_marshals_its_struct(self):
+        a = self.conv(bias=T("float32", 32))
+        y = qjit.qconv2d(**a, padding=1, stride=(2, 1), act="relu")
+        self.assertEqual((y.shape, y.dtype), ((1, 32, 7, 14), "torch.float16"))
+        (_, entry, (s,)), = self.rec.launches
+        self.assertEqual(entry, "qjit_qconv2d")
+        self.assertEqual((s.n, s.ci, s.h, s.w, s.co, s.kh, s.kw), (1, 64, 14, 14, 32, 3, 3))
+        self.assertEqual((s.stride_h, s.stride_w, s.pad_h, s.pad_w, s.dil_h, s.dil_w), (2, 1, 1, 1, 1, 1))
+        self.assertEqual((s.layout, s.bits, s.block, s.x_dtype, s.bias, s.act), (b"nchw", 4, 32, b"fp16", 1, b"relu"))
+        self.assertEqual((s.x, s.qweight, s.scales, s.offsets, s.bias_ptr, s.y),
+                         (a["x"].data_ptr(), a["qweight"].data_ptr(), a["scales"].data_ptr(),
+                          a["offsets"].data_ptr(), a["bias"].data_ptr(), y.data_ptr()))
+
+    def test_qconv2d_nhwc_int8(self):
+        y = qjit.qconv2d(T("float32", 2, 9, 9, 16), T("int8", 8, 1, 1, 16), T("float32", 8, 1), T("float32", 8, 1),
+                         bits=8, block=16, kernel=1, layout="nhwc")
+        self.assertEqual(y.shape, (2, 9, 9, 8))
+        s = self.rec.launches[0][2][0]
+        self.assertEqual((s.layout, s.bits, s.kh, s.kw, s.x_dtype), (b"nhwc", 8, 1, 1, b"fp32"))
+
+    def test_qconv2d_refusals(self):
+        f = qjit.qconv2d
+        self.refused(ValueError, ["qweight has shape [32, 3, 3, 64]", "Ci/2"], f, **self.conv(qweight=T("uint8", 32, 3, 3, 64)))
+        self.refused(TypeError, ["qweight", "torch.int8", "uint8"], f, **self.conv(qweight=T("int8", 32, 3, 3, 32)))
+        self.refused(ValueError, ["block=48 must divide Ci=64"], f, block=48, **self.conv())
+        self.refused(TypeError, ["x", "torch.bfloat16"], f, **self.conv(x=T("bfloat16", 1, 64, 14, 14)))
+        self.refused(ValueError, ["output would be", "kernel 3 × 3"], f, dilation=8, **self.conv())
+        self.refused(ValueError, ["scales has shape [32, 4]"], f, **self.conv(scales=T("float32", 32, 4)))
+
     # ---- awq_dequant ----
     def test_awq_dequant(self):
         qw, qz, sc = T("int32", 256, 8), T("int32", 2, 8), T("float16", 2, 64)

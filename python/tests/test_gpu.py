@@ -124,6 +124,53 @@ class GpuOps(unittest.TestCase):
         self.assertEqual(y.data_ptr(), res.data_ptr())
         close(self, y, ref, 1e-2, "wq_gemm bias+relu+residual")
 
+    def test_w8a8_gemm_against_torch(self):
+        from qjit import w8a8
+
+        n, k, block = 384, 1024, 128
+        w = self.randn(n, k).float() / k ** 0.5
+        for rule in ("offset", "symmetric"):
+            wq, ws, wo, wsum = w8a8.pack_weights(w, block, rule)
+            # W as the kernel sees it: q·s + o per block, in float32.
+            wd = (wq.float().view(n, k // block, block) * ws.t()[..., None]
+                  + (wo.t()[..., None] if wo is not None else 0)).view(n, k)
+            for m in (1, 7, 300):
+                x = self.randn(m, k)
+                y = qjit.w8a8_gemm(x, wq, ws, wo, wsum, block=block, quant_a=rule)
+                self.assertEqual((tuple(y.shape), y.dtype), ((m, n), x.dtype))
+                # x's quantization error (half a step of (max - min)/255 per element) dominates: 3% of the scale.
+                close(self, y, x.float() @ wd.t(), 3e-2, "w8a8_gemm %s m=%d" % (rule, m))
+        bias = self.randn(n)
+        x = self.randn(5, k)
+        wq, ws, wo, wsum = w8a8.pack_weights(w, block)
+        y = qjit.w8a8_gemm(x, wq, ws, wo, wsum, block=block, bias=bias, act="relu6")
+        wd = (wq.float().view(n, k // block, block) * ws.t()[..., None] + wo.t()[..., None]).view(n, k)
+        close(self, y, (x.float() @ wd.t() + bias.float()).clamp(0, 6), 3e-2, "w8a8_gemm bias+relu6")
+
+    def test_qconv2d_against_torch(self):
+        gen = torch.Generator().manual_seed(7)
+        for layout, bits, block in (("nchw", 4, 32), ("nhwc", 8, 64)):
+            nb, ci, hw, co = 2, 64, 14, 32
+            q = torch.randint(-8 if bits == 4 else -128, 8 if bits == 4 else 128, (co, ci, 3, 3), generator=gen)
+            s = torch.rand(co, ci // block, generator=gen) * 0.02 + 0.01
+            o = (torch.rand(co, ci // block, generator=gen) - 0.5) * 0.01
+            wd = (q.float() * s.repeat_interleave(block, 1)[..., None, None]
+                  + o.repeat_interleave(block, 1)[..., None, None])
+            ohwi = q.permute(0, 2, 3, 1).contiguous()  # the seed's [Co, Kh, Kw, Ci]
+            if bits == 4:  # channel 2j in the high nibble, each code + 8
+                u = (ohwi + 8).to(torch.uint8)
+                packed = (u[..., 0::2] << 4) | u[..., 1::2]
+            else:
+                packed = ohwi.to(torch.int8)
+            x = self.randn(nb, ci, hw, hw)
+            ref = F.conv2d(x.float(), wd.cuda(), padding=1, stride=1)
+            xin = x if layout == "nchw" else x.permute(0, 2, 3, 1).contiguous()
+            y = qjit.qconv2d(xin, packed.cuda(), s.cuda(), o.cuda(), bits=bits, block=block, padding=1,
+                             layout=layout)
+            if layout == "nhwc":
+                y = y.permute(0, 3, 1, 2)
+            close(self, y, ref, 1e-2, "qconv2d %s int%d" % (layout, bits))
+
     def test_fused_ffn_dense_and_quantized(self):
         d, h = 512, 1024
         w1, w3 = self.randn(h, d) / d ** 0.5, self.randn(h, d) / d ** 0.5

@@ -1,0 +1,52 @@
+"""w8a8_gemm's weight tensors from a float weight, in torch.
+
+qjit.w8a8_gemm takes W as int8 codes [N, K] with float32 scales (and
+offsets) and int32 code sums per block of K and column, block-major
+[K/block, N]. pack_weights makes them from a float W [N, K] with the block
+rules of tuner/reference/w8a8_quant.h:
+
+  offset:    scale = (max − min)/255, offset = max − 127·scale (scale 1 and
+             offset max when |scale| ≤ 1e-5), q = round((w − offset)/scale)
+             half away from zero, clamped to [−128, 127]; w ≈ q·scale + offset
+  symmetric: scale = max|w|/127 (1 when 0), q = round half to even of w/scale
+
+The codes only have to agree with their own scales, offsets and sums, which
+they do exactly: the sums are computed from the codes. (torch rounds
+offset = max − 127·scale twice where the C++ quantizer fuses it; a code may
+then differ from the CPU quantizer's in a rare tie, never from its own
+parameters.)
+"""
+
+
+def pack_weights(w, block=128, rule="offset"):
+    """w: float tensor [N, K] (any float dtype, any device). Returns
+    (wq int8 [N, K], w_scale float32 [K/block, N], w_offset float32
+    [K/block, N] or None for rule="symmetric", w_sum int32 [K/block, N])."""
+    import torch
+
+    if rule not in ("offset", "symmetric"):
+        raise ValueError("w8a8.pack_weights: rule %r; expected 'offset' or 'symmetric'" % (rule,))
+    if w.dim() != 2:
+        raise ValueError("w8a8.pack_weights: w has shape %s; expected [N, K]" % (list(w.shape),))
+    n, k = (int(s) for s in w.shape)
+    if not 32 <= block <= 512 or k % block:
+        raise ValueError("w8a8.pack_weights: block=%d; expected 32..512 dividing K=%d" % (block, k))
+    b = w.float().reshape(n, k // block, block)
+    if rule == "offset":
+        hi, lo = b.amax(-1), b.amin(-1)
+        scale = (hi - lo) / 255.0
+        small = scale.abs() <= 1e-5
+        offset = torch.where(small, hi, hi - scale * 127.0)
+        scale = torch.where(small, torch.ones_like(scale), scale)
+        v = (b - offset[..., None]) / scale[..., None]
+        q = torch.sign(v) * torch.floor(v.abs() + 0.5)  # half away from zero, as roundf
+    else:
+        scale = b.abs().amax(-1) / 127.0
+        scale = torch.where(scale == 0, torch.ones_like(scale), scale)
+        offset = None
+        q = torch.round(b / scale[..., None])  # half to even
+    q = q.clamp(-128, 127).to(torch.int8)
+    sums = q.to(torch.int32).sum(-1)
+    wq = q.reshape(n, k).contiguous()
+    t = lambda v: v.t().contiguous()  # [N, K/block] -> block-major [K/block, N]
+    return wq, t(scale), (t(offset) if offset is not None else None), t(sums).to(torch.int32)
