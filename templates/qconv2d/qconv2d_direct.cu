@@ -12,7 +12,7 @@
 
 constexpr long long kPoints = static_cast<long long>(kBatch) * kCo * kOutPoints;
 
-extern "C" __global__ void __launch_bounds__(kThreads)
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
 qjit_qconv2d_direct(const TX* __restrict__ x, const unsigned char* __restrict__ qweight,
                     const float* __restrict__ scales, const float* __restrict__ offsets,
                     const float* __restrict__ bias, TX* __restrict__ y) {

@@ -183,7 +183,7 @@ __device__ __forceinline__ void multiply(const unsigned short* as, const unsigne
   }
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads)
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
 qjit_qconv2d_implicit_gemm(const half_t* __restrict__ x, const unsigned char* __restrict__ qweight,
                            const float* __restrict__ scales, const float* __restrict__ offsets,
                            const float* __restrict__ bias, half_t* __restrict__ y) {
