@@ -4,7 +4,9 @@
 # the symmetric LLM form), PyTorch's peers (peers.py w8a8_gemm: torch._int_mm,
 # cuBLAS fp16, FP8 _scaled_mm), and a table last. Logs and JSON go to $OUT.
 #   usage (repo root on the GPU machine): bash tests/gpu_w8a8.sh [tests|bench|all]
-#   TESTS="catch2 test spec" overrides which tests run (default: the w8a8_gemm ones).
+#   TESTS="catch2 test spec" overrides which tests run (default: the w8a8_gemm ones);
+#   CASES="offset 1;symmetric 4096" the (form, M) cases tuned; LARGE_ONLY='{"bk":128}'
+#   restricts the tunes of M >= 1024 to the candidates holding those keys (qjit tune --only).
 # Expects the install tree in .dist (with --component tests) and peers.py in .device/peers.py.
 set -u
 NAME=w8a8
@@ -16,12 +18,14 @@ if [ "$PART" = all ] || [ "$PART" = tests ]; then
 fi
 [ "$PART" = tests ] && exit 0
 
-CASES=("offset 1" "offset 16" "offset 128" "offset 1024" "offset 4096" "symmetric 4096")
+IFS=';' read -r -a CASES <<<"${CASES:-offset 1;offset 16;offset 128;offset 1024;offset 4096;symmetric 4096}"
 i=0
 for c in "${CASES[@]}"; do
   i=$((i+1)); set -- $c
   shape="k=4096,n=11008,block=128,m=$2,quant_a=$1,quant_w=$1"
-  /usr/bin/time -f "tune $c: wall %e s" "$Q" tune --op w8a8_gemm --shape "$shape" --json >"$OUT/tune_$i.json" 2>>"$OUT/tune.log"
+  only=()
+  [ "$2" -ge 1024 ] && [ -n "${LARGE_ONLY:-}" ] && only=(--only "$LARGE_ONLY")
+  /usr/bin/time -f "tune $c: wall %e s" "$Q" tune --op w8a8_gemm --shape "$shape" "${only[@]}" --json >"$OUT/tune_$i.json" 2>>"$OUT/tune.log"
   tail -1 "$OUT/tune.log"
   "$Q" bench --op w8a8_gemm --shape "$shape" --json >"$OUT/bench_$i.json" 2>>"$OUT/bench.log" || echo "bench $c failed"
   "$Q" show --op w8a8_gemm --shape "$shape" >"$OUT/show_$i.txt" 2>&1

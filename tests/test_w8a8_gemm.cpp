@@ -33,10 +33,11 @@ TEST_CASE("w8a8_gemm specs: bad values are named", "[w8a8]") {
 TEST_CASE("w8a8_gemm configs: legality, families, defaults", "[w8a8]") {
   const auto& op = codegen::find_op("w8a8_gemm");
   const auto spec = parse_spec("w8a8_gemm", "k=4096,n=11008,m=4096");
-  // Every candidate is legal, and the simple kernel leads the list.
+  // Every candidate is legal; the simple kernel leads a small-M list and is left out of large M.
   const auto space = op.tunable_space(spec);
   REQUIRE(space.size() > 20);
-  CHECK(space[0].value("family", "") == "simple");
+  for (const auto& c : space) CHECK(c.value("family", "") == "tiled");
+  CHECK(op.tunable_space(parse_spec("w8a8_gemm", "k=4096,n=11008,m=16"))[0].value("family", "") == "simple");
   for (const auto& c : space) CHECK_NOTHROW(op.validate_config(spec, c));
   CHECK_NOTHROW(op.validate_config(spec, op.default_config(spec)));
   auto tiled = [](int bm, int bn, int bk, int wm, int wn, int st) {

@@ -79,7 +79,7 @@ std::string tiled_problem(const Shape& s, const TiledConfig& c) {
   if (!one_of(c.bk, {32, 64, 128})) return "bk must be 32, 64 or 128";
   if (!one_of(c.warps_m, {1, 2, 4}) || !one_of(c.warps_n, {1, 2, 4, 8})) return "warps_m must be 1, 2 or 4 and warps_n 1, 2, 4 or 8";
   if (c.warps() > 8) return "at most 8 warps";
-  if (c.stages < 2 || c.stages > 6) return "stages must be 2..6";
+  if (c.stages < 2 || c.stages > 8) return "stages must be 2..8";
   if (s.block % c.bk) return "bk=" + num(c.bk) + " does not divide block=" + num(s.block);
   if (s.n % c.bn) return "bn=" + num(c.bn) + " does not divide n=" + num(s.n);
   const int wm = c.bm / c.warps_m, wn = c.bn / c.warps_n;
@@ -158,12 +158,11 @@ std::string W8a8GemmOp::template_path(const nlohmann::json& config) const {
 std::vector<nlohmann::json> W8a8GemmOp::candidates(const OpSpec& spec, const DeviceLimits&) const {
   const Shape s = shape_of(spec);
   std::vector<nlohmann::json> out;
-  // The simple kernel first: a tune cut short still measures the plain path.
-  out.push_back(SimpleConfig{128}.to_json());
-  if (!tiled_applies(s).empty()) {
-    out.push_back(SimpleConfig{256}.to_json());
-    return out;
-  }
+  if (!tiled_applies(s).empty()) return {SimpleConfig{128}.to_json(), SimpleConfig{256}.to_json()};
+  // The simple kernel first where it is worth timing: a tune cut short still
+  // measures the plain path. From m = 128 one thread per output element runs
+  // for milliseconds (K MACs each, no reuse) and would dominate the tune.
+  if (s.m <= 64) out.push_back(SimpleConfig{128}.to_json());
   const int64_t rows = std::min<int64_t>(s.m, 128);
   for (int bm : {16, 32, 64, 128}) {
     if (bm > std::max<int64_t>(16, rows) || bm < std::max<int64_t>(16, rows / 4)) continue;
@@ -172,7 +171,9 @@ std::vector<nlohmann::json> W8a8GemmOp::candidates(const OpSpec& spec, const Dev
         if (bk == 32 && s.block >= 64) continue;  // 32-code tiles only where the block is that short
         for (int warps_m : {1, 2, 4})
           for (int warps_n : {1, 2, 4, 8})
-            for (int stages : {3, 4}) {
+            for (int stages : {3, 4, 6, 8}) {
+              // Deep rings for the weight-streaming small-M tiles only.
+              if (stages > 4 && bm > 32) continue;
               const TiledConfig c{bm, bn, bk, warps_m, warps_n, stages};
               if (!tiled_problem(s, c).empty()) continue;
               // A warp of fewer than 4 mma tiles leaves the tensor cores waiting on its fragment loads.

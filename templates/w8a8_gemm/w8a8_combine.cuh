@@ -24,9 +24,24 @@ __device__ __forceinline__ W8a8ColParams w8a8_col_params(float scale, float offs
   return p;
 }
 
+// cq as a float, exactly. I2F issues at a quarter of the FP32 rate on sm_80
+// and sm_90, and a block's promotion converts every accumulator: for |cq| ≤
+// 2^22 (blocks of at most 256 codes: |cq| ≤ 128·128·256) the bits of
+// 1.5·2^23 + cq are cq added to those of 1.5·2^23 (the sum stays in
+// [2^23, 2^24], one exponent, or exactly 2^24), and one exact FADD removes
+// the bias: two full-rate instructions.
+__device__ __forceinline__ float w8a8_exact_float(int cq) {
+  if constexpr (kBlock <= 256) {
+    constexpr int kMagicBits = 0x4B400000;  // 1.5 · 2^23
+    return __fsub_rn(__int_as_float(kMagicBits + cq), 12582912.0f);
+  } else {
+    return static_cast<float>(cq);
+  }
+}
+
 // acc + block's contribution.
 __device__ __forceinline__ float w8a8_add_block(float acc, int cq, const W8a8RowParams& a, const W8a8ColParams& w) {
-  const float v = static_cast<float>(cq);
+  const float v = w8a8_exact_float(cq);
   const float t = kOffsetW ? __fmaf_rn(w.scale, v, w.offset * a.sum) : w.scale * v;
   acc = __fmaf_rn(a.scale, t, acc);
   if constexpr (kOffsetA) acc = __fmaf_rn(a.offset, w.c, acc);

@@ -77,38 +77,48 @@ __device__ __forceinline__ void copy_floats(void* dst, const void* src, int coun
     cp_async16(static_cast<char*>(dst) + 16 * i, static_cast<const char*>(src) + 16 * i);
 }
 
-// Queues k-tile kt of rows m0.. and columns n0.. into `stage` (one cp.async group; empty past the last tile).
-__device__ __forceinline__ void load_stage(const Operands& op, int m0, int n0, int M, int kt, unsigned char* stage) {
-  if (kt < kKTiles) {
-    const long long k0 = static_cast<long long>(kt) * kBK;
-    for (int i = threadIdx.x; i < kBM * kRowChunks; i += kThreads) {
-      const int r = i / kRowChunks, c = i % kRowChunks;
-      const bool real = m0 + r < M;  // rows past M arrive as zeros
-      const signed char* src = op.codes + (real ? (static_cast<long long>(m0 + r) * kK + k0 + 16 * c) : 0);
-      cp_async16(stage + swizzled(r, c), src, real ? 16 : 0);
-    }
-    for (int i = threadIdx.x; i < kBN * kRowChunks; i += kThreads) {
-      const int r = i / kRowChunks, c = i % kRowChunks;
-      cp_async16(stage + kABytes + swizzled(r, c), op.wq + static_cast<long long>(n0 + r) * kK + k0 + 16 * c);
-    }
-    if ((kt + 1) % kTilesPerBlock == 0) {
-      // The block's parameters. A's arrays have kParamRows ≥ m0 + kBM rows
-      // (padded to 128); rows past M hold whatever is there and only ever
-      // reach rows of y that are not stored.
-      const int b = kt / kTilesPerBlock;
-      float* pa = reinterpret_cast<float*>(stage + kABytes + kBBytes);
-      float* pb = pa + 3 * kBM;
-      const long long ra = static_cast<long long>(b) * kParamRows + m0, rw = static_cast<long long>(b) * kN + n0;
-      copy_floats(pa, op.a_scale + ra, kBM);
-      if (kOffsetA) copy_floats(pa + kBM, op.a_offset + ra, kBM);
-      if (kOffsetW) copy_floats(pa + 2 * kBM, op.a_sum + ra, kBM);
-      copy_floats(pb, op.w_scale + rw, kBN);
-      if (kOffsetW) copy_floats(pb + kBN, op.w_offset + rw, kBN);
-      if (kOffsetA) copy_floats(pb + 2 * kBN, op.w_sum + rw, kBN);
-    }
+// W's part of k-tile kt (codes of columns n0.., and W's block parameters on
+// a block's last k-tile) into `stage`: weights only, which no kernel writes,
+// so the prologue queues them before griddepcontrol.wait.
+__device__ __forceinline__ void load_stage_w(const Operands& op, int n0, int kt, unsigned char* stage) {
+  if (kt >= kKTiles) return;
+  const long long k0 = static_cast<long long>(kt) * kBK;
+  for (int i = threadIdx.x; i < kBN * kRowChunks; i += kThreads) {
+    const int r = i / kRowChunks, c = i % kRowChunks;
+    cp_async16(stage + kABytes + swizzled(r, c), op.wq + static_cast<long long>(n0 + r) * kK + k0 + 16 * c);
   }
-  asm volatile("cp.async.commit_group;" ::: "memory");
+  if ((kt + 1) % kTilesPerBlock == 0) {
+    float* pb = reinterpret_cast<float*>(stage + kABytes + kBBytes) + 3 * kBM;
+    const long long rw = static_cast<long long>(kt / kTilesPerBlock) * kN + n0;
+    copy_floats(pb, op.w_scale + rw, kBN);
+    if (kOffsetW) copy_floats(pb + kBN, op.w_offset + rw, kBN);
+    if (kOffsetA) copy_floats(pb + 2 * kBN, op.w_sum + rw, kBN);
+  }
 }
+
+// x's part of k-tile kt (codes of rows m0.., and their block parameters on a
+// block's last k-tile) into `stage`, written by the quantization kernel.
+__device__ __forceinline__ void load_stage_x(const Operands& op, int m0, int M, int kt, unsigned char* stage) {
+  if (kt >= kKTiles) return;
+  const long long k0 = static_cast<long long>(kt) * kBK;
+  for (int i = threadIdx.x; i < kBM * kRowChunks; i += kThreads) {
+    const int r = i / kRowChunks, c = i % kRowChunks;
+    const bool real = m0 + r < M;  // rows past M arrive as zeros
+    const signed char* src = op.codes + (real ? (static_cast<long long>(m0 + r) * kK + k0 + 16 * c) : 0);
+    cp_async16(stage + swizzled(r, c), src, real ? 16 : 0);
+  }
+  if ((kt + 1) % kTilesPerBlock == 0) {
+    // A's arrays have kParamRows ≥ m0 + kBM rows (padded to 128); rows past
+    // M hold whatever is there and only ever reach rows of y not stored.
+    float* pa = reinterpret_cast<float*>(stage + kABytes + kBBytes);
+    const long long ra = static_cast<long long>(kt / kTilesPerBlock) * kParamRows + m0;
+    copy_floats(pa, op.a_scale + ra, kBM);
+    if (kOffsetA) copy_floats(pa + kBM, op.a_offset + ra, kBM);
+    if (kOffsetW) copy_floats(pa + 2 * kBM, op.a_sum + ra, kBM);
+  }
+}
+
+__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
 qjit_w8a8_gemm(const signed char* __restrict__ codes, const float* __restrict__ a_scale,
@@ -121,6 +131,12 @@ qjit_w8a8_gemm(const signed char* __restrict__ codes, const float* __restrict__ 
   const int wm = warp / kWarpsN, wn = warp % kWarpsN;
   const int gq = lane / 4, t = lane % 4;
   const int n0 = blockIdx.y * kBN;
+  // The first stages' weights are queued before the wait (under PDL they
+  // stream while the quantization kernel runs), x's after it; the first
+  // group then holds every prologue stage's weights and stage 0's x, group s
+  // stage s's x, so "groups 0..kt complete" still means "stage kt landed".
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) load_stage_w(op, n0, s, ring + s * kStageBytes);
   qjit::wait_for_previous_grid();  // the codes come from the quantization kernel
   qjit::allow_next_grid();
 
@@ -135,8 +151,13 @@ qjit_w8a8_gemm(const signed char* __restrict__ codes, const float* __restrict__ 
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f, part[i][j][e] = 0;
 
+    const bool first_pass = m0 == static_cast<int>(blockIdx.x) * kBM;
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) load_stage(op, m0, n0, M, s, ring + s * kStageBytes);
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (!first_pass) load_stage_w(op, n0, s, ring + s * kStageBytes);
+      load_stage_x(op, m0, M, s, ring + s * kStageBytes);
+      commit();
+    }
 
 #pragma unroll 1
     for (int kt = 0; kt < kKTiles; ++kt) {
@@ -144,7 +165,10 @@ qjit_w8a8_gemm(const signed char* __restrict__ codes, const float* __restrict__ 
       // Tile kt has landed for everyone, and every warp is done with tile
       // kt − 1, whose slot the load below refills.
       __syncthreads();
-      load_stage(op, m0, n0, M, kt + kStages - 1, ring + ((kt + kStages - 1) % kStages) * kStageBytes);
+      unsigned char* refill = ring + ((kt + kStages - 1) % kStages) * kStageBytes;
+      load_stage_w(op, n0, kt + kStages - 1, refill);
+      load_stage_x(op, m0, M, kt + kStages - 1, refill);
+      commit();
       const unsigned char* stage = ring + (kt % kStages) * kStageBytes;
       const unsigned char* sa = stage;
       const unsigned char* sb = stage + kABytes;
