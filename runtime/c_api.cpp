@@ -1,6 +1,8 @@
 // The C API: each call catches every exception, maps its stage to a status and
 // keeps the message for qjit_last_error().
+#include <memory>
 #include <string>
+#include <vector>
 #include "qjit/qjit.h"
 #include "qjit/qjit_c.h"
 
@@ -12,6 +14,7 @@ qjit_status status_of(const qjit::Error& e) {
   if (s == "argument" || s == "spec" || s == "config") return QJIT_ERROR_INVALID_ARGUMENT;
   if (s == "nvrtc" || s == "codegen") return QJIT_ERROR_COMPILE;
   if (s == "cache") return QJIT_ERROR_CACHE;
+  if (s == "untuned") return QJIT_ERROR_NOT_TUNED;
   if (s == "no_device") return QJIT_ERROR_NO_DEVICE;
   if (s == "driver") return QJIT_ERROR_DRIVER;
   return QJIT_ERROR_INTERNAL;
@@ -164,6 +167,13 @@ extern "C" qjit_status qjit_qconv2d(const qjit_qconv2d_args* args, void* stream)
     s.act = a.act ? a.act : "none";
     qjit::qconv2d(s, {a.x, a.qweight, a.scales, a.offsets, a.bias_ptr, a.y}, static_cast<CUstream_st*>(stream));
   });
+}
+
+// The C API's preload scopes: qjit::Preload objects held per thread.
+static thread_local std::vector<std::unique_ptr<qjit::Preload>> preloads;
+extern "C" void qjit_preload_begin(void) { preloads.push_back(std::make_unique<qjit::Preload>()); }
+extern "C" void qjit_preload_end(void) {
+  if (!preloads.empty()) preloads.pop_back();
 }
 
 extern "C" qjit_status qjit_set_cache_path(const char* path) {

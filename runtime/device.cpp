@@ -1,5 +1,8 @@
 #include "runtime/device.h"
 #include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
 #include "runtime/driver.h"
 
 namespace qjit::runtime {
@@ -16,15 +19,14 @@ codegen::DeviceLimits device_limits() {
   return {d.identity.sm_count, d.smem_per_sm, d.smem_reserved_per_block};
 }
 
-static Device open_device() {
+namespace {
+
+// Device attributes and identity of `handle` (ordinal `ordinal`), used from `context`.
+Device describe_device(int ordinal, CUdevice handle, CUcontext context) {
   Device d;
-  if (const char* env = std::getenv("QJIT_DEVICE")) d.ordinal = std::atoi(env);
-  int count = 0;
-  QJIT_CU(cuDeviceGetCount(&count));
-  if (d.ordinal < 0 || d.ordinal >= count)
-    throw Error("driver", "QJIT_DEVICE=" + std::to_string(d.ordinal) + " but " + std::to_string(count) +
-                              " device(s) are visible");
-  QJIT_CU(cuDeviceGet(&d.handle, d.ordinal));
+  d.ordinal = ordinal;
+  d.handle = handle;
+  d.context = context;
   char name[256] = {};
   QJIT_CU(cuDeviceGetName(name, sizeof(name), d.handle));
   int major = 0, minor = 0, sms = 0, l2 = 0;
@@ -41,20 +43,83 @@ static Device open_device() {
   d.identity.sm_count = sms;
   d.arch = "sm_" + std::to_string(major) + std::to_string(minor);
   d.l2_bytes = static_cast<size_t>(l2);
-  QJIT_CU(cuDevicePrimaryCtxRetain(&d.context, d.handle));
-  QJIT_CU(cuCtxSetCurrent(d.context));
   size_t free_bytes = 0;
   QJIT_CU(cuMemGetInfo(&free_bytes, &d.memory_bytes));
   return d;
 }
 
-const Device& current_device() {
-  static const Device d = open_device();
-  // Cheap when already current (one driver call); needed on every new thread.
+// The primary context of device QJIT_DEVICE (default 0), retained once.
+CUcontext default_context() {
+  static const CUcontext context = [] {
+    int ordinal = 0;
+    if (const char* env = std::getenv("QJIT_DEVICE")) ordinal = std::atoi(env);
+    int count = 0;
+    QJIT_CU(cuDeviceGetCount(&count));
+    if (ordinal < 0 || ordinal >= count)
+      throw Error("driver", "QJIT_DEVICE=" + std::to_string(ordinal) + " but " + std::to_string(count) +
+                                " device(s) are visible");
+    CUdevice handle = 0;
+    QJIT_CU(cuDeviceGet(&handle, ordinal));
+    CUcontext c = nullptr;
+    QJIT_CU(cuDevicePrimaryCtxRetain(&c, handle));
+    return c;
+  }();
+  return context;
+}
+
+}  // namespace
+
+CUcontext current_context() {
+  if (!try_driver()) return nullptr;  // no GPU: the caller's checks speak first, current_device() throws later
   CUcontext cur = nullptr;
-  driver().cuCtxGetCurrent(&cur);
-  if (cur != d.context) QJIT_CU(cuCtxSetCurrent(d.context));
-  return d;
+  QJIT_CU(cuCtxGetCurrent(&cur));
+  if (cur) return cur;
+  const CUcontext c = default_context();
+  QJIT_CU(cuCtxSetCurrent(c));
+  return c;
+}
+
+const Device& current_device() {
+  const CUcontext context = current_context();
+  // One record per context, never freed (references stay valid); the last
+  // one this thread used is remembered without the lock.
+  thread_local const Device* last = nullptr;
+  if (last && last->context == context) return *last;
+  static std::mutex mu;
+  static std::unordered_map<CUcontext, std::unique_ptr<Device>> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& d = known[context];
+  if (!d) {
+    CUdevice handle = 0;
+    QJIT_CU(cuCtxGetDevice(&handle));
+    int ordinal = 0, count = 0;
+    QJIT_CU(cuDeviceGetCount(&count));
+    for (int i = 0; i < count; ++i) {
+      CUdevice h = 0;
+      QJIT_CU(cuDeviceGet(&h, i));
+      if (h == handle) ordinal = i;
+    }
+    d = std::make_unique<Device>(describe_device(ordinal, handle, context));
+  }
+  last = d.get();
+  return *d;
+}
+
+CallerContext::CallerContext() {
+  if (!try_driver()) return;  // without a GPU the argument checks still run (and then current_device() throws)
+  CUcontext cur = nullptr;
+  QJIT_CU(cuCtxGetCurrent(&cur));
+  if (cur) {
+    context_ = cur;
+  } else {
+    context_ = default_context();
+    QJIT_CU(cuCtxSetCurrent(context_));
+    restore_none_ = true;
+  }
+}
+
+CallerContext::~CallerContext() {
+  if (restore_none_) driver().cuCtxSetCurrent(nullptr);
 }
 
 }  // namespace qjit::runtime

@@ -1,5 +1,8 @@
-// The GPU qjit runs on: the primary context of one device (QJIT_DEVICE, default
-// 0) and its identity for the cache key.
+// The GPU qjit runs on: the calling thread's current CUDA context and its
+// device (the primary context of device QJIT_DEVICE, default 0, when none is
+// current), and that device's identity for the cache key. Several devices
+// and contexts in one process each get their own record (and their own
+// loaded modules: runtime/kernel_cache.h).
 #pragma once
 #include <cuda.h>
 #include <string>
@@ -11,7 +14,7 @@ namespace qjit::runtime {
 struct Device {
   int ordinal = 0;
   CUdevice handle = 0;
-  CUcontext context = nullptr;     // primary context, shared with the CUDA runtime / cuBLAS
+  CUcontext context = nullptr;     // the context the caller had current (often the primary one, shared with the CUDA runtime)
   cache::DeviceIdentity identity;  // name, compute capability, SM count, driver version
   std::string arch;                // "sm_90"
   size_t l2_bytes = 0;
@@ -22,9 +25,33 @@ struct Device {
   std::string key() const;         // "NVIDIA H100 80GB HBM3|9.0|132|13000": per-device rows
 };
 
-// The process-wide device; retains its primary context on first use and makes
-// it current on the calling thread. Throws qjit::Error("driver", ...) without a GPU.
+// The device of the calling thread's current context. With none current it
+// retains device QJIT_DEVICE's (default 0) primary context and makes it
+// current on this thread, where it stays (the tools' behaviour; the typed
+// entry points restore "none" afterwards through CallerContext). Throws
+// qjit::Error("driver", ...) without a GPU.
 const Device& current_device();
+
+// The calling thread's current context, made current as current_device()
+// does when none is (one driver call when one is); nullptr without a driver.
+CUcontext current_context();
+
+// What the typed entry points hold for one call: the caller's context is
+// used as it is; when none was current, the default device's primary context
+// is made current for the call and "none" restored after it, so a call
+// leaves the caller's context as it found it.
+class CallerContext {
+ public:
+  CallerContext();
+  ~CallerContext();
+  CallerContext(const CallerContext&) = delete;
+  CallerContext& operator=(const CallerContext&) = delete;
+  CUcontext context() const { return context_; }
+
+ private:
+  CUcontext context_ = nullptr;
+  bool restore_none_ = false;
+};
 // The current device's limits that bound a config (codegen::DeviceLimits).
 codegen::DeviceLimits device_limits();
 // False (with the reason) when no usable GPU/driver is present.

@@ -1,5 +1,7 @@
 #include "runtime/kernel_cache.h"
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
@@ -95,11 +97,27 @@ cache::Store& KernelCache::store() {
   return *store_;
 }
 
-const LoadedPlan& KernelCache::get_slow(const std::string& fast_key, const codegen::OpSpec& spec,
+namespace {
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::string(v) != "0";
+}
+
+std::string tune_command(const codegen::OpSpec& spec) {
+  return "qjit tune --op " + spec.op + " --shape '" + spec.shape_string() + "'";
+}
+
+}  // namespace
+
+const LoadedPlan& KernelCache::get_slow(CUcontext context, const std::string& fast_key, const codegen::OpSpec& spec,
                                         const ArgPack* check) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = loaded_.find(fast_key); it != loaded_.end()) return *it->second;
+  Plans& plans = loaded_[context];
+  if (auto it = plans.find(fast_key); it != plans.end()) return *it->second;
   const auto& op = codegen::find_op(spec.op);
+  const bool log = env_flag("QJIT_LOG");
+  const std::string& device = current_device().identity.name;
   const auto check_for = [&](const nlohmann::json& config) {
     if (check) check_pointers(op.args(), op.plan(spec, config), *check);
   };
@@ -118,7 +136,18 @@ const LoadedPlan& KernelCache::get_slow(const std::string& fast_key, const codeg
       rec.reset();
     }
   }
+  if (env_flag("QJIT_REQUIRE_TUNED") && (!rec || !rec->tuned))
+    throw Error("untuned", spec.label() + (rec ? " has only an untuned kernel" : " has no kernel") + " for " + device +
+                               " in " + store().path() + ", and QJIT_REQUIRE_TUNED is set; tune it: " +
+                               tune_command(spec));
+  if (log && rec)
+    std::fprintf(stderr, "qjit: %s: loaded the %s kernel %s on %s%s\n", spec.label().c_str(),
+                 rec->tuned ? "tuned" : "untuned (default config)", key.substr(0, 12).c_str(), device.c_str(),
+                 rec->tuned ? "" : ("; tune it: " + tune_command(spec)).c_str());
   if (!rec) {
+    if (log)
+      std::fprintf(stderr, "qjit: %s: not in %s for %s: compiling the default config, untuned; tune it: %s\n",
+                   spec.label().c_str(), store().path().c_str(), device.c_str(), tune_command(spec).c_str());
     const nlohmann::json config = op.default_config(spec);
     check_for(config);
     cache::KernelRecord fresh = build_record(spec, config, /*tuned=*/false);
@@ -127,7 +156,7 @@ const LoadedPlan& KernelCache::get_slow(const std::string& fast_key, const codeg
     rec = std::move(fresh);
   }
   cache::dump_if_requested(*rec);
-  return *(loaded_[fast_key] = std::move(k));
+  return *(plans[fast_key] = std::move(k));
 }
 
 }  // namespace qjit::runtime

@@ -1,9 +1,14 @@
 // From spec to a launchable function: in-memory map → SQLite store → JIT.
 //
-//   get(spec): 1. the in-memory map (hot path: no SQLite, no hashing of JSON)
+//   get(spec): 1. the in-memory map of the caller's current context (hot
+//                 path: no SQLite, no hashing of JSON)
 //              2. the store, by fingerprint key (checksum verified on load)
 //              3. miss: the op's heuristic default config, compiled with NVRTC
 //                 for this GPU and stored marked untuned.
+// Each context (each device, or a context of the caller's own) loads its own
+// modules. QJIT_LOG=1 reports on stderr every plan loaded (tuned, untuned or
+// compiled on a miss); QJIT_REQUIRE_TUNED=1 makes an untuned plan an error
+// (qjit::Error stage "untuned") before anything is compiled or stored.
 #pragma once
 #include <cuda.h>
 #include <memory>
@@ -16,6 +21,7 @@
 #include "codegen/nvrtc.h"
 #include "codegen/op.h"
 #include "codegen/spec.h"
+#include "runtime/device.h"
 #include "runtime/plan.h"
 
 namespace qjit::runtime {
@@ -48,16 +54,18 @@ class KernelCache {
   // checks them again on every call).
   template <typename MakeSpec>
   const LoadedPlan& get(std::string_view fast_key, MakeSpec&& make_spec, const ArgPack* check = nullptr) {
+    const CUcontext context = current_context();
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = loaded_.find(fast_key);
-      if (it != loaded_.end()) return *it->second;
+      if (auto c = loaded_.find(context); c != loaded_.end())
+        if (auto it = c->second.find(fast_key); it != c->second.end()) return *it->second;
     }
-    return get_slow(std::string(fast_key), make_spec(), check);
+    return get_slow(context, std::string(fast_key), make_spec(), check);
   }
 
  private:
-  const LoadedPlan& get_slow(const std::string& fast_key, const codegen::OpSpec& spec, const ArgPack* check);
+  const LoadedPlan& get_slow(CUcontext context, const std::string& fast_key, const codegen::OpSpec& spec,
+                             const ArgPack* check);
   cache::Store& store();
 
   std::mutex mu_;
@@ -68,7 +76,8 @@ class KernelCache {
     using is_transparent = void;
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
-  std::unordered_map<std::string, std::unique_ptr<LoadedPlan>, KeyHash, std::equal_to<>> loaded_;
+  using Plans = std::unordered_map<std::string, std::unique_ptr<LoadedPlan>, KeyHash, std::equal_to<>>;
+  std::unordered_map<CUcontext, Plans> loaded_;  // per context: its own modules
 };
 
 }  // namespace qjit::runtime

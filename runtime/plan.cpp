@@ -356,8 +356,27 @@ std::string cublas_unavailable(CUstream stream) {
   return try_cublas(&why) && cublas_handle(stream, &why) ? "" : why;
 }
 
+namespace {
+thread_local int preloading = 0;  // qjit::Preload objects alive on this thread
+}  // namespace
+
+void begin_preload() { ++preloading; }
+void end_preload() {
+  if (preloading > 0) --preloading;
+}
+
 void run_checked(RunPlan run, const LoadedPlan& p, const ArgPack& a, CUstream stream) {
   check_pointers(p, a);
+  if (preloading) {
+    // What a first launch would allocate: the stream's workspace, its cuBLAS handle.
+    CUdeviceptr workspace = 0;
+    if (const CUresult r = workspace_of(p, stream, &workspace); r != CUDA_SUCCESS)
+      throw Error("driver", p.op + ": allocating the workspace failed: " + describe(r));
+    if (p.needs_cublas)
+      if (const std::string why = plan_unavailable(p, stream); !why.empty())
+        throw Error("cublas", p.op + " kernel " + p.key.substr(0, 12) + " multiplies with cuBLAS: " + why);
+    return;
+  }
   const CUresult r = run(p, a, stream);
   if (r == CUDA_ERROR_NOT_SUPPORTED)
     if (const std::string why = plan_unavailable(p, stream); !why.empty())

@@ -139,7 +139,11 @@ std::string cublas_unavailable(CUstream stream);
 using RunPlan = CUresult (*)(const LoadedPlan&, const ArgPack&, CUstream);
 // `run` and a thrown qjit::Error on failure: the typed entry points' launch,
 // after check_pointers.
+// Under qjit::Preload (begin_preload … end_preload on this thread) it makes
+// the stream's workspace and cuBLAS handle ready instead and launches nothing.
 void run_checked(RunPlan run, const LoadedPlan& p, const ArgPack& a, CUstream stream);
+void begin_preload();
+void end_preload();
 
 // Unloads the plan's module when it goes out of scope (the tuner's candidates).
 struct PlanGuard {

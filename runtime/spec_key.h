@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include "codegen/error.h"
 #include "codegen/spec.h"
+#include "runtime/device.h"
 #include "runtime/kernel_cache.h"
 
 namespace qjit::runtime {
@@ -74,6 +75,18 @@ const LoadedPlan& plan_for(const char* op, const Describe& describe, const ArgPa
     return codegen::make_spec(op, json.params());
   };
   return KernelCache::instance().get(fast.fast_key(), make_spec, &args);
+}
+
+// One call of a typed entry point: in the caller's context (CallerContext:
+// none current → the default device's primary context for the call only),
+// the plan of `describe`'s spec, then `run` on the caller's stream after the
+// pointer checks (or, under qjit::Preload, the plan and the stream's
+// workspace made ready and nothing launched).
+template <typename Describe>
+void call(const char* op, const Describe& describe, const ArgPack& args, RunPlan run, CUstream_st* stream) {
+  CallerContext context;
+  const LoadedPlan& plan = plan_for(op, describe, args);
+  run_checked(run, plan, args, reinterpret_cast<CUstream>(stream));
 }
 
 }  // namespace qjit::runtime

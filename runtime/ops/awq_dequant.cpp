@@ -20,8 +20,7 @@ void awq_dequant(const AwqDequantShape& s, const AwqDequantArgs& args, CUstream_
     f.add("k", s.k).add("n", s.n).add("g", s.g).add("layout", s.layout).add("zero", s.symmetric ? "sym" : "int");
     f.add("scales", to_string(s.scales)).add("out", s.out);
   };
-  const auto& plan = runtime::plan_for("awq_dequant", describe, pack);
-  runtime::run_checked(runtime::run_awq_dequant, plan, pack, reinterpret_cast<CUstream>(stream));
+  runtime::call("awq_dequant", describe, pack, runtime::run_awq_dequant, stream);
 }
 
 }  // namespace qjit

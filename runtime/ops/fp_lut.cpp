@@ -20,8 +20,7 @@ void fp_lut(const FpLutShape& s, const FpLutArgs& args, CUstream_st* stream) {
   const auto describe = [&](runtime::SpecFields& f) {
     f.add("fn", s.fn).add("n", s.n).add("in", to_string(s.in)).add("out", to_string(s.out)).add("cuts", s.cuts);
   };
-  const auto& plan = runtime::plan_for("fp_lut", describe, pack);
-  runtime::run_checked(runtime::run_fp_lut, plan, pack, reinterpret_cast<CUstream>(stream));
+  runtime::call("fp_lut", describe, pack, runtime::run_fp_lut, stream);
 }
 
 }  // namespace qjit

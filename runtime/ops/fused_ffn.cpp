@@ -48,8 +48,7 @@ void fused_ffn(const FusedFfnShape& s, const FusedFfnArgs& args, CUstream_st* st
   const auto describe = [&](runtime::SpecFields& f) {
     f.add("d", s.d).add("h", s.h).add("m", s.m).add("dtype", to_string(s.dtype)).add("act", to_string(s.act));
   };
-  const auto& plan = runtime::plan_for("fused_ffn", describe, pack);
-  runtime::run_checked(runtime::run_fused_ffn, plan, pack, reinterpret_cast<CUstream>(stream));
+  runtime::call("fused_ffn", describe, pack, runtime::run_fused_ffn, stream);
 }
 
 void fused_ffn(const QuantFfnShape& s, const FusedFfnArgs& args, CUstream_st* stream) {
@@ -63,10 +62,11 @@ void fused_ffn(const QuantFfnShape& s, const FusedFfnArgs& args, CUstream_st* st
     f.add("weights", "native").add("bits", s.bits).add("g", s.g).add("zero", s.zero);
     f.add("scales", to_string(s.scales));
   };
-  const auto& plan = runtime::plan_for("fused_ffn", describe, pack);
-  runtime::run_checked(runtime::run_fused_ffn, plan, pack, reinterpret_cast<CUstream>(stream));
+  runtime::call("fused_ffn", describe, pack, runtime::run_fused_ffn, stream);
 }
 
 void set_cache_path(const std::string& path) { runtime::KernelCache::instance().set_path(path); }
+Preload::Preload() { runtime::begin_preload(); }
+Preload::~Preload() { runtime::end_preload(); }
 
 }  // namespace qjit

@@ -44,8 +44,7 @@ void gru_quant(const GruQuantShape& s, const GruQuantArgs& args, CUstream_st* st
   const auto describe = [&](runtime::SpecFields& f) {
     f.add("t", s.t).add("n", s.n).add("c", s.c).add("h", s.h).add_long("params", params.text, params.digest);
   };
-  const auto& plan = runtime::plan_for("gru_quant", describe, pack);
-  runtime::run_checked(runtime::run_gru_quant, plan, pack, reinterpret_cast<CUstream>(stream));
+  runtime::call("gru_quant", describe, pack, runtime::run_gru_quant, stream);
 }
 
 }  // namespace qjit

@@ -25,8 +25,7 @@ void qconv2d(const QConv2dShape& s, const QConv2dArgs& args, CUstream_st* stream
     f.add("dil_h", s.dil_h).add("dil_w", s.dil_w).add("layout", s.layout).add("bits", s.bits).add("block", s.block);
     f.add("x", to_string(s.x)).add("bias", s.bias ? "yes" : "no").add("act", s.act);
   };
-  const auto& plan = runtime::plan_for("qconv2d", describe, pack);
-  runtime::run_checked(runtime::run_qconv2d, plan, pack, reinterpret_cast<CUstream>(stream));
+  runtime::call("qconv2d", describe, pack, runtime::run_qconv2d, stream);
 }
 
 }  // namespace qjit

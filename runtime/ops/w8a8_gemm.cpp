@@ -41,8 +41,7 @@ void w8a8_gemm(const W8a8GemmShape& s, const W8a8GemmArgs& args, CUstream_st* st
     chunk.y = at_row(args.y, s.n);
     chunk.m = std::min(bucket, args.m - first);
     const ArgPack pack = chunk.pack();
-    const auto& plan = runtime::plan_for("w8a8_gemm", describe, pack);
-    runtime::run_checked(runtime::run_w8a8_gemm, plan, pack, reinterpret_cast<CUstream>(stream));
+    runtime::call("w8a8_gemm", describe, pack, runtime::run_w8a8_gemm, stream);
   }
 }
 

@@ -33,8 +33,7 @@ void wq_gemm(const WqGemmShape& s, const WqGemmArgs& args, CUstream_st* stream) 
     f.add("scales", to_string(s.scales)).add("x", to_string(s.x)).add("bias", s.bias ? "yes" : "no");
     f.add("act", s.act).add("residual", s.residual ? "yes" : "no");
   };
-  const auto& plan = runtime::plan_for("wq_gemm", describe, pack);
-  runtime::run_checked(runtime::run_wq_gemm, plan, pack, reinterpret_cast<CUstream>(stream));
+  runtime::call("wq_gemm", describe, pack, runtime::run_wq_gemm, stream);
 }
 
 }  // namespace qjit

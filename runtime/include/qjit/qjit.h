@@ -293,6 +293,20 @@ struct QConv2dArgs {
 };
 void qconv2d(const QConv2dShape& shape, const QConv2dArgs& args, CUstream_st* stream = nullptr);
 
+// While a Preload lives on a thread, every entry point called on that thread
+// checks its arguments and makes its kernels ready (looked up, compiled on a
+// miss, loaded into the current context) together with the stream's
+// workspace, and launches nothing. Call each shape once under it before
+// capturing a CUDA graph: capture then never compiles, stores or allocates.
+//   { qjit::Preload ready; qjit::wq_gemm(shape, args, stream); }
+class Preload {
+ public:
+  Preload();
+  ~Preload();
+  Preload(const Preload&) = delete;
+  Preload& operator=(const Preload&) = delete;
+};
+
 // Use another cache file for this process (default: $QJIT_CACHE or ~/.cache/qjit/kernels.db).
 void set_cache_path(const std::string& path);
 

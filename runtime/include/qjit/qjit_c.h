@@ -6,8 +6,10 @@
 extern "C" {
 #endif
 
+/* QJIT_ERROR_NOT_TUNED: QJIT_REQUIRE_TUNED=1 is set and the shape has no tuned kernel for this GPU. */
 typedef enum { QJIT_OK = 0, QJIT_ERROR_INVALID_ARGUMENT = 1, QJIT_ERROR_NO_DEVICE = 2, QJIT_ERROR_COMPILE = 3,
-               QJIT_ERROR_CACHE = 4, QJIT_ERROR_DRIVER = 5, QJIT_ERROR_INTERNAL = 6 } qjit_status;
+               QJIT_ERROR_CACHE = 4, QJIT_ERROR_DRIVER = 5, QJIT_ERROR_INTERNAL = 6,
+               QJIT_ERROR_NOT_TUNED = 7 } qjit_status;
 
 /* dtype: "fp16", "bf16", "fp32" or "mixed"; act: "silu", "silu_lut", "silu_lut_seed" or NULL (= "silu");
  * stream: a CUstream / cudaStream_t or NULL. */
@@ -132,6 +134,11 @@ typedef struct {
 } qjit_qconv2d_args;
 qjit_status qjit_qconv2d(const qjit_qconv2d_args* args, void* stream);
 qjit_status qjit_set_cache_path(const char* path);
+/* Between qjit_preload_begin() and qjit_preload_end() on a thread, calls check
+ * their arguments and make their kernels and the stream's workspace ready
+ * but launch nothing (qjit.h: Preload): before CUDA graph capture. Nests. */
+void qjit_preload_begin(void);
+void qjit_preload_end(void);
 /* The message of the last failed call on this thread ("" after a success). */
 const char* qjit_last_error(void);
 
