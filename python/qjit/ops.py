@@ -231,8 +231,8 @@ def wq_gemm(x, qweight, scales, zeros=None, *, bits=4, g=128, zero="int", bias=N
               and (zeros is None if zero == "sym" else _is(zeros, dev, "uint8" if zero == "int" else sd, ss))
               and _none_or(bias, dev, xd, (n,)))
         if ok:
-            ys = (xs[0], n) if len(xs) == 2 else (*xs[:-1], n)  # torch.Size slices are slow
-            m = x.numel() // k if k else numel(xs[:-1])
+            m = xs[0] if len(xs) == 2 else numel(xs[:-1])  # rows (torch.Size slices are slow: 2-D x needs none)
+            ys = (m, n) if len(xs) == 2 else (*xs[:-1], n)
             ok = m > 0 and _none_or(residual, dev, xd, ys) and (out is None or _is(out, dev, xd, ys))
     except _FALLBACK:
         ok = False
@@ -349,7 +349,7 @@ def fused_ffn(x, w1, w3, *, scales1=None, zeros1=None, scales3=None, zeros3=None
         d = xs[-1]
         dev = x.get_device()
         xd = _dt(x, dev)
-        m = x.numel() // d if d else 0
+        m = xs[0] if len(xs) == 2 else numel(xs[:-1])  # rows (torch.Size slices are slow: 2-D x needs none)
         ok = xd in FLOAT and 1 <= m <= 8 and act in _FFN_ACTS
         if ok and scales1 is None:  # dense
             ws = w1.shape
@@ -371,7 +371,7 @@ def fused_ffn(x, w1, w3, *, scales1=None, zeros1=None, scales3=None, zeros3=None
                   and (zeros1 is None and zeros3 is None if zd is None
                        else _is(zeros1, dev, zd, ss) and _is(zeros3, dev, zd, ss)))
         if ok:
-            ys = (xs[0], h) if len(xs) == 2 else (*xs[:-1], h)
+            ys = (m, h) if len(xs) == 2 else (*xs[:-1], h)
             ok = (out is None or _is(out, dev, xd, ys))
     except _FALLBACK:
         ok = False
@@ -567,8 +567,8 @@ def w8a8_gemm(x, wq, w_scale, w_offset=None, w_sum=None, *, block=128, quant_a="
               and (w_sum is not None or quant_a != "offset") and _none_or(w_sum, dev, "int32", param)
               and _none_or(bias, dev, xd, (n,)))
         if ok:
-            ys = (xs[0], n) if len(xs) == 2 else (*xs[:-1], n)  # torch.Size slices are slow
-            m = x.numel() // k if k else numel(xs[:-1])
+            m = xs[0] if len(xs) == 2 else numel(xs[:-1])  # rows (torch.Size slices are slow: 2-D x needs none)
+            ys = (m, n) if len(xs) == 2 else (*xs[:-1], n)
             ok = m > 0 and (out is None or _is(out, dev, xd, ys))
     except _FALLBACK:
         ok = False
