@@ -244,6 +244,12 @@ class OpChecks(unittest.TestCase):
         self.refused(ValueError, ["w1 is on cuda:1 but x is on cuda:0"], f, x, T("float16", 512, 256, device="cuda:1"),
                      w3)
         self.refused(ValueError, ["out has shape [1, 256]"], f, x, w1, w3, out=T("float16", 1, 256))
+        self.refused(ValueError, ["w3 has shape [256, 512]"], f, x, w1, T("float16", 256, 512))
+        self.refused(ValueError, ["w3 is on cuda:1 but x is on cuda:0"], f, x, w1,
+                     T("float16", 512, 256, device="cuda:1"))
+        self.refused(TypeError, ["w3 has dtype torch.bfloat16"], f, x, w1, T("bfloat16", 512, 256))
+        self.refused(ValueError, ["w3 is not contiguous"], f, x, w1, T("float16", 256, 512).t())
+        self.refused(ValueError, ["x is not contiguous"], f, T("float16", 256, 2).t(), w1, w3)
         self.refused(TypeError, ["out has dtype torch.float32"], f, x, w1, w3, out=T("float32", 1, 512))
         self.refused(ValueError, ["act 'gelu'"], f, x, w1, w3, act="gelu")
 
