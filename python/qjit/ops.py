@@ -219,8 +219,8 @@ def wq_gemm(x, qweight, scales, zeros=None, *, bits=4, g=128, zero="int", bias=N
     try:
         xs = x.shape
         k = xs[-1]
+        xd = _DT.get(x.dtype) if x.is_cuda and x.is_contiguous() else None  # _dt(x, dev), one call fewer
         dev = x.get_device()
-        xd = _dt(x, dev)
         ss = scales.shape
         n = ss[1]
         groups = k // g
@@ -454,8 +454,8 @@ def fp_lut(x, fn="silu", *, cuts=None, out_dtype=None, out=None):
     """
     try:
         xs = x.shape
+        xd = _DT.get(x.dtype) if x.is_cuda and x.is_contiguous() else None  # _dt(x, dev), one call fewer
         dev = x.get_device()
-        xd = _dt(x, dev)
         od = out_dtype or xd
         n = x.numel()
         ok = (xd in FLOAT and od in FLOAT and n > 0 and type(fn) is str and (cuts is None or type(cuts) is str)
@@ -561,8 +561,8 @@ def w8a8_gemm(x, wq, w_scale, w_offset=None, w_sum=None, *, block=128, quant_a="
     try:
         xs = x.shape
         k = xs[-1]
+        xd = _DT.get(x.dtype) if x.is_cuda and x.is_contiguous() else None  # _dt(x, dev), one call fewer
         dev = x.get_device()
-        xd = _dt(x, dev)
         qs = wq.shape
         n = qs[0]
         param = (k // block, n)
@@ -637,8 +637,8 @@ def qconv2d(x, qweight, scales, offsets, *, bits=4, block=32, kernel=(3, 3), str
     layout and type.
     """
     try:
+        xd = _DT.get(x.dtype) if x.is_cuda and x.is_contiguous() else None  # _dt(x, dev), one call fewer
         dev = x.get_device()
-        xd = _dt(x, dev)
         if layout == "nchw":
             nb, ci, h, w = x.shape
         else:

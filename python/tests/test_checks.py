@@ -155,6 +155,8 @@ class OpChecks(unittest.TestCase):
         self.refused(ValueError, ["quant_a 'minmax'"], f, quant_a="minmax", **self.w8())
         self.refused(TypeError, ["bias", "torch.float32"], f, bias=T("float32", 64), **self.w8())
         self.refused(ValueError, ["w_sum has shape [2, 32]"], f, **self.w8(w_sum=T("int32", 2, 32)))
+        self.refused(ValueError, ["x is not contiguous"], f, **self.w8(x=T("float16", 256, 3).t()))
+        self.refused(ValueError, ["x is on cpu"], f, **self.w8(x=T("float16", 3, 256, device="cpu")))
         self.refused(ValueError, ["w_offset is not contiguous"], f, **self.w8(w_offset=T("float32", 64, 2).t()))
         self.refused(ValueError, ["out has shape [3, 32]"], f, out=T("float16", 3, 32), **self.w8())
 
@@ -194,6 +196,8 @@ class OpChecks(unittest.TestCase):
         self.refused(ValueError, ["output would be", "kernel 3 × 3"], f, dilation=8, **self.conv())
         self.refused(ValueError, ["scales has shape [32, 4]"], f, **self.conv(scales=T("float32", 32, 4)))
         self.refused(ValueError, ["offsets has shape [32, 1]"], f, **self.conv(offsets=T("float32", 32, 1)))
+        self.refused(ValueError, ["x is not contiguous"], f, **self.conv(x=StandIn("float16", (1, 64, 14, 14),
+                                                                                    stride=(1, 1, 896, 64))))
         self.refused(ValueError, ["bias has shape [16]"], f, bias=T("float32", 16), **self.conv())
         self.refused(ValueError, ["out has shape [1, 32, 14, 14]", "[1, 32, 12, 12]"], f,
                      out=T("float16", 1, 32, 14, 14), **self.conv())
@@ -313,6 +317,9 @@ class OpChecks(unittest.TestCase):
             self.refused(ValueError, [words], qjit.gru_quant, *(a[:i] + [bad] + a[i + 1:]), "{}")
         self.refused(TypeError, ["out_float has dtype torch.float16"], qjit.gru_quant, *a, "{}",
                      out_float=T("float16", t, n, h))
+        self.refused(TypeError, ["gru_quant: x has dtype torch.float32"], qjit.gru_quant, T("float32", t, n, c), *a[1:],
+                     "{}")
+        self.refused(ValueError, ["x is on cpu"], qjit.gru_quant, T("int32", t, n, c, device="cpu"), *a[1:], "{}")
 
 
 def fields(args):
