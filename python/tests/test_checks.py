@@ -254,6 +254,9 @@ class OpChecks(unittest.TestCase):
         self.refused(TypeError, ["w3 has dtype torch.bfloat16"], f, x, w1, T("bfloat16", 512, 256))
         self.refused(ValueError, ["w3 is not contiguous"], f, x, w1, T("float16", 256, 512).t())
         self.refused(ValueError, ["x is not contiguous"], f, T("float16", 256, 2).t(), w1, w3)
+        self.refused(ValueError, ["out is not contiguous"], f, T("float16", 2, 256), w1, w3,
+                     out=T("float16", 512, 2).t())
+        self.refused(ValueError, ["out is on cuda:1"], f, x, w1, w3, out=T("float16", 1, 512, device="cuda:1"))
         self.refused(TypeError, ["out has dtype torch.float32"], f, x, w1, w3, out=T("float32", 1, 512))
         self.refused(ValueError, ["act 'gelu'"], f, x, w1, w3, act="gelu")
 
