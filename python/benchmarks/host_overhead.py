@@ -14,9 +14,9 @@ get_device() and .device are patched on torch.Tensor in this process only;
 a Python property costs about what torch's own attribute does), and outputs
 are allocated by qjit's own code, on the CPU here; the stand-ins' attributes are plain Python,
 cheaper than torch's, so --torch is the closer model of a real call.
-Prints one line per op case: µs per call, the best and the median of 7
-batches (on a shared machine the best is the steadier). Timing only: it
-asserts nothing.
+Prints one line per op case: µs of the thread's CPU time per call, the best
+and the median of 7 batches (CPU time and the best batch are the steadier on
+a shared machine), and which path ran. Timing only: it asserts nothing.
 """
 import argparse
 import os
@@ -90,7 +90,7 @@ def cases(T):
 
 
 def per_call_us(f, batch=2000, batches=7):
-    """(best, median) µs per call of f over `batches` batches of `batch` calls."""
+    """(best, median) µs of thread CPU time per call of f over `batches` batches of `batch` calls."""
     f()
     times = []
     for _ in range(batches):
