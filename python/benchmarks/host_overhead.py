@@ -12,8 +12,10 @@ full cost of a cache hit is test_gpu.GpuOps.test_launch_overhead_python_vs_cpp.
 --torch makes CPU tensors answer as CUDA tensors on device 0 (is_cuda,
 get_device() and .device are patched on torch.Tensor in this process only;
 a Python property costs about what torch's own attribute does), and outputs
-are allocated by qjit's own code, on the CPU here; the stand-ins' attributes are plain Python,
-cheaper than torch's, so --torch is the closer model of a real call.
+are allocated by qjit's own code, on the CPU here. The stand-ins' methods
+are Python code whose costs are not torch's (is_contiguous() loops over the
+dimensions, numel() multiplies them): --torch is the model of a real call,
+the stand-ins only a check that every case takes the fast path.
 Prints one line per op case: µs of the thread's CPU time per call, the best
 and the median of 7 batches (CPU time and the best batch are the steadier on
 a shared machine), and which path ran. Timing only: it asserts nothing.
