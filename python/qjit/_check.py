@@ -5,6 +5,12 @@ They read only what a tensor exposes: `.dtype` (its str() is torch's name,
 `.type` and `.index`) and `.data_ptr()`. They never import torch, so CI (no
 torch, no GPU) tests them with a stand-in object of those attributes.
 
+These are the checked path of ops.py: thorough, and slow (µs per tensor:
+torch.device objects, strings). Each call of an op first tries a fast path
+(ops.py's docstring) that falls back here on the first doubt. The fast path
+maps a dtype object to its qjit name through _names_by_dtype, which only
+dtype_name() fills: the first call with a dtype takes the checked path.
+
 A wrong dtype raises TypeError; a wrong shape, stride, device or a size that
 does not fit raises ValueError. Each message starts with the op and names the
 tensor, what it is and what was expected.
@@ -56,7 +62,9 @@ class Checker:
     def __init__(self, op):
         self.op = op
         self.device = None  # the first tensor's device
-        self.first = None  # and its name
+        self.index = None  # its index (what ops._launch takes)
+        self.first = None  # its name
+        self.like = None  # and the tensor (ops._empty allocates on its device)
 
     def fail(self, message, cls=ValueError):
         raise cls("%s: %s" % (self.op, message))
@@ -81,7 +89,7 @@ class Checker:
         if dev.type != "cuda":
             self.fail("%s is on %s; expected a CUDA tensor" % (name, dev))
         if self.device is None:
-            self.device, self.first = dev, name
+            self.device, self.index, self.first, self.like = dev, dev.index, name, t
         elif dev.index != self.device.index:
             self.fail("%s is on %s but %s is on %s; every tensor of one call must be on the same device"
                       % (name, dev, self.first, self.device))

@@ -13,6 +13,7 @@ parts (safetensors, repack through the CLI) work without it.
 import ctypes
 import os
 import shutil
+import struct
 import threading
 from ctypes import POINTER, Structure, c_char_p, c_int, c_longlong, c_void_p
 
@@ -158,6 +159,34 @@ class QConv2dArgs(Structure):
 
 
 STRUCTS = [WqGemmArgs, AwqDequantArgs, QuantFfnArgs, GruQuantArgs, W8a8GemmArgs, QConv2dArgs]
+
+_PACK_CODES = {c_int: "i", c_longlong: "q", c_char_p: "P", c_void_p: "P"}
+
+
+def packer(cls):
+    """A fast constructor of Structure `cls`: packer(cls)(*fields) equals cls(*fields), 3x cheaper.
+
+    cls(*fields) sets each field through ctypes (about 1.5 µs for 18 fields);
+    this packs them with one struct.Struct of the same native layout and
+    copies the bytes into a new instance (about 0.5 µs). The fields are
+    plain ints: a char* field takes the address of a bytes object (see
+    ops._p), which the caller keeps alive until the C call returns, and a
+    NULL pointer is 0. The layout is checked against ctypes' here, and the
+    fields against cls(*fields) by test_c_abi.py.
+    """
+    codes = "".join(_PACK_CODES[t] for _, t in cls._fields_)
+    widest = max(codes, key=struct.calcsize)
+    layout = struct.Struct("@" + codes + "0" + widest)  # "0P": the tail padding C adds
+    if layout.size != ctypes.sizeof(cls):
+        raise QjitError("%s: struct layout %r is %d bytes, ctypes says %d"
+                        % (cls.__name__, layout.format, layout.size, ctypes.sizeof(cls)))
+    pack, copy = layout.pack, cls.from_buffer_copy
+
+    def make(*fields):
+        return copy(pack(*fields))
+
+    make.__doc__ = "%s(*fields) from plain ints (char* and void* fields as addresses, 0 for NULL)." % cls.__name__
+    return make
 
 # Every function of qjit_c.h: name -> argument types (all return qjit_status but
 # qjit_last_error). The stream is a CUstream passed as void*.

@@ -8,16 +8,35 @@ capture like any torch op. The first call of a shape loads its kernel from the
 cache (or compiles the default one): make one call of every shape before
 capturing a graph, so that capture never compiles.
 
-Adding an op: a Structure and an ENTRIES line in qjit/_lib.py, and here one
-function that checks its tensors with a Checker, allocates its output with
-_empty and calls _launch.
+Two paths per op, because a cache hit must cost only a few µs more from
+Python than from C++ (test_gpu's test_launch_overhead_python_vs_cpp):
+
+- the fast path, first: plain comparisons of the cheap tensor attributes,
+  each read once (`dtype` looked up by identity in _check's map, `is_cuda`,
+  `get_device()`, `shape`, `is_contiguous()`, `data_ptr()`), no string built
+  and no torch.device made. When every argument is what it must be it
+  allocates, marshals and launches. It decides nothing else: on the first
+  doubt (a check that fails, an argument of another kind, a dtype not met
+  yet, no rows, a tensor off the current device...) it falls through to
+- the checked path (`_<op>_checked`), the reference: Checker's checks in
+  order, which raise the TypeError or ValueError naming the tensor, or
+  launch as the fast path would have. test_checks.py runs both on the same
+  arguments and compares what they launch.
+
+Adding an op: a Structure and an ENTRIES line in qjit/_lib.py, and here the
+checked function (tensors checked with a Checker, output from _output,
+launched with _launch) and the public one, whose fast path accepts only
+arguments the checked one accepts.
 """
 import json
 
 from . import _lib
 from ._check import FLOAT, HALF, WORDS, TORCH_NAMES, Checker, numel
+from ._check import _names_by_dtype as _DT  # dtype object -> qjit name, filled by every checked call
 
 _bytes_cache = {}
+_address_cache = {}
+_B, _A = _bytes_cache, _address_cache  # short names for the fast paths' launches
 
 
 def _b(text):
@@ -28,6 +47,23 @@ def _b(text):
     if b is None:
         b = _bytes_cache[text] = text.encode()
     return b
+
+
+def _p(text):
+    """The address of _b(text)'s bytes (0 for None), for a char* field of a packed struct.
+
+    The bytes stay in _bytes_cache for the life of the process, so the address
+    does too. Only for the few strings that recur (enums, dtype names):
+    anything else would grow the cache.
+    """
+    if text is None:
+        return 0
+    a = _address_cache.get(text)
+    if a is None:
+        from ctypes import c_char_p, c_void_p, cast
+
+        a = _address_cache[text] = cast(c_char_p(_b(text)), c_void_p).value
+    return a
 
 
 _torch_module = None
@@ -44,34 +80,106 @@ def _torch():
     return _torch_module
 
 
-def _current_stream(torch, index):
-    # torch._C._cuda_getCurrentRawStream is what torch.cuda.current_stream(i).cuda_stream
-    # reads, without building a Stream object (a few µs on the hot path).
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
+_cuda_calls = None  # (current device index, current raw stream of a device): bound on the first launch
+_torch_dtypes = {}  # qjit dtype name -> torch dtype
 
 
-def _empty(shape, dtype, device):
+def _bind_cuda():
+    """torch's C functions behind torch.cuda.current_device() and current_stream(i).cuda_stream.
+
+    The public ones cost µs a call: current_device() runs the lazy-init check,
+    current_stream() builds a Stream object. The tensors of a call are CUDA
+    tensors, so CUDA is initialised already; torch builds without the private
+    names fall back to the public ones.
+    """
+    global _cuda_calls
     torch = _torch()
-    return torch.empty(shape, dtype=getattr(torch, TORCH_NAMES[dtype][len("torch."):]), device=device)
+    get = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (lambda i: torch.cuda.current_stream(i).cuda_stream)
+    _cuda_calls = get, raw
+    return _cuda_calls
 
 
-def _launch(device, entry, *args):
-    """Calls C entry `entry` with args + (the current stream of `device`), on that device."""
-    torch = _torch()
-    current = torch.cuda.current_device()
-    index = device.index if device.index is not None else current
-    if index == current:
-        _lib.call(entry, *args, _current_stream(torch, index))
+def _empty(shape, dtype, like):
+    """A new tensor of `shape` and qjit dtype `dtype` on `like`'s device (like.new_empty: no torch.device built)."""
+    td = _torch_dtypes.get(dtype)
+    if td is None:
+        torch = _torch()
+        td = _torch_dtypes[dtype] = getattr(torch, TORCH_NAMES[dtype][len("torch."):])
+    return like.new_empty(shape, dtype=td)
+
+
+_functions = _lib._functions  # the declared C entries, filled when the library loads
+
+
+def _launch(index, entry, *args):
+    """Calls C entry `entry` with args + (the current stream of CUDA device `index`), on that device.
+
+    The one place that calls the C library (tests replace it with a recorder).
+    """
+    get_device, stream = _cuda_calls or _bind_cuda()
+    f = _functions.get(entry) or _lib.function(entry)
+    if index == get_device():
+        status = f(*args, stream(index))
     else:
-        with torch.cuda.device(index):
-            _lib.call(entry, *args, _current_stream(torch, index))
+        with _torch().cuda.device(index):
+            status = f(*args, stream(index))
+    if status:
+        raise _lib.error_for(status)
+
+
+# ---- the fast path's checks: True or a qjit dtype name when all is well, else False / None -----------------
+
+# An exception in a fast path means an argument it does not handle: the checked path decides.
+_FALLBACK = (AttributeError, TypeError, IndexError, ValueError, ZeroDivisionError)
+
+
+def _dt(t, dev):
+    """t's qjit dtype name when t is a contiguous CUDA tensor on device `dev`; None otherwise, and for a
+    dtype no checked call has met yet."""
+    if t.is_cuda and t.get_device() == dev and t.is_contiguous():
+        return _DT.get(t.dtype)
+    return None
+
+
+def _is(t, dev, dtype, shape):
+    """t is a contiguous CUDA tensor on device `dev`, of qjit dtype `dtype` and shape `shape` (a tuple)."""
+    return t.shape == shape and _dt(t, dev) == dtype
+
+
+def _none_or(t, dev, dtype, shape):
+    """As _is, or t is None (an optional tensor not given)."""
+    return t is None or _is(t, dev, dtype, shape)
+
+
+_BITS = (2, 3, 4, 8)
+_ZEROS = ("sym", "int", "float")
+_ACTS = ("none", "relu", "relu6")
+_FFN_ACTS = ("silu", "silu_lut", "silu_lut_seed")
+# Packed structs (_lib.packer): 3x cheaper than Structure(*fields). gru_quant's params are a new string
+# each call, whose address costs more than the constructor saves: it keeps _lib.GruQuantArgs.
+_wq_args = _lib.packer(_lib.WqGemmArgs)
+_awq_args = _lib.packer(_lib.AwqDequantArgs)
+_qffn_args = _lib.packer(_lib.QuantFfnArgs)
+_w8_args = _lib.packer(_lib.W8a8GemmArgs)
+_conv_args = _lib.packer(_lib.QConv2dArgs)
+
+
+def _ptr(t):
+    return t.data_ptr() if t is not None else 0
+
+
+# The strings the fast paths pass, encoded (and their addresses taken) once: they index _bytes_cache and
+# _address_cache directly. Each is one a fast path has validated (a dtype name, or a value of a choice).
+for _text in FLOAT + HALF + ("mixed", "uint8", "int8", "int32") + _ZEROS + _ACTS + _FFN_ACTS + (
+        "awq", "gptq", "offset", "symmetric", "nchw", "nhwc"):
+    _p(_text)
 
 
 def _output(c, out, dtype, shape, name="out"):
     """`out` checked against the op's result, or a new tensor of it."""
     if out is None:
-        return _empty(shape, dtype, c.device)
+        return _empty(shape, dtype, c.like)
     c.tensor(name, out, (dtype,), tuple(shape))
     return out
 
@@ -111,6 +219,39 @@ def wq_gemm(x, qweight, scales, zeros=None, *, bits=4, g=128, zero="int", bias=N
     bias: [N]; residual: [..., N] like y (may be `out` itself); both x's type.
     act: "none", "relu", "relu6". Returns y [..., N] of x's type.
     """
+    try:
+        xs = x.shape
+        k = xs[-1]
+        xd = _DT.get(x.dtype) if x.is_cuda and x.is_contiguous() else None  # _dt(x, dev), one call fewer
+        dev = x.get_device()
+        ss = scales.shape
+        n = ss[1]
+        groups = k // g
+        sd = _dt(scales, dev)
+        ok = (xd in FLOAT and sd in HALF and len(ss) == 2 and ss[0] == groups and g > 0 and k % g == 0
+              and bits in _BITS and zero in _ZEROS and act in _ACTS
+              and _dt(qweight, dev) in WORDS and qweight.numel() == k * n * bits // 32
+              and (zeros is None if zero == "sym" else _is(zeros, dev, "uint8" if zero == "int" else sd, ss))
+              and _none_or(bias, dev, xd, (n,)))
+        if ok:
+            m = xs[0] if len(xs) == 2 else numel(xs[:-1])  # rows (torch.Size slices are slow: 2-D x needs none)
+            ys = (m, n) if len(xs) == 2 else (*xs[:-1], n)
+            ok = m > 0 and _none_or(residual, dev, xd, ys) and (out is None or _is(out, dev, xd, ys))
+    except _FALLBACK:
+        ok = False
+    if not ok:
+        return _wq_gemm_checked(x, qweight, scales, zeros, bits=bits, g=g, zero=zero, bias=bias, act=act,
+                                residual=residual, out=out)
+    y = out if out is not None else _empty(ys, xd, x)
+    _launch(dev, "qjit_wq_gemm", _wq_args(k, n, bits, g, _A[zero], _A[sd], _A[xd], bias is not None,
+                                          residual is not None, _A[act], x.data_ptr(), qweight.data_ptr(),
+                                          scales.data_ptr(), _ptr(zeros), _ptr(bias), _ptr(residual), y.data_ptr(), m))
+    return y
+
+
+def _wq_gemm_checked(x, qweight, scales, zeros=None, *, bits=4, g=128, zero="int", bias=None, act="none", residual=None,
+                     out=None):
+    """wq_gemm with Checker's checks: the reference, and the messages of every refusal."""
     c = Checker("wq_gemm")
     xd = c.tensor("x", x, FLOAT)
     if len(x.shape) < 1:
@@ -133,7 +274,7 @@ def wq_gemm(x, qweight, scales, zeros=None, *, bits=4, g=128, zero="int", bias=N
                         zeros.data_ptr() if zeros is not None else None,
                         bias.data_ptr() if bias is not None else None,
                         residual.data_ptr() if residual is not None else None, y.data_ptr(), m)
-    _launch(c.device, "qjit_wq_gemm", a)
+    _launch(c.index, "qjit_wq_gemm", a)
     return y
 
 
@@ -144,6 +285,32 @@ def awq_dequant(qweight, qzeros, scales, *, layout="awq", symmetric=False, out_d
     [K/g, N/8] (None for symmetric gptq). scales [K/g, N] fp16 or bf16 (g is
     K / its rows). out_dtype: "fp16", "bf16" or None (the scales' type).
     """
+    try:
+        dev = qweight.get_device()
+        qs, ss = qweight.shape, scales.shape
+        rows, cols = qs
+        k, n = (rows, cols * 8) if layout == "awq" else (rows * 8, cols)
+        groups = ss[0]
+        sd = _dt(scales, dev)
+        od = out_dtype or sd
+        ok = (layout in ("awq", "gptq") and _dt(qweight, dev) in WORDS and sd in HALF and od in HALF
+              and ss == (groups, n) and groups > 0 and k % groups == 0
+              and (qzeros is None and layout == "gptq" if symmetric
+                   else _is(qzeros, dev, "int32", (groups, n // 8)) or _is(qzeros, dev, "uint32", (groups, n // 8)))
+              and _none_or(out, dev, od, (k, n)))
+    except _FALLBACK:
+        ok = False
+    if not ok:
+        return _awq_dequant_checked(qweight, qzeros, scales, layout=layout, symmetric=symmetric, out_dtype=out_dtype,
+                                    out=out)
+    y = out if out is not None else _empty((k, n), od, qweight)
+    _launch(dev, "qjit_awq_dequant", _awq_args(k, n, k // groups, _A[layout], int(bool(symmetric)), _A[sd], _A[od],
+                                               qweight.data_ptr(), _ptr(qzeros), scales.data_ptr(), y.data_ptr()))
+    return y
+
+
+def _awq_dequant_checked(qweight, qzeros, scales, *, layout="awq", symmetric=False, out_dtype=None, out=None):
+    """awq_dequant with Checker's checks: the reference, and the messages of every refusal."""
     c = Checker("awq_dequant")
     c.choice("layout", layout, ("awq", "gptq"))
     if symmetric and layout != "gptq":
@@ -167,7 +334,7 @@ def awq_dequant(qweight, qzeros, scales, *, layout="awq", symmetric=False, out_d
     a = _lib.AwqDequantArgs(k, n, k // groups, _b(layout), int(bool(symmetric)), _b(sd), _b(od),
                             qweight.data_ptr(), qzeros.data_ptr() if qzeros is not None else None,
                             scales.data_ptr(), y.data_ptr())
-    _launch(c.device, "qjit_awq_dequant", a)
+    _launch(c.index, "qjit_awq_dequant", a)
     return y
 
 
@@ -180,6 +347,60 @@ def fused_ffn(x, w1, w3, *, scales1=None, zeros1=None, scales3=None, zeros3=None
     scales [D/g, H], zeros per `zero` as for wq_gemm. act: "silu", "silu_lut",
     "silu_lut_seed". Returns y [..., H] of x's type.
     """
+    try:
+        # The dense branch is the path of test_launch_overhead_python_vs_cpp (and of a decoder's FFN): its
+        # checks of x and w3 are written out, as _dt(x, dev) and _is(w3, dev, wd, ws) would make them, to
+        # save the calls and x's second get_device().
+        xs = x.shape
+        d = xs[-1]
+        xd = _DT.get(x.dtype) if x.is_cuda and x.is_contiguous() else None
+        dev = x.get_device()
+        m = xs[0] if len(xs) == 2 else numel(xs[:-1])  # rows (torch.Size slices are slow: 2-D x needs none)
+        ok = xd in FLOAT and 1 <= m <= 8 and act in _FFN_ACTS
+        if ok and scales1 is None:  # dense
+            ws = w1.shape
+            h = ws[0]
+            wd = _dt(w1, dev)
+            dtype = xd if wd == xd else "mixed" if xd == "fp32" and wd == "fp16" else None
+            ok = (dtype is not None and scales3 is None and zeros1 is None and zeros3 is None
+                  and len(ws) == 2 and ws[1] == d
+                  and w3.shape == ws and w3.dtype == w1.dtype and w3.is_cuda and w3.get_device() == dev
+                  and w3.is_contiguous())
+        elif ok:  # quantized
+            ss = scales1.shape
+            h = ss[1]
+            groups = d // g
+            sd = _dt(scales1, dev)
+            words = d * h * bits // 32
+            zd = None if zero == "sym" else "uint8" if zero == "int" else sd
+            ok = (sd in HALF and bits in _BITS and zero in _ZEROS and g > 0 and d % g == 0
+                  and ss == (groups, h) and _is(scales3, dev, sd, ss)
+                  and _dt(w1, dev) in WORDS and w1.numel() == words and _dt(w3, dev) in WORDS and w3.numel() == words
+                  and (zeros1 is None and zeros3 is None if zd is None
+                       else _is(zeros1, dev, zd, ss) and _is(zeros3, dev, zd, ss)))
+        if ok:
+            ys = (m, h) if len(xs) == 2 else (*xs[:-1], h)
+            ok = out is None or (out.shape == ys and out.dtype == x.dtype and out.is_cuda and out.get_device() == dev
+                                 and out.is_contiguous())  # _is(out, dev, xd, ys), written out
+    except _FALLBACK:
+        ok = False
+    if not ok:
+        return _fused_ffn_checked(x, w1, w3, scales1=scales1, zeros1=zeros1, scales3=scales3, zeros3=zeros3,
+                                  bits=bits, g=g, zero=zero, act=act, out=out)
+    y = out if out is not None else _empty(ys, xd, x)
+    if scales1 is None:
+        _launch(dev, "qjit_fused_ffn", d, h, m, _B[dtype], _B[act], x.data_ptr(), w1.data_ptr(),
+                w3.data_ptr(), y.data_ptr())
+    else:
+        _launch(dev, "qjit_quant_ffn", _qffn_args(d, h, m, bits, g, _A[zero], _A[sd], _A[xd], _A[act], x.data_ptr(),
+                                                  w1.data_ptr(), scales1.data_ptr(), _ptr(zeros1), w3.data_ptr(),
+                                                  scales3.data_ptr(), _ptr(zeros3), y.data_ptr()))
+    return y
+
+
+def _fused_ffn_checked(x, w1, w3, *, scales1=None, zeros1=None, scales3=None, zeros3=None, bits=4, g=128, zero="int",
+                       act="silu", out=None):
+    """fused_ffn with Checker's checks: the reference, and the messages of every refusal."""
     c = Checker("fused_ffn")
     xd = c.tensor("x", x, FLOAT)
     if len(x.shape) < 1:
@@ -206,7 +427,7 @@ def fused_ffn(x, w1, w3, *, scales1=None, zeros1=None, scales3=None, zeros3=None
             c.fail("x is %s and w1 is %s; expected the same type, or fp32 x with fp16 weights"
                    % (TORCH_NAMES[xd], TORCH_NAMES[wd]), TypeError)
         y = _output(c, out, xd, lead + (h,))
-        _launch(c.device, "qjit_fused_ffn", d, h, m, _b(dtype), _b(act), x.data_ptr(), w1.data_ptr(),
+        _launch(c.index, "qjit_fused_ffn", d, h, m, _b(dtype), _b(act), x.data_ptr(), w1.data_ptr(),
                 w3.data_ptr(), y.data_ptr())
         return y
     c.choice("zero", zero, ("sym", "int", "float"))
@@ -224,7 +445,7 @@ def fused_ffn(x, w1, w3, *, scales1=None, zeros1=None, scales3=None, zeros3=None
                           w1.data_ptr(), scales1.data_ptr(), zeros1.data_ptr() if zeros1 is not None else None,
                           w3.data_ptr(), scales3.data_ptr(), zeros3.data_ptr() if zeros3 is not None else None,
                           y.data_ptr())
-    _launch(c.device, "qjit_quant_ffn", a)
+    _launch(c.index, "qjit_quant_ffn", a)
     return y
 
 
@@ -235,6 +456,25 @@ def fp_lut(x, fn="silu", *, cuts=None, out_dtype=None, out=None):
     None ("default"), "seed", or 11 fp16 hex values "a:b:...". x fp16, bf16 or
     fp32, any shape; out_dtype: fp16, bf16, fp32 or None (x's type).
     """
+    try:
+        xs = x.shape
+        xd = _DT.get(x.dtype) if x.is_cuda and x.is_contiguous() else None  # _dt(x, dev), one call fewer
+        dev = x.get_device()
+        od = out_dtype or xd
+        n = x.numel()
+        ok = (xd in FLOAT and od in FLOAT and n > 0 and type(fn) is str and (cuts is None or type(cuts) is str)
+              and _none_or(out, dev, od, xs))
+    except _FALLBACK:
+        ok = False
+    if not ok:
+        return _fp_lut_checked(x, fn, cuts=cuts, out_dtype=out_dtype, out=out)
+    y = out if out is not None else _empty(xs, od, x)
+    _launch(dev, "qjit_fp_lut", _b(fn), n, _B[xd], _B[od], _b(cuts), x.data_ptr(), y.data_ptr())
+    return y
+
+
+def _fp_lut_checked(x, fn="silu", *, cuts=None, out_dtype=None, out=None):
+    """fp_lut with Checker's checks: the reference, and the messages of every refusal."""
     c = Checker("fp_lut")
     xd = c.tensor("x", x, FLOAT)
     if not isinstance(fn, str):
@@ -246,7 +486,7 @@ def fp_lut(x, fn="silu", *, cuts=None, out_dtype=None, out=None):
     n = numel(shape)
     if n == 0:
         return y
-    _launch(c.device, "qjit_fp_lut", _b(fn), n, _b(xd), _b(od), _b(cuts), x.data_ptr(), y.data_ptr())
+    _launch(c.index, "qjit_fp_lut", _b(fn), n, _b(xd), _b(od), _b(cuts), x.data_ptr(), y.data_ptr())
     return y
 
 
@@ -259,6 +499,34 @@ def gru_quant(x, h0, W, R, bw, br, params, *, float_out=False, out=None, out_flo
     document (JSON text or a dict). Returns y int32 [T, N, H], and with
     float_out=True (y, y_float) with y_float the dequantized float32 states.
     """
+    try:
+        dev = x.get_device()
+        t, n, ci = x.shape
+        hs = h0.shape
+        h = hs[1]
+        ys = (t, n, h)
+        want_float = float_out or out_float is not None
+        ok = (type(params) is str and _dt(x, dev) == "int32" and _is(h0, dev, "int32", (n, h))
+              and _is(W, dev, "int8", (3 * h, ci)) and _is(R, dev, "int8", (3 * h, h))
+              and _is(bw, dev, "int32", (3 * h,)) and _is(br, dev, "int32", (3 * h,))
+              and _none_or(out, dev, "int32", ys) and _none_or(out_float, dev, "fp32", ys))
+    except _FALLBACK:
+        ok = False
+    if not ok:
+        return _gru_quant_checked(x, h0, W, R, bw, br, params, float_out=float_out, out=out, out_float=out_float)
+    y = out if out is not None else _empty(ys, "int32", x)
+    yf = None
+    if want_float:
+        yf = out_float if out_float is not None else _empty(ys, "fp32", x)
+    text = params.encode()  # held until the call returns: the struct holds its address
+    _launch(dev, "qjit_gru_quant", _lib.GruQuantArgs(t, n, ci, h, text, x.data_ptr(), h0.data_ptr(), W.data_ptr(),
+                                                     R.data_ptr(), bw.data_ptr(), br.data_ptr(), y.data_ptr(),
+                                                     yf.data_ptr() if yf is not None else None))
+    return (y, yf) if yf is not None else y
+
+
+def _gru_quant_checked(x, h0, W, R, bw, br, params, *, float_out=False, out=None, out_float=None):
+    """gru_quant with Checker's checks: the reference, and the messages of every refusal."""
     c = Checker("gru_quant")
     c.tensor("x", x, ("int32",), ndim=3)
     t, n, ci = (int(s) for s in x.shape)
@@ -279,7 +547,7 @@ def gru_quant(x, h0, W, R, bw, br, params, *, float_out=False, out=None, out_flo
         yf = _output(c, out_float, "fp32", (t, n, h), "out_float")
     a = _lib.GruQuantArgs(t, n, ci, h, params.encode(), x.data_ptr(), h0.data_ptr(), W.data_ptr(), R.data_ptr(),
                           bw.data_ptr(), br.data_ptr(), y.data_ptr(), yf.data_ptr() if yf is not None else None)
-    _launch(c.device, "qjit_gru_quant", a)
+    _launch(c.index, "qjit_gru_quant", a)
     return (y, yf) if yf is not None else y
 
 
@@ -294,6 +562,39 @@ def w8a8_gemm(x, wq, w_scale, w_offset=None, w_sum=None, *, block=128, quant_a="
     codes (needed with quant_a="offset"). bias: [N] of x's type. act:
     "none", "relu", "relu6". Returns y [..., N] of x's type.
     """
+    try:
+        xs = x.shape
+        k = xs[-1]
+        xd = _DT.get(x.dtype) if x.is_cuda and x.is_contiguous() else None  # _dt(x, dev), one call fewer
+        dev = x.get_device()
+        qs = wq.shape
+        n = qs[0]
+        param = (k // block, n)
+        ok = (xd in FLOAT and quant_a in ("offset", "symmetric") and act in _ACTS
+              and qs == (n, k) and _dt(wq, dev) == "int8" and block > 0 and k % block == 0
+              and _is(w_scale, dev, "fp32", param) and _none_or(w_offset, dev, "fp32", param)
+              and (w_sum is not None or quant_a != "offset") and _none_or(w_sum, dev, "int32", param)
+              and _none_or(bias, dev, xd, (n,)))
+        if ok:
+            m = xs[0] if len(xs) == 2 else numel(xs[:-1])  # rows (torch.Size slices are slow: 2-D x needs none)
+            ys = (m, n) if len(xs) == 2 else (*xs[:-1], n)
+            ok = m > 0 and (out is None or _is(out, dev, xd, ys))
+    except _FALLBACK:
+        ok = False
+    if not ok:
+        return _w8a8_gemm_checked(x, wq, w_scale, w_offset, w_sum, block=block, quant_a=quant_a, bias=bias, act=act,
+                                  out=out)
+    y = out if out is not None else _empty(ys, xd, x)
+    _launch(dev, "qjit_w8a8_gemm", _w8_args(k, n, block, _A[xd], _A[quant_a],
+                                            _A["offset" if w_offset is not None else "symmetric"], bias is not None,
+                                            _A[act], x.data_ptr(), wq.data_ptr(), w_scale.data_ptr(), _ptr(w_offset),
+                                            _ptr(w_sum) if quant_a == "offset" else 0, _ptr(bias), y.data_ptr(), m))
+    return y
+
+
+def _w8a8_gemm_checked(x, wq, w_scale, w_offset=None, w_sum=None, *, block=128, quant_a="offset", bias=None, act="none",
+                       out=None):
+    """w8a8_gemm with Checker's checks: the reference, and the messages of every refusal."""
     c = Checker("w8a8_gemm")
     xd = c.tensor("x", x, FLOAT)
     if len(x.shape) < 1:
@@ -324,7 +625,7 @@ def w8a8_gemm(x, wq, w_scale, w_offset=None, w_sum=None, *, block=128, quant_a="
                           w_offset.data_ptr() if w_offset is not None else None,
                           w_sum.data_ptr() if (w_sum is not None and quant_a == "offset") else None,
                           bias.data_ptr() if bias is not None else None, y.data_ptr(), m)
-    _launch(c.device, "qjit_w8a8_gemm", a)
+    _launch(c.index, "qjit_w8a8_gemm", a)
     return y
 
 
@@ -339,6 +640,49 @@ def qconv2d(x, qweight, scales, offsets, *, bits=4, block=32, kernel=(3, 3), str
     bias: float32 [Co]. act: "none", "relu", "relu6". Returns y in x's
     layout and type.
     """
+    try:
+        xd = _DT.get(x.dtype) if x.is_cuda and x.is_contiguous() else None  # _dt(x, dev), one call fewer
+        dev = x.get_device()
+        if layout == "nchw":
+            nb, ci, h, w = x.shape
+        else:
+            nb, h, w, ci = x.shape
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = _pair(kernel), _pair(stride), _pair(padding), _pair(dilation)
+        co = qweight.shape[0]
+        param = (co, ci // block)
+        oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+        ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+        ys = (nb, co, oh, ow) if layout == "nchw" else (nb, oh, ow, co)
+        ok = (xd in ("fp16", "fp32") and layout in ("nchw", "nhwc") and act in _ACTS and bits in (4, 8)
+              and _is(qweight, dev, "int8" if bits == 8 else "uint8", (co, kh, kw, ci if bits == 8 else ci // 2))
+              and block > 0 and ci % block == 0 and _is(scales, dev, "fp32", param)
+              and _is(offsets, dev, "fp32", param) and _none_or(bias, dev, "fp32", (co,))
+              and sh > 0 and sw > 0 and oh > 0 and ow > 0 and (out is None or _is(out, dev, xd, ys)))
+    except _FALLBACK:
+        ok = False
+    if not ok:
+        return _qconv2d_checked(x, qweight, scales, offsets, bits=bits, block=block, kernel=kernel, stride=stride,
+                                padding=padding, dilation=dilation, layout=layout, bias=bias, act=act, out=out)
+    y = out if out is not None else _empty(ys, xd, x)
+    _launch(dev, "qjit_qconv2d", _conv_args(nb, ci, h, w, co, kh, kw, sh, sw, ph, pw, dh, dw, _A[layout], bits, block,
+                                            _A[xd], bias is not None, _A[act], x.data_ptr(), qweight.data_ptr(),
+                                            scales.data_ptr(), offsets.data_ptr(), _ptr(bias), y.data_ptr()))
+    return y
+
+
+def _pair(v):
+    """qconv2d's kernel, stride, padding or dilation as a pair of ints (fast path: an int or two ints)."""
+    if type(v) is int:
+        return v, v
+    a, b = v
+    if type(a) is not int or type(b) is not int:
+        raise TypeError("not a pair of ints")
+    return a, b
+
+
+def _qconv2d_checked(x, qweight, scales, offsets, *, bits=4, block=32, kernel=(3, 3), stride=(1, 1), padding=(0, 0),
+                     dilation=(1, 1), layout="nchw", bias=None, act="none", out=None):
+    """qconv2d with Checker's checks: the reference, and the messages of every refusal."""
     c = Checker("qconv2d")
     xd = c.tensor("x", x, ("fp16", "fp32"), ndim=4)
     c.choice("layout", layout, ("nchw", "nhwc"))
@@ -370,5 +714,5 @@ def qconv2d(x, qweight, scales, offsets, *, bits=4, block=32, kernel=(3, 3), str
     a = _lib.QConv2dArgs(nb, ci, h, w, co, kh, kw, sh, sw, ph, pw, dh, dw, _b(layout), bits, block, _b(xd),
                          bias is not None, _b(act), x.data_ptr(), qweight.data_ptr(), scales.data_ptr(),
                          offsets.data_ptr(), bias.data_ptr() if bias is not None else None, y.data_ptr())
-    _launch(c.device, "qjit_qconv2d", a)
+    _launch(c.index, "qjit_qconv2d", a)
     return y

@@ -2,8 +2,10 @@
 
 StandIn: a stand-in for torch.Tensor with only what qjit's argument checks read:
 dtype (its str() is torch's name), shape, stride(), is_contiguous(), device
-(type, index) and data_ptr(). It tests the checks without torch or a GPU;
-the GPU machine's tests (test_gpu.py) run the same ops on real tensors."""
+(type, index) and data_ptr() for the checked path; is_cuda, get_device() and
+numel() for the fast one (qjit/ops.py). It tests the checks without torch or
+a GPU; the GPU machine's tests (test_gpu.py) run the same ops on real tensors.
+As in torch, a CUDA tensor's device always has an index ("cuda" is cuda:0)."""
 import os
 import tempfile
 import unittest
@@ -53,7 +55,7 @@ class StandIn:
         self.dtype = "torch." + dtype
         self.shape = tuple(shape)
         kind, _, index = device.partition(":")
-        self.device = Device(kind, int(index) if index else None)
+        self.device = Device(kind, int(index) if index else 0 if kind == "cuda" else None)
         self._stride = tuple(stride) if stride is not None else self._contiguous_stride()
         self._ptr = _next_ptr[0]
         _next_ptr[0] += 1 << 24
@@ -67,6 +69,20 @@ class StandIn:
 
     def stride(self):
         return self._stride
+
+    @property
+    def is_cuda(self):
+        return self.device.type == "cuda"
+
+    def get_device(self):
+        """As torch's: the CUDA device's index, -1 on the CPU."""
+        return self.device.index if self.device.type == "cuda" else -1
+
+    def numel(self):
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
 
     def is_contiguous(self):
         return all(d == 1 or s == c for d, s, c in zip(self.shape, self._stride, self._contiguous_stride()))

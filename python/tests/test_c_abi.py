@@ -97,6 +97,26 @@ class HeaderAgreement(unittest.TestCase):
             for f, _ in s._fields_:
                 self.assertEqual(getattr(s, f).offset, c[(s.c_name, f)], "%s.%s" % (s.c_name, f))
 
+    def test_packed_structs_equal_the_ctypes_constructor(self):
+        """_lib.packer(cls)(*fields), the ops' fast marshalling, makes the bytes cls(*fields) makes."""
+        texts = [("text %d" % i).encode() for i in range(40)]  # alive for the whole test: fields point into them
+        for s in _lib.STRUCTS:
+            # distinct values per field, negative ints too; void* above 2^32; char* the address of a text
+            fields = []
+            for i, (_, t) in enumerate(s._fields_):
+                if t is ctypes.c_char_p:
+                    fields.append(ctypes.cast(ctypes.c_char_p(texts[i]), ctypes.c_void_p).value)
+                elif t is ctypes.c_void_p:
+                    fields.append((i + 1) << 33)
+                else:
+                    fields.append(-3 - i if i % 3 == 0 else i + 1)
+            packed, made = _lib.packer(s)(*fields), s(*fields)
+            self.assertIs(type(packed), s)
+            self.assertEqual(bytes(packed), bytes(made), s.c_name)
+            for name, _ in s._fields_:
+                self.assertEqual(getattr(packed, name), getattr(made, name), "%s.%s" % (s.c_name, name))
+        self.assertIsNone(_lib.packer(_lib.WqGemmArgs)(*[0] * len(_lib.WqGemmArgs._fields_)).zero, "0 is NULL")
+
 
 if __name__ == "__main__":
     unittest.main()

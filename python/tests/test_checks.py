@@ -20,19 +20,19 @@ from support import StandIn, T  # noqa: E402
 
 
 class Recorder:
-    """Replaces qjit.ops._launch and _empty: records each launch, allocates stand-ins."""
+    """Replaces qjit.ops._launch and _empty: records each launch (device index, entry, args), allocates stand-ins."""
 
     def __init__(self):
         self.launches = []
 
-    def launch(self, device, entry, *args):
-        self.launches.append((device, entry, args))
+    def launch(self, index, entry, *args):
+        self.launches.append((index, entry, args))
 
     @staticmethod
-    def empty(shape, dtype, device):
+    def empty(shape, dtype, like):
         from qjit._check import TORCH_NAMES
 
-        return StandIn(TORCH_NAMES[dtype][len("torch."):], shape, str(device))
+        return StandIn(TORCH_NAMES[dtype][len("torch."):], shape, str(like.device))
 
 
 class OpChecks(unittest.TestCase):
@@ -67,7 +67,7 @@ class OpChecks(unittest.TestCase):
         self.assertEqual(y.dtype, "torch.float16")
         (device, entry, (s,)), = self.rec.launches
         self.assertEqual(entry, "qjit_wq_gemm")
-        self.assertEqual((device.type, device.index), ("cuda", 0))
+        self.assertEqual(device, 0)
         self.assertEqual((s.k, s.n, s.m, s.bits, s.g, s.bias, s.residual), (256, 64, 6, 4, 128, 1, 0))
         self.assertEqual((s.zero, s.scales_dtype, s.x_dtype, s.act), (b"int", b"fp16", b"fp16", b"none"))
         self.assertEqual((s.x, s.qweight, s.scales, s.zeros, s.bias_ptr, s.y),
@@ -154,6 +154,11 @@ class OpChecks(unittest.TestCase):
         self.refused(ValueError, ["w_sum is None", "quant_a='offset'"], f, **self.w8(w_sum=None))
         self.refused(ValueError, ["quant_a 'minmax'"], f, quant_a="minmax", **self.w8())
         self.refused(TypeError, ["bias", "torch.float32"], f, bias=T("float32", 64), **self.w8())
+        self.refused(ValueError, ["w_sum has shape [2, 32]"], f, **self.w8(w_sum=T("int32", 2, 32)))
+        self.refused(ValueError, ["x is not contiguous"], f, **self.w8(x=T("float16", 256, 3).t()))
+        self.refused(ValueError, ["x is on cpu"], f, **self.w8(x=T("float16", 3, 256, device="cpu")))
+        self.refused(ValueError, ["w_offset is not contiguous"], f, **self.w8(w_offset=T("float32", 64, 2).t()))
+        self.refused(ValueError, ["out has shape [3, 32]"], f, out=T("float16", 3, 32), **self.w8())
 
     # ---- qconv2d ----
     def conv(self, **over):
@@ -190,6 +195,13 @@ class OpChecks(unittest.TestCase):
         self.refused(TypeError, ["x", "torch.bfloat16"], f, **self.conv(x=T("bfloat16", 1, 64, 14, 14)))
         self.refused(ValueError, ["output would be", "kernel 3 × 3"], f, dilation=8, **self.conv())
         self.refused(ValueError, ["scales has shape [32, 4]"], f, **self.conv(scales=T("float32", 32, 4)))
+        self.refused(ValueError, ["offsets has shape [32, 1]"], f, **self.conv(offsets=T("float32", 32, 1)))
+        self.refused(ValueError, ["x is not contiguous"], f, **self.conv(x=StandIn("float16", (1, 64, 14, 14),
+                                                                                    stride=(1, 1, 896, 64))))
+        self.refused(ValueError, ["bias has shape [16]"], f, bias=T("float32", 16), **self.conv())
+        self.refused(ValueError, ["out has shape [1, 32, 14, 14]", "[1, 32, 12, 12]"], f,
+                     out=T("float16", 1, 32, 14, 14), **self.conv())
+        self.refused(ValueError, ["qweight is on cpu"], f, **self.conv(qweight=T("uint8", 32, 3, 3, 32, device="cpu")))
 
     # ---- awq_dequant ----
     def test_awq_dequant(self):
@@ -209,6 +221,9 @@ class OpChecks(unittest.TestCase):
         self.refused(TypeError, ["qweight", "torch.float16"], f, T("float16", 256, 8), qz, sc)
         self.refused(ValueError, ["symmetric is for layout='gptq'"], f, qw, None, sc, symmetric=True)
         self.refused(ValueError, ["scales has 3 rows", "K=256"], f, qw, qz, T("float16", 3, 64))
+        self.refused(ValueError, ["scales has shape [2, 32]", "[K/g, N] = [2, 64]"], f, qw, qz, T("float16", 2, 32))
+        self.refused(TypeError, ["qzeros", "torch.uint8"], f, qw, T("uint8", 2, 8), sc)
+        self.refused(ValueError, ["out has shape [64, 256]"], f, qw, qz, sc, out=T("float16", 64, 256))
         self.refused(ValueError, ["qweight has 3 dimensions"], f, T("int32", 1, 256, 8), qz, sc)
 
     # ---- fused_ffn ----
@@ -230,6 +245,20 @@ class OpChecks(unittest.TestCase):
         self.refused(TypeError, ["x is torch.float16 and w1 is torch.bfloat16"], f, x, T("bfloat16", 512, 256),
                      T("bfloat16", 512, 256))
         self.refused(ValueError, ["zeros1 given without scales1"], f, x, w1, w3, zeros1=T("uint8", 2, 512))
+        self.refused(ValueError, ["w1 is on cuda:1 but x is on cuda:0"], f, x, T("float16", 512, 256, device="cuda:1"),
+                     w3)
+        self.refused(ValueError, ["out has shape [1, 256]"], f, x, w1, w3, out=T("float16", 1, 256))
+        self.refused(ValueError, ["w3 has shape [256, 512]"], f, x, w1, T("float16", 256, 512))
+        self.refused(ValueError, ["w3 is on cuda:1 but x is on cuda:0"], f, x, w1,
+                     T("float16", 512, 256, device="cuda:1"))
+        self.refused(TypeError, ["w3 has dtype torch.bfloat16"], f, x, w1, T("bfloat16", 512, 256))
+        self.refused(ValueError, ["w3 is not contiguous"], f, x, w1, T("float16", 256, 512).t())
+        self.refused(ValueError, ["x is not contiguous"], f, T("float16", 256, 2).t(), w1, w3)
+        self.refused(ValueError, ["out is not contiguous"], f, T("float16", 2, 256), w1, w3,
+                     out=T("float16", 512, 2).t())
+        self.refused(ValueError, ["out is on cuda:1"], f, x, w1, w3, out=T("float16", 1, 512, device="cuda:1"))
+        self.refused(TypeError, ["out has dtype torch.float32"], f, x, w1, w3, out=T("float32", 1, 512))
+        self.refused(ValueError, ["act 'gelu'"], f, x, w1, w3, act="gelu")
 
     def test_fused_ffn_quantized(self):
         x = T("float16", 2, 256)
@@ -248,6 +277,11 @@ class OpChecks(unittest.TestCase):
         self.refused(TypeError, ["scales3 has dtype torch.bfloat16 but scales1 has torch.float16"], f, x,
                      **dict(w, scales3=T("bfloat16", 2, 512)))
         self.refused(ValueError, ["qweight1 has 100 elements"], f, x, **dict(w, w1=T("int32", 100)))
+        self.refused(TypeError, ["zeros3", "torch.int32", "uint8"], f, x, **dict(w, zeros3=T("int32", 2, 512)))
+        narrow = dict(w, w3=T("int32", 256 * 256 // 8), scales3=T("float16", 2, 256), zeros3=T("uint8", 2, 256))
+        self.refused(ValueError, ["scales3 has N = 256 columns"], f, x, **narrow)
+        self.refused(ValueError, ["zeros3 given but zero='sym'"], f, x, zero="sym", **dict(w, zeros1=None))
+        self.refused(ValueError, ["out has shape [2, 256]"], f, x, out=T("float16", 2, 256), **w)
 
     # ---- fp_lut, gru_quant ----
     def test_fp_lut(self):
@@ -259,6 +293,8 @@ class OpChecks(unittest.TestCase):
         self.rec.launches.clear()
         self.refused(TypeError, ["fp_lut: x", "torch.int32"], qjit.fp_lut, T("int32", 4))
         self.refused(ValueError, ["out_dtype 'fp64'"], qjit.fp_lut, x, out_dtype="fp64")
+        self.refused(ValueError, ["out has shape [400]"], qjit.fp_lut, x, out=T("bfloat16", 400))
+        self.refused(ValueError, ["x is not contiguous"], qjit.fp_lut, T("float16", 100, 4).t())
 
     def test_gru_quant(self):
         t, n, c, h = 5, 2, 8, 16
@@ -277,6 +313,191 @@ class OpChecks(unittest.TestCase):
         bad[1] = T("int32", 3, h)
         self.refused(ValueError, ["h0 has shape [3, 16]", "N from x"], qjit.gru_quant, *bad, "{}")
         self.refused(TypeError, ["params must be"], qjit.gru_quant, *a, 7)
+        for i, bad, words in ((2, T("int8", 3 * h, c + 1), "W has shape [48, 9]"),
+                              (3, T("int8", 3 * h, c), "R has shape"),
+                              (5, T("int32", 3 * h + 1), "br has shape [49]"),
+                              (4, T("int32", 3 * h, device="cuda:1"), "bw is on cuda:1")):
+            self.refused(ValueError, [words], qjit.gru_quant, *(a[:i] + [bad] + a[i + 1:]), "{}")
+        self.refused(TypeError, ["out_float has dtype torch.float16"], qjit.gru_quant, *a, "{}",
+                     out_float=T("float16", t, n, h))
+        self.refused(TypeError, ["gru_quant: x has dtype torch.float32"], qjit.gru_quant, T("float32", t, n, c), *a[1:],
+                     "{}")
+        self.refused(ValueError, ["x is on cpu"], qjit.gru_quant, T("int32", t, n, c, device="cpu"), *a[1:], "{}")
+
+
+def fields(args):
+    """A launch's arguments with each struct as the tuple of its fields (what the C side reads)."""
+    return tuple(tuple(getattr(a, f) for f, _ in a._fields_) if hasattr(a, "_fields_") else a for a in args)
+
+
+class FastPath(unittest.TestCase):
+    """Each op's fast path (qjit/ops.py) takes valid calls and launches what its checked path launches."""
+
+    OPS = ("wq_gemm", "awq_dequant", "fused_ffn", "fp_lut", "gru_quant", "w8a8_gemm", "qconv2d")
+
+    def setUp(self):
+        self.rec = Recorder()
+        self.checked_calls = []
+        self.saved = {"_launch": ops._launch, "_empty": ops._empty}
+        ops._launch, ops._empty = self.rec.launch, self.rec.empty
+        for op in self.OPS:
+            name = "_%s_checked" % op
+            self.saved[name] = original = getattr(ops, name)
+
+            def spy(*args, _op=op, _original=original, **kwargs):
+                self.checked_calls.append(_op)
+                return _original(*args, **kwargs)
+
+            setattr(ops, name, spy)
+
+    def tearDown(self):
+        for name, f in self.saved.items():
+            setattr(ops, name, f)
+
+    def same(self, op, *args, **kwargs):
+        """op(*args) twice (the first one may meet a dtype for the first time), the second on the fast path,
+        then the checked path on the same arguments: the same launch, the same output."""
+        fast, checked = getattr(qjit, op), self.saved["_%s_checked" % op]
+        fast(*args, **kwargs)
+        self.rec.launches.clear()
+        self.checked_calls.clear()
+        y = fast(*args, **kwargs)
+        self.assertEqual(self.checked_calls, [], "%s%r took the checked path" % (op, kwargs))
+        y_ref = checked(*args, **kwargs)
+        (i1, e1, a1), (i2, e2, a2) = self.rec.launches
+        self.assertEqual((i1, e1), (i2, e2))
+        outs = y if isinstance(y, tuple) else (y,)
+        outs_ref = y_ref if isinstance(y_ref, tuple) else (y_ref,)
+        self.assertEqual([(o.shape, o.dtype) for o in outs], [(o.shape, o.dtype) for o in outs_ref])
+        given = [kwargs.get("out"), kwargs.get("out_float")]
+        self.assertEqual([o for o in outs if any(o is g for g in given)], [g for g in given if g is not None])
+        # Outputs allocated by each call: the same but for their pointers.
+        ptrs = {o.data_ptr(): "new output" for o in outs + outs_ref if not any(o is g for g in given)}
+        norm = lambda a: tuple(tuple(ptrs.get(v, v) for v in f) if isinstance(f, tuple) else ptrs.get(f, f)
+                               for f in fields(a))  # noqa: E731
+        self.assertEqual(norm(a1), norm(a2), "%s%r" % (op, kwargs))
+        self.rec.launches.clear()
+
+    def test_every_op(self):
+        x, x2 = T("float16", 1, 256), T("float32", 4, 256)
+        w1, w3 = T("float16", 512, 256), T("float16", 512, 256)
+        self.same("fused_ffn", x, w1, w3)
+        self.same("fused_ffn", x, w1, w3, out=T("float16", 1, 512), act="silu_lut_seed")
+        self.same("fused_ffn", x2, w1, w3, act="silu_lut")  # mixed
+        qw = T("int32", 256 * 512 // 8)
+        for zero, zeros in (("int", T("uint8", 2, 512)), ("float", T("float16", 2, 512)), ("sym", None)):
+            q = dict(scales1=T("float16", 2, 512), zeros1=zeros, scales3=T("float16", 2, 512), zeros3=zeros)
+            self.same("fused_ffn", T("float16", 2, 256), qw, qw, zero=zero, **q)
+            self.same("wq_gemm", T("float16", 3, 256), qw, q["scales1"], zeros, zero=zero, out=T("float16", 3, 512))
+        r = T("bfloat16", 2, 3, 64)
+        self.same("wq_gemm", T("bfloat16", 2, 3, 256), T("uint32", 256 * 64 // 8), T("bfloat16", 2, 64),
+                  T("uint8", 2, 64), bias=T("bfloat16", 64), act="relu6", residual=r, out=r)
+        self.same("wq_gemm", T("float32", 5, 256), T("int32", 256 * 64 * 8 // 32), T("float16", 4, 64),
+                  T("uint8", 4, 64), bits=8, g=64)
+        sc = T("float16", 2, 64)
+        self.same("awq_dequant", T("int32", 256, 8), T("int32", 2, 8), sc)
+        self.same("awq_dequant", T("int32", 256, 8), T("int32", 2, 8), sc, out_dtype="bf16",
+                  out=T("bfloat16", 256, 64))
+        self.same("awq_dequant", T("int32", 32, 64), None, sc, layout="gptq", symmetric=True)
+        self.same("fp_lut", T("bfloat16", 4, 100), "gelu", out_dtype="fp32")
+        self.same("fp_lut", T("float16", 7), "silu", cuts="seed", out=T("float16", 7))
+        t, n, c, h = 5, 2, 8, 16
+        g = [T("int32", t, n, c), T("int32", n, h), T("int8", 3 * h, c), T("int8", 3 * h, h), T("int32", 3 * h),
+             T("int32", 3 * h)]
+        self.same("gru_quant", *g, '{"input_size": 8}')
+        self.same("gru_quant", *g, "{}", float_out=True, out=T("int32", t, n, h))
+        w8 = dict(wq=T("int8", 64, 256), w_scale=T("float32", 2, 64))
+        self.same("w8a8_gemm", T("float16", 3, 256), **w8, w_offset=T("float32", 2, 64), w_sum=T("int32", 2, 64),
+                  bias=T("float16", 64), act="relu")
+        self.same("w8a8_gemm", T("float32", 1, 256), **w8, quant_a="symmetric", out=T("float32", 1, 64))
+        self.same("w8a8_gemm", T("float32", 1, 256), **w8, w_sum=T("int32", 2, 64), quant_a="symmetric")
+        cv = (T("uint8", 32, 3, 3, 32), T("float32", 32, 2), T("float32", 32, 2))
+        self.same("qconv2d", T("float16", 1, 64, 14, 14), *cv, padding=1, stride=(2, 1), bias=T("float32", 32))
+        self.same("qconv2d", T("float32", 2, 9, 9, 16), T("int8", 8, 1, 1, 16), T("float32", 8, 1),
+                  T("float32", 8, 1), bits=8, block=16, kernel=1, layout="nhwc", out=T("float32", 2, 9, 9, 8))
+
+    def test_what_the_fast_path_leaves_to_the_checked_one(self):
+        """Calls the fast path does not decide take the checked path, which still launches (or returns) as before."""
+        x, w = T("float16", 1, 256), T("float16", 512, 256)
+        self.same("fused_ffn", x, w, w)  # every dtype met: what follows is not a first meeting
+        cases = [
+            ("wq_gemm", (T("float16", 0, 256), T("int32", 256 * 64 // 8), T("float16", 2, 64), T("uint8", 2, 64)), {}),
+            ("gru_quant", (T("int32", 5, 2, 8), T("int32", 2, 16), T("int8", 48, 8), T("int8", 48, 16),
+                           T("int32", 48), T("int32", 48), {"input_size": 8}), {}),  # params as a dict
+            ("fp_lut", (T("float16", 0, 4),), {}),  # no elements
+            ("qconv2d", (T("float16", 1, 64, 14, 14), T("uint8", 32, 3, 3, 32), T("float32", 32, 2),
+                         T("float32", 32, 2)), {"padding": (1.0, 1)}),  # not an int
+        ]
+        for op, args, kwargs in cases:
+            self.checked_calls.clear()
+            getattr(qjit, op)(*args, **kwargs)
+            self.assertEqual(self.checked_calls, [op])
+        self.assertEqual([e for _, e, _ in self.rec.launches], ["qjit_gru_quant", "qjit_qconv2d"])
+
+
+class Launch(unittest.TestCase):
+    """qjit.ops._launch on a stand-in torch: the current device's stream, another device under torch.cuda.device."""
+
+    def setUp(self):
+        self.log = []
+        log = self.log
+
+        class FakeC:
+            current = 0
+
+            @staticmethod
+            def _cuda_getDevice():
+                return FakeC.current
+
+            @staticmethod
+            def _cuda_getCurrentRawStream(i):
+                return 1000 + i + 10 * FakeC.current
+
+        class Device:
+            def __init__(self, i):
+                self.i = i
+
+            def __enter__(self):
+                self.prev, FakeC.current = FakeC.current, self.i
+
+            def __exit__(self, *exc):
+                FakeC.current = self.prev
+
+        class FakeTorch:
+            _C = FakeC
+
+            class cuda:
+                device = Device
+
+        def entry(*args):
+            log.append(args)
+            return args[0]  # the status: the first argument
+
+        self.saved = ops._torch_module, ops._cuda_calls, _lib_functions().get("qjit_test_entry")
+        ops._torch_module, ops._cuda_calls = FakeTorch, None
+        _lib_functions()["qjit_test_entry"] = entry
+
+    def tearDown(self):
+        ops._torch_module, ops._cuda_calls = self.saved[:2]
+        _lib_functions().pop("qjit_test_entry")
+
+    def test_stream_device_and_status(self):
+        ops._launch(0, "qjit_test_entry", 0, "a")
+        ops._launch(2, "qjit_test_entry", 0, "b")  # on device 2 while it runs: its stream, seen from device 2
+        self.assertEqual(self.log, [(0, "a", 1000), (0, "b", 1022)])
+        saved = ops._lib.error_for
+        ops._lib.error_for = lambda status: qjit.QjitError("status %d" % status)
+        try:
+            with self.assertRaisesRegex(qjit.QjitError, "status 5"):
+                ops._launch(0, "qjit_test_entry", 5)
+        finally:
+            ops._lib.error_for = saved
+
+
+def _lib_functions():
+    from qjit import _lib
+
+    return _lib._functions
 
 
 class WithoutTorch(unittest.TestCase):

@@ -6,6 +6,8 @@ machine, a developer's machine), skipped in CI, which has no torch.
 - the torch AWQ packer of test_gpu.py equals qjit.awq.pack,
 - qjit.safetensors.from_torch / to_torch round trips,
 - the real tensor protocol in the checks (dtype, then device),
+- the ops' fast paths on real tensors (CPU tensors posing as cuda:0): taken,
+  and launching what the checked paths launch,
 - QuantGRU's quantization of float input equals the C++ one: `qjit gru run
   --cpu` on the float input and on QuantGRU's codes gives the same states.
 """
@@ -81,6 +83,69 @@ class TorchWithoutGpu(CliTest):
         self.assertTrue(torch.equal(test_gpu.load_npy_int32(p("x.npy")), test_gpu.load_npy_int32(p("xc.npy"))))
         with self.assertRaisesRegex(ValueError, "gru_quant: x is on cpu"):
             qg(x)
+
+
+@unittest.skipUnless(torch, "needs torch")
+class FastPathOnTorchTensors(unittest.TestCase):
+    """ops' fast paths read torch's own attributes (torch.Size, dtype objects, new_empty): CPU tensors answer
+    as cuda:0 here (is_cuda, get_device() and device patched on torch.Tensor for the test), launches recorded."""
+
+    def setUp(self):
+        from qjit import ops
+
+        cuda0 = torch.device("cuda", 0)
+        torch.Tensor.is_cuda = property(lambda self: True)
+        torch.Tensor.get_device = lambda self: 0
+        torch.Tensor.device = property(lambda self: cuda0)
+        self.launches, self.checked = [], []
+        self.saved = {"_launch": ops._launch, "_fused_ffn_checked": ops._fused_ffn_checked,
+                      "_wq_gemm_checked": ops._wq_gemm_checked}
+        ops._launch = lambda *args: self.launches.append(args)
+        for name in ("_fused_ffn_checked", "_wq_gemm_checked"):
+            setattr(ops, name, lambda *a, _f=self.saved[name], _n=name, **k: (self.checked.append(_n), _f(*a, **k))[1])
+
+    def tearDown(self):
+        from qjit import ops
+
+        for name in ("is_cuda", "get_device", "device"):
+            delattr(torch.Tensor, name)
+        for name, f in self.saved.items():
+            setattr(ops, name, f)
+
+    def fast_and_checked(self, op, *args, **kwargs):
+        """op's launch from its fast path (after a first call), then from its checked path."""
+        getattr(qjit, op)(*args, **kwargs)
+        self.launches.clear()
+        self.checked.clear()
+        y = getattr(qjit, op)(*args, **kwargs)
+        self.assertEqual(self.checked, [], "%s took the checked path" % op)
+        self.saved["_%s_checked" % op](*args, **kwargs)
+        (fast, ref) = self.launches
+        self.launches.clear()
+        return y, fast, ref
+
+    def test_fused_ffn_and_wq_gemm(self):
+        x, w = torch.empty(2, 256, dtype=torch.float16), torch.empty(512, 256, dtype=torch.float16)
+        out = torch.empty(2, 512, dtype=torch.float16)
+        y, fast, ref = self.fast_and_checked("fused_ffn", x, w, w, out=out)
+        self.assertIs(y, out)
+        self.assertEqual(fast, ref)
+        y, fast, ref = self.fast_and_checked("fused_ffn", torch.empty(3, 1, 256), w, w, act="silu_lut")  # mixed
+        self.assertEqual((tuple(y.shape), y.dtype), ((3, 1, 512), torch.float32))
+        self.assertEqual(fast[:7], (0, "qjit_fused_ffn", 256, 512, 3, b"mixed", b"silu_lut"))
+        self.assertEqual(fast[:-1], ref[:-1])  # all but the new output's pointer
+        self.assertEqual(fast[-1], y.data_ptr())
+        qw, sc, z = torch.empty(256 * 64 // 8, dtype=torch.int32), torch.empty(2, 64, dtype=torch.bfloat16), \
+            torch.empty(2, 64, dtype=torch.uint8)
+        y, fast, ref = self.fast_and_checked("wq_gemm", torch.empty(4, 256, dtype=torch.bfloat16), qw, sc, z,
+                                             bias=torch.empty(64, dtype=torch.bfloat16))
+        self.assertEqual((tuple(y.shape), y.dtype), ((4, 64), torch.bfloat16))
+        (_, entry, a), (_, _, b) = fast, ref
+        self.assertEqual((entry, a.k, a.n, a.m, a.zero, a.scales_dtype, a.x_dtype, a.bias), ("qjit_wq_gemm", 256, 64, 4,
+                                                                                           b"int", b"bf16", b"bf16", 1))
+        every = lambda s: {f: getattr(s, f) for f, _ in s._fields_ if f != "y"}  # noqa: E731 (y: a new output each)
+        self.assertEqual(every(a), every(b))
+        self.assertEqual(a.y, y.data_ptr())
 
 
 if __name__ == "__main__":
