@@ -148,7 +148,7 @@ __device__ __forceinline__ void queue_chunk(const half_t* __restrict__ x, const 
       const int iy = a.iy0[i] + dy, ix = a.ix0[i] + dx;
       const bool in = static_cast<unsigned>(iy) < static_cast<unsigned>(kH) &&
                       static_cast<unsigned>(ix) < static_cast<unsigned>(kW);
-      cp_async16(as + swizzled(e / kP, e % kP), in ? x + a.off[i] + shift : x, in ? 16 : 0);
+      cp_async16(as + swizzled(e / kP, e % kP), in ? x + (a.off[i] + shift) : x, in ? 16 : 0);
     }
     char* bs = slot + kABytes;
 #pragma unroll
