@@ -47,6 +47,13 @@ TEST_CASE("qconv2d: every candidate verifies (tuner)", "[gpu]") {
            "n=1,ci=32,h=12,w=10,co=16,dil_h=2,dil_w=2,pad_h=2,pad_w=2,block=8,act=relu,layout=nhwc",
            // ci = 16: stages of one mma step (bk = 16), int4 block 2
            "n=1,ci=16,h=6,w=6,co=8,block=2,pad_h=1,pad_w=1",
+           // igemm_ring (nhwc, ci a multiple of 32): stride 2, odd co (2-byte y
+           // stores, zero-filled weight rows past co), per-channel blocks, bias, relu6
+           "n=2,ci=64,h=15,w=15,co=75,stride_h=2,stride_w=2,pad_h=1,pad_w=1,block=64,bias=yes,act=relu6,layout=nhwc",
+           // 1×1, int4 blocks of 4 (two (scale, offset) pairs per 8 codes), chunks of 32
+           "n=2,ci=96,h=7,w=9,co=40,kh=1,kw=1,block=4,act=relu,layout=nhwc",
+           // small M, deep K: split-K up to 16 blocks per tile, int8, bias
+           "n=1,ci=256,h=7,w=7,co=128,pad_h=1,pad_w=1,bits=8,block=64,bias=yes,layout=nhwc",
            // fp32 x (the direct kernel), ci without 16, non-square kernel
            "n=2,ci=6,h=9,w=9,co=10,kh=3,kw=5,pad_w=2,block=6,x=fp32,bias=yes,layout=nhwc",
            "n=1,ci=3,h=10,w=10,co=8,block=3,bits=8,x=fp32,stride_h=3,act=relu6",

@@ -1,7 +1,8 @@
 // qconv2d's op on the CPU: spec errors naming the bad value, the tuning space
 // and its pruning, the weight packer's round trip, the tolerance bound, the
 // direct kernel's formula against the reference (a CPU transcription of it
-// within the bound), and NVRTC compiles of the candidates for sm_80 and sm_90.
+// within the bound), and NVRTC compiles of the candidates (every family) for
+// sm_80 and sm_90.
 #include <catch2/catch.hpp>
 
 #include <array>
@@ -64,11 +65,14 @@ TEST_CASE("qconv2d space: families, pruning, legality of every candidate", "[qco
     CHECK_NOTHROW(op.validate_config(spec, c));
     CHECK(op.template_path(c).find("templates/qconv2d/") == 0);
   }
-  CHECK(families == std::set<std::string>{"direct", "implicit_gemm"});
+  CHECK(families == std::set<std::string>{"direct", "implicit_gemm", "igemm_ring"});
   CHECK(space.size() >= 10);
-  CHECK(space.size() <= 44);
+  CHECK(space.size() <= 90);
   INFO(space.size() << " candidates");
   CHECK(op.default_config(spec).at("family") == "implicit_gemm");
+  // nchw x, or ci without 32, has no igemm_ring.
+  for (const char* s : {"ci=64,h=8,w=8,co=32", "ci=48,h=8,w=8,co=32,block=16,layout=nhwc"})
+    for (const auto& c : op.tunable_space(codegen::parse_spec("qconv2d", s))) CHECK(c.at("family") != "igemm_ring");
   // fp32 x and ci without 16 leave only the direct kernel.
   for (const char* s : {"ci=64,h=8,w=8,co=32,x=fp32", "ci=6,h=8,w=8,co=32,block=6"}) {
     const auto sp = codegen::parse_spec("qconv2d", s);
@@ -89,6 +93,34 @@ TEST_CASE("qconv2d space: families, pruning, legality of every candidate", "[qco
   CHECK(k.geometry.grid[0] == (56 * 56 + 63) / 64);
   CHECK(k.geometry.grid[1] == 1);
   CHECK(k.geometry.dynamic_smem == 2 * (64 + 64) * (64 + 8) * 2);
+  // igemm_ring: illegal configs named; the split grid and its workspace.
+  nlohmann::json ring = {{"family", "igemm_ring"}, {"bm", 64}, {"bn", 64}, {"bk", 64}, {"warps_m", 2},
+                         {"warps_n", 2},           {"stages", 3}, {"split", 1}};
+  CHECK_THROWS_WITH(op.validate_config(codegen::parse_spec("qconv2d", "ci=32,h=8,w=8,co=32,layout=nhwc"), ring),
+                    Catch::Contains("bk=64 does not divide ci=32"));
+  CHECK_THROWS_WITH(op.validate_config(codegen::parse_spec("qconv2d", "ci=64,h=8,w=8,co=32"), ring),
+                    Catch::Contains("layout=nchw"));
+  const auto small = codegen::parse_spec("qconv2d", "n=1,ci=512,h=14,w=14,co=512,pad_h=1,pad_w=1,layout=nhwc");
+  ring["split"] = 5;  // K = 256 is 4 chunks of 64
+  CHECK_THROWS_WITH(op.validate_config(codegen::parse_spec("qconv2d", "ci=256,h=7,w=7,co=128,kh=1,kw=1,layout=nhwc"), ring),
+                    Catch::Contains("split=5 exceeds the 4 chunks"));
+  ring["split"] = 65;
+  CHECK_THROWS_WITH(op.validate_config(small, ring), Catch::Contains("split must be 1 to 64"));
+  ring["split"] = 8;
+  CHECK_NOTHROW(op.validate_config(small, ring));
+  const auto rp = op.plan(small, ring);
+  const auto& rk = rp.main_kernel();
+  CHECK(rk.geometry.grid[0] == 4);  // 196 output points
+  CHECK(rk.geometry.grid[1] == 8);
+  CHECK(rk.geometry.grid[2] == 8);
+  CHECK(rk.geometry.dynamic_smem == 3 * (64 * 64 * 2 + 64 * 32) + 2 * 64 * 64 * 2);
+  CHECK(rk.geometry.workspace_per_block == 64 * 64 * 4);
+  CHECK(rp.workspace_fixed == 256);
+  CHECK(rk.params.back().kind == codegen::KernelParam::Kind::workspace);
+  // Few output tiles: the space offers split-K for them.
+  bool split = false;
+  for (const auto& c : op.tunable_space(small)) split |= c.at("family") == "igemm_ring" && c.at("split") > 1;
+  CHECK(split);
   const auto t = op.traffic(spec);
   CHECK(t.flops == 2.0 * 56 * 56 * 64 * 9 * 64);
   CHECK(t.bytes == 56 * 56 * 64 * 2 * 2 + 64 * 9 * 64 / 2 + 64 * 2 * 8);
@@ -197,6 +229,16 @@ TEST_CASE("qconv2d: candidates compile for sm_80 and sm_90 without spills", "[qc
       if (sample.takes(i)) jobs.push_back({spec, space[i]});
     jobs.push_back({spec, op.default_config(spec)});
   }
+  // igemm_ring on the issue's small-M shape (split-K) and an int8 one with
+  // blocks of 4 channels (a (scale, offset) per pair of codes), a sixteenth of each.
+  for (const char* s : {"n=1,ci=512,h=14,w=14,co=512,pad_h=1,pad_w=1,layout=nhwc",
+                        "n=2,ci=96,h=7,w=9,co=37,kh=1,kw=1,block=4,bits=8,layout=nhwc,bias=yes,act=relu"}) {
+    const auto spec = codegen::parse_spec("qconv2d", s);
+    const auto space = op.tunable_space(spec);
+    const auto sample = test::compile_sample(4, std::string("qconv2d ring ") + s);
+    for (size_t i = 0; i < space.size(); ++i)
+      if (space[i].at("family") == "igemm_ring" && sample.takes(i)) jobs.push_back({spec, space[i]});
+  }
   for (const char* s : {"n=3,ci=48,h=9,w=11,co=40,kh=1,kw=1,block=16,layout=nhwc,bits=8",
                         "n=2,ci=16,h=13,w=7,co=24,kh=3,kw=5,dil_h=2,dil_w=2,pad_w=2,block=2,act=relu",
                         "n=1,ci=6,h=10,w=10,co=8,block=6,x=fp32,bias=yes,layout=nhwc",
@@ -214,7 +256,11 @@ TEST_CASE("qconv2d: candidates compile for sm_80 and sm_90 without spills", "[qc
       REQUIRE(j.error.empty());
       CHECK(j.result.ok);
       CHECK(j.result.ptx.find(".entry qjit_qconv2d_") != std::string::npos);
-      if (j.config.at("family") == "implicit_gemm") CHECK(j.result.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos);
+      if (j.config.at("family") != "direct") CHECK(j.result.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos);
+      if (j.config.at("family") == "igemm_ring") {
+        CHECK(j.result.ptx.find("ldmatrix.sync.aligned.m8n8.x4") != std::string::npos);
+        CHECK(j.result.ptx.find("cp.async.cg.shared.global") != std::string::npos);
+      }
       // The tuner prunes a spilling candidate before any GPU time, but the
       // default config runs untuned on a runtime miss: it must never spill.
       if (j.config == op.default_config(j.spec)) CHECK(j.result.spill_bytes <= 0);

@@ -1,5 +1,7 @@
 #include "codegen/ops/qconv2d.h"
 #include <algorithm>
+#include <cstdlib>
+#include <set>
 #include "codegen/error.h"
 #include "codegen/json_input.h"
 
@@ -105,15 +107,68 @@ std::string gemm_problem(const Shape& s, const GemmConfig& c, const DeviceLimits
   return "";
 }
 
+// --- family igemm_ring: cp.async ring, ldmatrix, split-K (nhwc) --------------
+
+struct RingConfig {
+  int bm, bn, bk;         // block tile: bm output points × bn output channels, chunks of bk channels of one tap
+  int warps_m, warps_n;   // warps along M and N
+  int stages;             // cp.async ring depth
+  int split;              // blocks per output tile along K (1: none), summed in order by the last one
+  static RingConfig from(const nlohmann::json& j) {
+    const std::string what = "qconv2d igemm_ring config";
+    if (!j.is_object() || j.size() != 8)
+      throw Error("config", what + " needs family, bm, bn, bk, warps_m, warps_n, stages, split: " + json_excerpt(j));
+    return {config_int(j, "bm", what),      config_int(j, "bn", what),      config_int(j, "bk", what),
+            config_int(j, "warps_m", what), config_int(j, "warps_n", what), config_int(j, "stages", what),
+            config_int(j, "split", what)};
+  }
+  nlohmann::json to_json() const {
+    return {{"family", "igemm_ring"}, {"bm", bm},         {"bn", bn},         {"bk", bk},
+            {"warps_m", warps_m},     {"warps_n", warps_n}, {"stages", stages}, {"split", split}};
+  }
+  int threads() const { return 32 * warps_m * warps_n; }
+  // The ring's slots (an fp16 A tile and the raw packed B tile each), then
+  // two dequantised fp16 B tiles (templates/qconv2d/qconv2d_igemm_ring.cu).
+  int smem_bytes(int bits) const { return stages * (bm * bk * 2 + bn * bk * bits / 8) + 2 * bn * bk * 2; }
+  int64_t tiles(const Shape& s) const { return ((s.gemm_m() + bm - 1) / bm) * ((s.co + bn - 1) / bn); }
+};
+
+std::string ring_applies(const Shape& s) {
+  if (!s.fp16) return "x=fp32 (the tensor-core path multiplies fp16)";
+  if (!s.nhwc) return "layout=nchw (the ring copies contiguous channels: nhwc)";
+  if (s.ci % 32) return "ci=" + str(s.ci) + " is not a multiple of 32";
+  return "";
+}
+
+std::string ring_problem(const Shape& s, const RingConfig& c, const DeviceLimits& d) {
+  if (const std::string why = ring_applies(s); !why.empty()) return why;
+  auto one_of = [](int v, std::initializer_list<int> set) { return std::find(set.begin(), set.end(), v) != set.end(); };
+  if (!one_of(c.bm, {32, 64, 128})) return "bm must be 32, 64 or 128";
+  if (!one_of(c.bn, {32, 64, 128})) return "bn must be 32, 64 or 128";
+  if (!one_of(c.bk, {32, 64})) return "bk must be 32 or 64";
+  if (!one_of(c.warps_m, {1, 2, 4}) || !one_of(c.warps_n, {1, 2, 4})) return "warps_m and warps_n must be 1, 2 or 4";
+  if (!one_of(c.stages, {3, 4, 5})) return "stages must be 3, 4 or 5";
+  if (c.split < 1 || c.split > 64) return "split must be 1 to 64";
+  if (s.ci % c.bk) return "bk=" + str(c.bk) + " does not divide ci=" + str(s.ci) + " (a chunk reads one filter tap)";
+  const int wtm = c.bm / c.warps_m, wtn = c.bn / c.warps_n;
+  if (wtm < 16 || wtm % 16 || wtn < 16 || wtn % 16) return "a warp's tile must be a multiple of 16 × 16";
+  if ((wtm / 16) * (wtn / 8) > 16) return "a warp's tile holds more than 64 accumulators";
+  if ((c.bm * c.bk / 8) % c.threads()) return "the threads do not split the x tile's 16-byte pieces evenly";
+  if (c.split > s.gemm_k() / c.bk) return "split=" + str(c.split) + " exceeds the " + str(s.gemm_k() / c.bk) + " chunks of K";
+  if (c.smem_bytes(s.bits) > d.smem_per_sm - d.smem_reserved_per_block) return "shared memory exceeds the device's";
+  return "";
+}
+
 // --- the family table ----------------------------------------------------------
 
 bool is_gemm(const nlohmann::json& config) { return config_family(config) == "implicit_gemm"; }
+bool is_ring(const nlohmann::json& config) { return config_family(config) == "igemm_ring"; }
 
 void check_family(const nlohmann::json& config) {
   const std::string f = config_family(config);
-  if (f != "direct" && f != "implicit_gemm")
+  if (f != "direct" && f != "implicit_gemm" && f != "igemm_ring")
     throw Error("config", "qconv2d config " + json_excerpt(config) + ": unknown family '" + f +
-                              "' (expected direct or implicit_gemm)");
+                              "' (expected direct, implicit_gemm or igemm_ring)");
 }
 
 }  // namespace
@@ -180,6 +235,7 @@ void QConv2dOp::validate(const nlohmann::json& p) const {
 
 std::string QConv2dOp::template_path(const nlohmann::json& config) const {
   check_family(config);
+  if (is_ring(config)) return "templates/qconv2d/qconv2d_igemm_ring.cu";
   return is_gemm(config) ? "templates/qconv2d/qconv2d_implicit_gemm.cu" : "templates/qconv2d/qconv2d_direct.cu";
 }
 
@@ -207,6 +263,48 @@ std::vector<nlohmann::json> QConv2dOp::candidates(const OpSpec& spec, const Devi
           if ((bm * bn <= 64 * 64) != (wm * wn <= 4)) continue;
           out.push_back(c.to_json());
         }
+  if (!ring_applies(s).empty()) return out;
+  const int64_t chunks_per_bk[2] = {s.gemm_k() / 32, s.gemm_k() / 64};
+  for (int bm : {32, 64, 128})
+    for (int bn : {32, 64, 128})
+      for (int bk : {32, 64})
+        for (int warps : {4, 8})
+          for (int stages : {3, 4}) {
+            // Named prune rules: four warps for tiles up to 128 × 64, eight
+            // from there; of the warp grids, the one whose warp tile is the
+            // most square (fewest ldmatrix per mma; the taller on a tie); a
+            // warp's tile of at least 4 mma tiles; a tile at least twice the
+            // problem along an axis is dropped; 32-channel chunks only with
+            // a 4-deep ring (half the mma work per wait to cover).
+            if ((bm * bn < 128 * 64 && warps != 4) || (bm * bn > 128 * 64 && warps != 8)) continue;
+            int wm = 0;
+            for (int m : {1, 2, 4}) {
+              const int wtm = bm / m, wtn = bn / (warps / m);
+              if (warps % m || wtm < 16 || wtn < 16 || warps / m > 4) continue;
+              if (wm == 0 || std::abs(wtm - wtn) < std::abs(bm / wm - bn / (warps / wm))) wm = m;
+            }
+            if (wm == 0) continue;
+            const int wn = warps / wm;
+            RingConfig c{bm, bn, bk, wm, wn, stages, 1};
+            if (!ring_problem(s, c, device).empty()) continue;
+            if ((bm > 32 && s.gemm_m() * 2 <= bm) || (bn > 32 && s.co * 2 <= bn)) continue;
+            if ((bm / wm / 16) * (bn / wn / 8) < 4) continue;
+            if (bk == 32 && stages != 4) continue;
+            out.push_back(c.to_json());
+            // Split-K where the output tiles leave SMs idle: about one and
+            // about two blocks per SM, each split at least 4 chunks.
+            const int64_t tiles = c.tiles(s), chunks = chunks_per_bk[bk == 64];
+            if (tiles >= device.sm_count) continue;
+            std::set<int64_t> splits;
+            for (int64_t per_sm : {1, 2}) {
+              const int64_t sp = std::min<int64_t>({per_sm * device.sm_count / tiles, 16, chunks / 4});
+              if (sp >= 2) splits.insert(sp);
+            }
+            for (int64_t sp : splits) {
+              c.split = static_cast<int>(sp);
+              if (ring_problem(s, c, device).empty()) out.push_back(c.to_json());
+            }
+          }
   return out;
 }
 
@@ -223,8 +321,9 @@ nlohmann::json QConv2dOp::default_config(const OpSpec& spec) const {
 void QConv2dOp::validate_config(const OpSpec& spec, const nlohmann::json& config) const {
   check_family(config);
   const Shape s = Shape::from(spec);
-  const std::string p = is_gemm(config) ? gemm_problem(s, GemmConfig::from(config), DeviceLimits{})
-                                        : direct_problem(DirectConfig::from(config));
+  const std::string p = is_ring(config)   ? ring_problem(s, RingConfig::from(config), DeviceLimits{})
+                        : is_gemm(config) ? gemm_problem(s, GemmConfig::from(config), DeviceLimits{})
+                                          : direct_problem(DirectConfig::from(config));
   if (!p.empty()) throw Error("config", "qconv2d config " + json_excerpt(config) + " is illegal for " + spec.label() + ": " + p);
 }
 
@@ -253,7 +352,16 @@ std::vector<Constant> QConv2dOp::constants(const OpSpec& spec, const nlohmann::j
       {"bool", "kHasBias", s.bias ? "true" : "false", "add bias[co]"},
       {"int", "kAct", s.act == "none" ? "0" : s.act == "relu" ? "1" : "2", "0 none, 1 relu, 2 relu6"},
   };
-  if (is_gemm(config)) {
+  if (is_ring(config)) {
+    const RingConfig r = RingConfig::from(config);
+    c.push_back({"int", "kBM", str(r.bm), "tunable: output points per block (GEMM rows)"});
+    c.push_back({"int", "kBN", str(r.bn), "tunable: output channels per block (GEMM columns)"});
+    c.push_back({"int", "kBK", str(r.bk), "tunable: input channels of one filter tap per chunk"});
+    c.push_back({"int", "kWarpsM", str(r.warps_m), "tunable: warps along the rows"});
+    c.push_back({"int", "kWarpsN", str(r.warps_n), "tunable: warps along the columns"});
+    c.push_back({"int", "kStages", str(r.stages), "tunable: cp.async ring depth"});
+    c.push_back({"int", "kSplit", str(r.split), "tunable: blocks per output tile along K"});
+  } else if (is_gemm(config)) {
     const GemmConfig g = GemmConfig::from(config);
     c.push_back({"int", "kBM", str(g.bm), "tunable: output points per block (GEMM rows)"});
     c.push_back({"int", "kBN", str(g.bn), "tunable: output channels per block (GEMM columns)"});
@@ -271,6 +379,27 @@ Plan QConv2dOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
   const bool no_bias = !s.bias;
   const auto params = arg_params({"x", "qweight", "scales", "offsets", "bias", "y"});
   LaunchGeometry g;
+  if (is_ring(config)) {
+    const RingConfig c = RingConfig::from(config);
+    const int64_t tiles_m = (s.gemm_m() + c.bm - 1) / c.bm, tiles_n = (s.co + c.bn - 1) / c.bn;
+    g.grid[0] = static_cast<unsigned>(tiles_m);  // fastest: blocks running together share their weights
+    g.grid[1] = static_cast<unsigned>(tiles_n);
+    g.grid[2] = static_cast<unsigned>(c.split);
+    g.block[0] = static_cast<unsigned>(c.threads());
+    g.dynamic_smem = static_cast<unsigned>(c.smem_bytes(s.bits));
+    auto ring_params = params;
+    ring_params.push_back(workspace_param(0));
+    Plan p = single_kernel_plan("qjit_qconv2d_igemm_ring", g, ring_params,
+                                {{"x", 16}, {"qweight", 16}, {"scales", 4}, {"offsets", 4}, {"bias", 4, no_bias},
+                                 {"y", s.co % 2 ? 2 : 4}});
+    if (c.split > 1) {
+      // The template's workspace: a counter per output tile (256-byte
+      // rounded), then bm·bn floats per block.
+      p.workspace_fixed = static_cast<size_t>((tiles_m * tiles_n * 4 + 255) / 256 * 256);
+      p.kernels[0].geometry.workspace_per_block = static_cast<size_t>(c.bm) * c.bn * 4;
+    }
+    return p;
+  }
   if (is_gemm(config)) {
     const GemmConfig c = GemmConfig::from(config);
     g.grid[0] = static_cast<unsigned>((s.gemm_m() + c.bm - 1) / c.bm);

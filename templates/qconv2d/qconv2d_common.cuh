@@ -1,5 +1,5 @@
 #pragma once
-// What both qconv2d kernels share: the packed weights' codes, the quantization
+// What the qconv2d kernels share: the packed weights' codes, the quantization
 // parameters' places and the epilogue (bias, clamp, store in x's layout).
 // Reads from the generated qjit_spec: TX, the shape constants, kBits, kBlock,
 // kHasBias, kAct, kNhwc.
@@ -21,6 +21,13 @@ __device__ __forceinline__ int int4_code(unsigned byte, int c) {
 // w = q·s + o in fp32 with one fused rounding, as the seed computes it
 // ((float)ker * x_scale + x_offset, contracted to an fma by nvcc).
 __device__ __forceinline__ float dequant(int q, float s, float o) { return fmaf(static_cast<float>(q), s, o); }
+
+// Two fp16 in one register, lo in bits 0..15, each rounded to nearest even.
+__device__ __forceinline__ unsigned pack_half2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
 
 // bias, clamp, y[b][co][oy][ox] (nchw) or y[b][oy][ox][co] (nhwc); point =
 // the output point's index b·kOh·kOw + oy·kOw + ox.

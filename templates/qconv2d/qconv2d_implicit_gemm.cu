@@ -102,13 +102,6 @@ __device__ __forceinline__ void load_b(const unsigned char* __restrict__ qweight
   }
 }
 
-// Two fp16 in one register, lo in bits 0..15, each rounded to nearest even.
-__device__ __forceinline__ unsigned pack_half2(float lo, float hi) {
-  unsigned r;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
 // Code j of an 8-byte unit: int8 byte j (signed); int4 byte j/2, high nibble
 // for even j (the unit starts at an even channel).
 __device__ __forceinline__ int unit_code(uint2 u, int j) {
