@@ -28,6 +28,7 @@ STATUS_NAMES = {
     4: "cache",
     5: "driver",
     6: "internal",
+    7: "not_tuned",  # QJIT_REQUIRE_TUNED=1 and the shape has no tuned kernel for this GPU
 }
 INVALID_ARGUMENT = 1
 
@@ -201,7 +202,12 @@ ENTRIES = {
     "qjit_qconv2d": [POINTER(QConv2dArgs), c_void_p],
     "qjit_set_cache_path": [c_char_p],
     "qjit_last_error": [],
+    "qjit_preload_begin": [],
+    "qjit_preload_end": [],
 }
+
+# The functions of qjit_c.h that return nothing.
+VOID_ENTRIES = {"qjit_preload_begin": None, "qjit_preload_end": None}
 
 # ---- finding the library and the qjit command -------------------------------
 
@@ -300,7 +306,7 @@ def load():
                 except AttributeError:
                     raise QjitError("%s has no %s (a library older than this package?)" % (path, name)) from None
                 f.argtypes = argtypes
-                f.restype = c_char_p if name == "qjit_last_error" else c_int
+                f.restype = VOID_ENTRIES.get(name, c_char_p if name == "qjit_last_error" else c_int)
                 _functions[name] = f
             lib.qjit_path = path
             _library = lib
@@ -330,9 +336,28 @@ def call(name, *args):
         raise error_for(status)
 
 
+class preload:
+    """A context manager: calls made inside it (on this thread) check their
+    arguments and make their kernels and the stream's workspace ready, and
+    launch nothing (qjit_preload_begin/end). Run a model once inside it before
+    CUDA graph capture, so that capture never compiles or allocates:
+
+        with qjit.preload():
+            model(x)
+    """
+
+    def __enter__(self):
+        function("qjit_preload_begin")()
+        return self
+
+    def __exit__(self, *exc):
+        function("qjit_preload_end")()
+        return False
+
+
 def set_cache_path(path):
     """Use another kernel cache file for this process (qjit_set_cache_path)."""
     call("qjit_set_cache_path", os.fsencode(path))
 
 
-__all__ = ["QjitError", "QjitArgumentError", "find_library", "find_cli", "load", "call", "set_cache_path"]
+__all__ = ["QjitError", "QjitArgumentError", "find_library", "find_cli", "load", "call", "set_cache_path", "preload"]

@@ -49,7 +49,7 @@ def header_structs(text):
 def header_functions(text):
     """{name: argument count} of the header's functions."""
     out = {}
-    for name, args in re.findall(r"\b(?:qjit_status|const char\s*\*)\s*(qjit_\w+)\s*\(([^)]*)\)\s*;", text):
+    for name, args in re.findall(r"\b(?:qjit_status|const char\s*\*|void)\s*(qjit_\w+)\s*\(([^)]*)\)\s*;", text):
         args = args.strip()
         out[name] = 0 if args in ("", "void") else len(args.split(","))
     return out

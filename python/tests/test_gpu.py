@@ -269,6 +269,28 @@ class GpuOps(unittest.TestCase):
             close(self, y, lin(x), 2e-3, "replayed wq_gemm vs an eager call")
             close(self, yf, qjit.fused_ffn(xf, w1, w3), 2e-3, "replayed fused_ffn vs an eager call")
 
+    def test_preload_launches_nothing_then_a_graph_captures_the_op(self):
+        """qjit.preload() on the capture stream readies kernels and that stream's workspace (w8a8_gemm has one)."""
+        from qjit import w8a8
+
+        n, k = 256, 512
+        wq, ws, wo, wsum = w8a8.pack_weights(self.randn(n, k).float() / k ** 0.5, 128)
+        x = self.randn(4, k)
+        y = torch.full((4, n), 7.0, device="cuda", dtype=torch.float16)
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            with qjit.preload():
+                qjit.w8a8_gemm(x, wq, ws, wo, wsum, out=y)
+        torch.cuda.synchronize()
+        self.assertTrue(bool((y == 7.0).all()), "a preloaded call launched")
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=s):
+            qjit.w8a8_gemm(x, wq, ws, wo, wsum, out=y)
+        x.copy_(self.randn(4, k))
+        graph.replay()
+        torch.cuda.synchronize()
+        close(self, y, qjit.w8a8_gemm(x, wq, ws, wo, wsum), 1e-3, "replayed w8a8_gemm vs an eager call")
+
     def test_launch_overhead_python_vs_cpp(self):
         """The host time of one cache-hit call (enqueue only, median of 7 batches of 1000), the probe's shape."""
         probe = os.environ.get("QJIT_LAUNCH_PROBE") or os.path.join(REPO, ".dist", "bin", "qjit_launch_probe")
