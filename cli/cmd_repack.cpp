@@ -222,13 +222,14 @@ void repack_whole(const std::string& checkpoint, const std::string& config, cons
     fsync_dir_of(manifest);
   }
   if (json) {
-    std::cout << nlohmann::json{{"from", r.from}, {"layers", r.layers}, {"out", out}, {"manifest", manifest},
+    std::cout << nlohmann::json{{"from", r.from}, {"layers", r.layers}, {"carried", r.carried}, {"out", out}, {"manifest", manifest},
                                 {"specs", r.manifest}}
                      .dump(2)
               << "\n";
     return;
   }
-  std::cout << "repacked " << r.layers << " " << r.from << " layers of " << checkpoint << " -> " << out << "\n";
+  std::cout << "repacked " << r.layers << " " << r.from << " layers of " << checkpoint << " (and carried "
+            << r.carried << " other tensors unchanged) -> " << out << "\n";
   for (const auto& m : r.manifest)
     std::cout << "  wq_gemm " << m["shape"].get<std::string>() << "  (" << m["layers"].size() << " layers)\n";
   if (!manifest.empty()) std::cout << "specs to tune: " << manifest << "\n";

@@ -6,7 +6,10 @@
 // given. The output .safetensors holds, per layer, PREFIX.qweight (native
 // words, uint32 [K·N/8]), PREFIX.zeros (uint8 [K/g][N], unless symmetric) and
 // PREFIX.scales (unchanged); the manifest lists the wq_gemm specs to tune,
-// one JSON line each, with the layers that use it.
+// one JSON line each, with the layers that use it. Every other tensor of the
+// checkpoint (embeddings, norms, the head, biases) is carried over unchanged,
+// so the output is a whole model; a layer's PREFIX.g_idx is dropped after a
+// check that it is the plain k / g order (act-order checkpoints are refused).
 #include "cli/repack_checkpoint.h"
 
 #include <iostream>
@@ -130,7 +133,29 @@ CheckpointRepack repack_checkpoint(const CheckpointOptions& o) {
     if (!layer_sym)
       out.tensors[prefix + ".zeros"] = io::Tensor{io::DType::u8, {k / g, n}, std::string(p.z.begin(), p.z.end())};
     out.tensors[prefix + ".scales"] = sc;
+    if (header.tensors.count(prefix + ".g_idx")) {
+      // GPTQ writes g_idx[k] = the group of input row k: k / g unless the
+      // rows were reordered (act-order), which wq_gemm's layout cannot express.
+      const io::Tensor gi = tensor(prefix + ".g_idx");
+      const std::vector<uint32_t> groups = gi.dtype == io::DType::i32 || gi.dtype == io::DType::u32
+                                               ? words_of(gi) : std::vector<uint32_t>{};
+      bool plain = groups.size() == static_cast<size_t>(k);
+      for (size_t i = 0; plain && i < groups.size(); ++i) plain = groups[i] == i / static_cast<size_t>(g);
+      if (!plain)
+        throw Error("argument", prefix + ".g_idx is not the plain order k / g (act-order checkpoints are not supported)");
+    }
     layers_of_spec[spec].push_back(prefix);
+  }
+  // Everything that is not part of a quantized layer goes through unchanged.
+  std::set<std::string> consumed;
+  for (const std::string& prefix : prefixes)
+    for (const char* part : {".qweight", ".qzeros", ".scales", ".g_idx"}) consumed.insert(prefix + part);
+  for (const auto& [name, entry] : header.tensors) {
+    if (consumed.count(name)) continue;
+    if (out.tensors.count(name))
+      throw Error("argument", what + " has a tensor " + name + " that a repacked layer would overwrite");
+    out.tensors[name] = tensor(name);
+    ++out.carried;
   }
   for (const auto& [spec, layers] : layers_of_spec)
     out.manifest.push_back({{"op", "wq_gemm"}, {"shape", spec}, {"layers", layers}});

@@ -19,10 +19,13 @@ struct CheckpointOptions {
 };
 
 struct CheckpointRepack {
-  std::map<std::string, io::Tensor> tensors;  // per layer: PREFIX.qweight (native), PREFIX.zeros, PREFIX.scales
+  // Per layer PREFIX.qweight (native), PREFIX.zeros, PREFIX.scales; then every
+  // other tensor of the checkpoint, unchanged.
+  std::map<std::string, io::Tensor> tensors;
   std::vector<nlohmann::json> manifest;        // {"op", "shape", "layers"} per distinct wq_gemm spec
   std::string from;
   size_t layers = 0;
+  size_t carried = 0;  // tensors carried over unchanged
 };
 
 // Reads and converts every layer; throws Error("argument") naming the tensor

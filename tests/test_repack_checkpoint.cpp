@@ -1,7 +1,8 @@
 // qjit repack --checkpoint: a whole AWQ or GPTQ .safetensors checkpoint made
 // here (random codes packed in each format's documented order), converted in
 // one run; every layer must equal what the single-layer packers give, bit
-// for bit, and the manifest must list each distinct wq_gemm spec once.
+// for bit, the manifest must list each distinct wq_gemm spec once, and every
+// tensor that is not part of a quantized layer must come through unchanged.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -73,16 +74,23 @@ TEST_CASE("cli: repack --checkpoint converts every layer of an awq or gptq check
       ck[l.prefix + ".scales"] = scales_tensor(rng, l.k / g, l.n);
       plain[l.prefix] = p;
     }
-    ck["model.norm.weight"] = scales_tensor(rng, 1, 64);  // not quantized: not carried over
+    ck["model.norm.weight"] = scales_tensor(rng, 1, 64);  // not quantized: carried over unchanged
+    ck["model.embed_tokens.weight"] = scales_tensor(rng, 16, 64);
     const std::string in = td.file("awq.safetensors"), out = td.file("native.safetensors"), man = td.file("specs.jsonl");
     io::write_safetensors(in, ck);
     auto r = test::run_qjit("repack --checkpoint '" + in + "' --from awq --out '" + out + "' --manifest '" + man + "'", cache);
     INFO(r.out << r.err);
     REQUIRE(r.exit_code == 0);
     CHECK(r.out.find("repacked 3 awq layers") != std::string::npos);
+    CHECK(r.out.find("carried 2 other tensors unchanged") != std::string::npos);
     const auto header = io::read_safetensors_header(out);
-    CHECK(header.tensors.size() == 9);
-    CHECK_FALSE(header.tensors.count("model.norm.weight"));
+    CHECK(header.tensors.size() == 11);
+    for (const char* name : {"model.norm.weight", "model.embed_tokens.weight"}) {
+      const io::Tensor t = io::read_tensor(out + ":" + name);
+      CHECK(t.dtype == ck[name].dtype);
+      CHECK(t.shape == ck[name].shape);
+      CHECK(t.bytes == ck[name].bytes);
+    }
     for (const auto& l : layers) {
       INFO(l.prefix);
       const PlainQuant& p = plain[l.prefix];
@@ -151,6 +159,10 @@ TEST_CASE("cli: repack --checkpoint converts every layer of an awq or gptq check
         for (auto& v : stored) v = static_cast<uint8_t>((v - 1) & 15);
         if (!sym) ck[l.prefix + ".qzeros"] = words_tensor(pack_along_n(stored, l.k / g, l.n, false), {l.k / g, l.n / 8});
         ck[l.prefix + ".scales"] = scales_tensor(rng, l.k / g, l.n);
+        // GPTQ's g_idx in the plain order (no act-order): dropped after the check.
+        std::vector<uint32_t> gi(l.k);
+        for (int64_t i = 0; i < l.k; ++i) gi[i] = static_cast<uint32_t>(i / g);
+        ck[l.prefix + ".g_idx"] = words_tensor(gi, {l.k});
         plain[l.prefix] = p;
       }
       const std::string in = td.file("gptq.safetensors"), out = td.file("native_gptq.safetensors"),
@@ -177,6 +189,26 @@ TEST_CASE("cli: repack --checkpoint converts every layer of an awq or gptq check
         }
       }
       CHECK(j["specs"][0]["shape"].get<std::string>().find(sym ? "zero=sym" : "zero=int") != std::string::npos);
+      CHECK(j["carried"] == 0);
+      CHECK_FALSE(io::read_safetensors_header(out).tensors.count(layers[0].prefix + ".g_idx"));
+    }
+    // An act-order g_idx (rows reordered) cannot be expressed in the native layout: refused, named.
+    {
+      std::map<std::string, io::Tensor> ck;
+      const Layer& l = layers[0];  // two groups of k, so the reversed order differs from k / g
+      PlainQuant p = random_layer(rng, l.k, l.n, g);
+      ck[l.prefix + ".qweight"] = words_tensor(pack_gptq_qweight(p), {l.k / 8, l.n});
+      ck[l.prefix + ".qzeros"] = words_tensor(pack_along_n(p.z, l.k / g, l.n, false), {l.k / g, l.n / 8});
+      ck[l.prefix + ".scales"] = scales_tensor(rng, l.k / g, l.n);
+      std::vector<uint32_t> gi(l.k);
+      for (int64_t i = 0; i < l.k; ++i) gi[i] = static_cast<uint32_t>((l.k - 1 - i) / g);
+      ck[l.prefix + ".g_idx"] = words_tensor(gi, {l.k});
+      const std::string in = td.file("actorder.safetensors");
+      io::write_safetensors(in, ck);
+      auto r = test::run_qjit("repack --checkpoint '" + in + "' --from gptq --out '" + td.file("y.safetensors") + "'", cache);
+      CHECK(r.exit_code == 2);
+      CHECK(r.err.find(l.prefix + ".g_idx is not the plain order") != std::string::npos);
+      CHECK_FALSE(fs::exists(td.file("y.safetensors")));
     }
     // A config the repack cannot follow is refused by what it says.
     const std::string cfg = td.file("bad.json");

@@ -129,6 +129,7 @@ class RepackCheckpoint(CliTest):
             q, z, s, t = random_awq_layer(rng, k, n, g)
             made[prefix] = (q, z, s)
             tensors.update({prefix + "." + name: v for name, v in t.items()})
+        tensors["model.norm.weight"] = st.from_values("F16", (64,), [0x3c00 + i for i in range(64)])  # not quantized
         src, dst, manifest = self.file("awq.safetensors"), self.file("native.safetensors"), self.file("specs.jsonl")
         st.write(src, tensors)
         with open(self.file("config.json"), "w") as f:
@@ -141,8 +142,9 @@ class RepackCheckpoint(CliTest):
         self.assertFalse(os.path.exists(dst))
 
         summary = qjit.repack_checkpoint(src, dst, manifest=manifest, from_="awq")
-        self.assertEqual((summary["from"], summary["layers"]), ("awq", 3))
+        self.assertEqual((summary["from"], summary["layers"], summary["carried"]), ("awq", 3, 1))
         out = st.read(dst)
+        self.assertEqual(out["model.norm.weight"], tensors["model.norm.weight"])  # carried over unchanged
         self.assertEqual(st.metadata(dst), {"format": "qjit-native", "from": "awq"})
         for prefix, (k, n, g) in layers.items():
             q, z, s = made[prefix]
