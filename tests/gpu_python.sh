@@ -5,7 +5,8 @@
 # MLP from an AWQ checkpoint, launch overhead from Python next to
 # qjit_launch_probe's from C++). Builds nothing.
 #   usage (repo root on the GPU machine): bash tests/gpu_python.sh [unittest names...]
-#   e.g. bash tests/gpu_python.sh test_gpu.GpuOps.test_launch_overhead_python_vs_cpp
+#   e.g. bash tests/gpu_python.sh test_gpu.GpuOps.test_wq_gemm_against_torch; with no
+#   names it also measures the host cost of a cache hit, Python next to C++ (test_gpu.measure_launch_overhead)
 # Expects the install tree in .dist (cmake --install build --prefix .dist, and
 # --component tests for qjit_launch_probe). The package runs from python/
 # (PYTHONPATH), with the library, the qjit command and the probe taken from
@@ -29,6 +30,8 @@ else
   ( time python3 -m unittest discover -v -s . ) >"$OUT/python_tests.log" 2>&1
 fi
 rc=$?
+# The host cost of a cache hit, Python next to C++ (a benchmark, not a test).
+[ $# -eq 0 ] && python3 test_gpu.py >>"$OUT/python_tests.log" 2>&1
 cd - >/dev/null
 cp -f "$QJIT_CACHE" "$OUT/kernels.db" 2>/dev/null
 grep -E "^(FAIL|ERROR):|skipped|^Ran|^OK|^FAILED" "$OUT/python_tests.log" | head -40

@@ -4,7 +4,7 @@ Times everything an op does before the C library takes over: the argument
 checks, the output allocation (or the check of `out=`), the struct or
 argument marshalling. qjit.ops._launch, the one place that calls the C
 library, is replaced by a no-op, so no GPU is needed; on the GPU machine the
-full cost of a cache hit is test_gpu.GpuOps.test_launch_overhead_python_vs_cpp.
+full cost of a cache hit is test_gpu.measure_launch_overhead (tests/gpu_python.sh).
 
   python3 python/benchmarks/host_overhead.py            # stand-in tensors (python/tests/support.py)
   python3 python/benchmarks/host_overhead.py --torch    # CPU torch tensors posing as cuda:0

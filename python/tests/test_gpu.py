@@ -291,42 +291,52 @@ class GpuOps(unittest.TestCase):
         torch.cuda.synchronize()
         close(self, y, qjit.w8a8_gemm(x, wq, ws, wo, wsum), 1e-3, "replayed w8a8_gemm vs an eager call")
 
-    def test_launch_overhead_python_vs_cpp(self):
-        """The host time of one cache-hit call (enqueue only, median of 7 batches of 1000), the probe's shape."""
-        probe = os.environ.get("QJIT_LAUNCH_PROBE") or os.path.join(REPO, ".dist", "bin", "qjit_launch_probe")
-        if not os.path.exists(probe):
-            self.skipTest("no qjit_launch_probe at %s" % probe)
-        d, h, m = 4096, 11008, 1
-        x, w1, w3 = self.randn(m, d), self.randn(h, d), self.randn(h, d)
-        y = torch.empty(m, h, device="cuda", dtype=torch.float16)
 
-        def per_call(f):
-            f()
+
+def measure_launch_overhead():
+    """The host time of one cache-hit call (enqueue only, median of 7 batches of 1000) of dense fused_ffn,
+    d=4096, h=11008, M=1, from Python (with out=, allocating, the bare ctypes call) and from C++
+    (qjit_launch_probe), in one process run. A benchmark, not a test: tests/gpu_python.sh runs it after
+    the tests and the result line goes to $QJIT_PY_RESULTS."""
+    probe = os.environ.get("QJIT_LAUNCH_PROBE") or os.path.join(REPO, ".dist", "bin", "qjit_launch_probe")
+    if not os.path.exists(probe):
+        print("no qjit_launch_probe at %s: launch overhead not measured" % probe)
+        return None
+    gen = torch.Generator().manual_seed(5)
+    d, h, m = 4096, 11008, 1
+    x, w1, w3 = (torch.randn(*shape, generator=gen).to("cuda", torch.float16) for shape in ((m, d), (h, d), (h, d)))
+    y = torch.empty(m, h, device="cuda", dtype=torch.float16)
+
+    def per_call(f):
+        f()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(7):
+            t0 = time.perf_counter()
+            for _ in range(1000):
+                f()
+            times.append((time.perf_counter() - t0) * 1e3)  # µs per call
             torch.cuda.synchronize()
-            times = []
-            for _ in range(7):
-                t0 = time.perf_counter()
-                for _ in range(1000):
-                    f()
-                times.append((time.perf_counter() - t0) * 1e3)  # µs per call
-                torch.cuda.synchronize()
-            return sorted(times)[3]
+        return sorted(times)[3]
 
-        bare = qjit._lib.function("qjit_fused_ffn")
-        stream = torch.cuda.current_stream().cuda_stream
-        args = (d, h, m, b"fp16", b"silu", x.data_ptr(), w1.data_ptr(), w3.data_ptr(), y.data_ptr(), stream)
-        py_out = per_call(lambda: qjit.fused_ffn(x, w1, w3, out=y))
-        py_alloc = per_call(lambda: qjit.fused_ffn(x, w1, w3))
-        py_ctypes = per_call(lambda: bare(*args))
-        env = dict(os.environ)
-        cpp = json.loads(subprocess.run([probe, str(d), str(h), str(m), "fp16"], stdout=subprocess.PIPE, env=env,
-                                        universal_newlines=True, check=True).stdout.strip().splitlines()[-1])
-        result = {"test": "launch_overhead", "device": torch.cuda.get_device_name(), "d": d, "h": h, "m": m,
-                  "cpp_hit_us": cpp["hit_overhead_us"], "cpp_bare_launch_us": cpp["bare_launch_us"],
-                  "py_out_us": round(py_out, 2), "py_alloc_us": round(py_alloc, 2), "py_ctypes_us": round(py_ctypes, 2),
-                  "py_minus_cpp_us": round(py_out - cpp["hit_overhead_us"], 2)}
-        record(result)
-        self.assertLessEqual(py_out - cpp["hit_overhead_us"], 5.0, result)
+    bare = qjit._lib.function("qjit_fused_ffn")
+    stream = torch.cuda.current_stream().cuda_stream
+    args = (d, h, m, b"fp16", b"silu", x.data_ptr(), w1.data_ptr(), w3.data_ptr(), y.data_ptr(), stream)
+    py_out = per_call(lambda: qjit.fused_ffn(x, w1, w3, out=y))
+    py_alloc = per_call(lambda: qjit.fused_ffn(x, w1, w3))
+    py_ctypes = per_call(lambda: bare(*args))
+    cpp = json.loads(subprocess.run([probe, str(d), str(h), str(m), "fp16"], stdout=subprocess.PIPE,
+                                    universal_newlines=True, check=True).stdout.strip().splitlines()[-1])
+    result = {"test": "launch_overhead", "device": torch.cuda.get_device_name(), "d": d, "h": h, "m": m,
+              "cpp_hit_us": cpp["hit_overhead_us"], "cpp_bare_launch_us": cpp["bare_launch_us"],
+              "py_out_us": round(py_out, 2), "py_alloc_us": round(py_alloc, 2), "py_ctypes_us": round(py_ctypes, 2),
+              "py_minus_cpp_us": round(py_out - cpp["hit_overhead_us"], 2)}
+    record(result)
+    return result
+
+
+if __name__ == "__main__" and CUDA:
+    measure_launch_overhead()
 
 
 def load_npy_int32(path):
