@@ -125,7 +125,7 @@ void add_tune(CLI::App& app, int& rc) {
   cmd->add_option("--manifest", o->manifest,
                   "tune every spec of a manifest (qjit repack --checkpoint --manifest) instead of --op/--shape, "
                   "each with --m");
-  cmd->add_option("--budget", o->budget, "stop after this long (30s, 2m) or this many new candidates (40)");
+  cmd->add_option("--budget", o->budget, "stop after this long (30s, 2m; past it, only until one candidate has verified) or this many new candidates (40)");
   cmd->add_flag("--retune", o->retune, "measure again candidates that already have trials");
   cmd->add_option("--only", o->only,
                   "tune only the candidates holding these keys, e.g. '{\"family\":\"wgmma\",\"ws\":1}' "

@@ -35,15 +35,15 @@ struct Candidate {
 };
 
 // Compiles every candidate on a small thread pool (NVRTC is thread-safe).
-// Stops handing out work once `deadline_hit` says so; unstarted ones stay !ok
-// with an empty log and are dropped by the caller.
+// Stops handing out work once `deadline_hit` says so and one compile has
+// finished; unstarted ones stay !ok with an empty log and are dropped by the caller.
 void compile_all(std::vector<Candidate>& cands, const std::string& arch, int threads,
                  const std::function<bool()>& deadline_hit, std::ostream* progress) {
   std::atomic<size_t> next{0}, done{0};
   std::mutex print;
   auto worker = [&] {
     for (size_t i; (i = next++) < cands.size();) {
-      if (deadline_hit()) return;
+      if (deadline_hit() && done > 0) return;  // (the first compile always finishes: something to measure)
       try {
         cands[i].compiled = codegen::compile(cands[i].source, arch);
       } catch (const Error& e) {
@@ -255,7 +255,10 @@ class Tuning {
              "spills " + std::to_string(c.compiled.spill_bytes) + " bytes to local memory");
         continue;
       }
-      if (deadline_hit()) break;
+      // A time budget that ran out while compiling still measures candidates
+      // until one verifies (in the space's order: the library path and the
+      // simple kernels first), so a short --budget never ends with nothing.
+      if (deadline_hit() && (measured_ > 0 || rep_.skipped_known > 0)) break;
       measure(c);
     }
     rep_.measured_now = measured_;
