@@ -54,7 +54,13 @@ class KernelCache {
   // checks them again on every call).
   template <typename MakeSpec>
   const LoadedPlan& get(std::string_view fast_key, MakeSpec&& make_spec, const ArgPack* check = nullptr) {
-    const CUcontext context = current_context();
+    return get(current_context(), fast_key, make_spec, check);
+  }
+  // The same for `context`, the caller's current one (the typed entry
+  // points know it already: runtime::call's CallerContext).
+  template <typename MakeSpec>
+  const LoadedPlan& get(CUcontext context, std::string_view fast_key, MakeSpec&& make_spec,
+                        const ArgPack* check = nullptr) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (auto c = loaded_.find(context); c != loaded_.end())

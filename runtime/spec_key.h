@@ -65,8 +65,9 @@ class SpecFields {
 // cache: the typed entry points' lookup. describe(SpecFields&) writes the
 // op's fields; only the first call per fast key builds the JSON spec (and
 // checks `args` against the plan before compiling or storing anything).
+// In `context` (the caller's current one), or the current one looked up.
 template <typename Describe>
-const LoadedPlan& plan_for(const char* op, const Describe& describe, const ArgPack& args) {
+const LoadedPlan& plan_for(const char* op, const Describe& describe, const ArgPack& args, CUcontext context) {
   SpecFields fast(SpecFields::Mode::fast_key, op);
   describe(fast);
   const auto make_spec = [&] {
@@ -74,7 +75,11 @@ const LoadedPlan& plan_for(const char* op, const Describe& describe, const ArgPa
     describe(json);
     return codegen::make_spec(op, json.params());
   };
-  return KernelCache::instance().get(fast.fast_key(), make_spec, &args);
+  return KernelCache::instance().get(context, fast.fast_key(), make_spec, &args);
+}
+template <typename Describe>
+const LoadedPlan& plan_for(const char* op, const Describe& describe, const ArgPack& args) {
+  return plan_for(op, describe, args, current_context());
 }
 
 // One call of a typed entry point: in the caller's context (CallerContext:
@@ -84,8 +89,8 @@ const LoadedPlan& plan_for(const char* op, const Describe& describe, const ArgPa
 // workspace made ready and nothing launched).
 template <typename Describe>
 void call(const char* op, const Describe& describe, const ArgPack& args, RunPlan run, CUstream_st* stream) {
-  CallerContext context;
-  const LoadedPlan& plan = plan_for(op, describe, args);
+  const CallerContext context;  // one cuCtxGetCurrent a call, shared with the plan's lookup
+  const LoadedPlan& plan = plan_for(op, describe, args, context.context());
   run_checked(run, plan, args, reinterpret_cast<CUstream>(stream));
 }
 

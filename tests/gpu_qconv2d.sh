@@ -23,16 +23,10 @@ for c in "${CASES[@]}"; do
   for layout in nchw nhwc; do
     i=$((i+1))
     shape="n=$1,ci=$2,h=$3,w=$3,co=$4,kh=3,kw=3,pad_h=1,pad_w=1,bits=4,block=32,x=fp16,layout=$layout"
-    /usr/bin/time -f "tune $c $layout: wall %e s" "$Q" tune --op qconv2d --shape "$shape" --json >"$OUT/tune_$i.json" 2>>"$OUT/tune.log"
-    tail -1 "$OUT/tune.log"
-    "$Q" bench --op qconv2d --shape "$shape" --json >"$OUT/bench_$i.json" 2>>"$OUT/bench.log" || echo "bench $c $layout failed"
-    "$Q" show --op qconv2d --shape "$shape" --json >"$OUT/show_$i.json" 2>&1
+    tune_bench qconv2d "$shape" "$i" "$c $layout"
   done
 done
-
-echo "== cuDNN (peers.py qconv2d)"
-PYTHONUNBUFFERED=1 python3 .device/peers.py qconv2d --json "$OUT/peers.json" >"$OUT/peers.log" 2>&1 || echo "peers failed"
-tail -10 "$OUT/peers.log"
+run_peers qconv2d 10
 
 python3 - "$OUT" "${CASES[@]}" <<'PY'
 import json, os, sys

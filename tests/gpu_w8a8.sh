@@ -25,15 +25,9 @@ for c in "${CASES[@]}"; do
   shape="k=4096,n=11008,block=128,m=$2,quant_a=$1,quant_w=$1"
   only=()
   [ "$2" -ge 1024 ] && [ -n "${LARGE_ONLY:-}" ] && only=(--only "$LARGE_ONLY")
-  /usr/bin/time -f "tune $c: wall %e s" "$Q" tune --op w8a8_gemm --shape "$shape" "${only[@]}" --json >"$OUT/tune_$i.json" 2>>"$OUT/tune.log"
-  tail -1 "$OUT/tune.log"
-  "$Q" bench --op w8a8_gemm --shape "$shape" --json >"$OUT/bench_$i.json" 2>>"$OUT/bench.log" || echo "bench $c failed"
-  "$Q" show --op w8a8_gemm --shape "$shape" >"$OUT/show_$i.txt" 2>&1
+  tune_bench w8a8_gemm "$shape" "$i" "$c" "${only[@]}"
 done
-
-echo "== PyTorch peers (peers.py w8a8_gemm)"
-PYTHONUNBUFFERED=1 python3 .device/peers.py w8a8_gemm --json "$OUT/peers.json" >"$OUT/peers.log" 2>&1 || echo "peers failed"
-tail -16 "$OUT/peers.log"
+run_peers w8a8_gemm 16
 
 python3 - "$OUT" "${CASES[@]}" <<'PY'
 import json, os, sys
