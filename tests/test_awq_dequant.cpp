@@ -7,6 +7,7 @@
 #include "codegen/numeric.h"
 #include "codegen/registry.h"
 #include "codegen/source.h"
+#include "tests/helpers.h"
 #include "tuner/reference/awq_dequant.h"
 
 using namespace qjit;
@@ -86,8 +87,12 @@ TEST_CASE("awq_dequant specs and configs: errors name the value", "[awq][spec]")
                     Catch::Contains("threads"));
 }
 
-TEST_CASE("awq_dequant: constants in the source; every candidate compiles for sm_80 and sm_90", "[awq][nvrtc]") {
+TEST_CASE("awq_dequant: constants in the source; the candidates compile for sm_80 and sm_90", "[awq][nvrtc]") {
   const auto& op = codegen::find_op("awq_dequant");
+  // Of the 72 candidates, a fresh quarter per run, on two threads (all with QJIT_TEST_EXHAUSTIVE=1).
+  const auto sample = test::compile_sample(1, "awq_dequant");
+  std::vector<test::CompileJob> jobs_80, jobs_90;
+  size_t taken = 0;
   for (const char* shape : {"k=4096,n=11008,g=128", "k=4096,n=11008,g=64,layout=gptq,zero=sym,scales=bf16,out=fp16",
                             "k=264,n=24,g=264,layout=gptq,out=bf16"}) {
     const auto spec = codegen::parse_spec("awq_dequant", shape);
@@ -98,13 +103,18 @@ TEST_CASE("awq_dequant: constants in the source; every candidate compiles for sm
     CHECK_THAT(src.text, Catch::Contains(out == "bf16" ? "using TO = qjit::bf16_t;" : "using TO = qjit::half_t;"));
     const auto space = op.tunable_space(spec);
     REQUIRE(space.size() == 24);
-    for (size_t i = 0; i < space.size(); ++i) {
-      auto r = codegen::compile(codegen::generate_source(spec, space[i]), i % 2 ? "sm_80" : "sm_90");
-      INFO(shape << " " << space[i].dump() << "\n" << r.log);
-      CHECK(r.ok);
-      CHECK(r.spill_bytes == 0);
-    }
+    for (size_t i = 0; i < space.size(); ++i)
+      if (sample.takes(taken++)) (i % 2 ? jobs_80 : jobs_90).push_back({spec, space[i]});
   }
+  test::compile_jobs(jobs_80, "sm_80", "awq_dequant sm_80");
+  test::compile_jobs(jobs_90, "sm_90", "awq_dequant sm_90");
+  for (const auto* jobs : {&jobs_80, &jobs_90})
+    for (const auto& j : *jobs) {
+      INFO(j.spec.label() << " " << j.config.dump() << "\n" << j.error << j.result.log);
+      REQUIRE(j.error.empty());
+      CHECK(j.result.ok);
+      CHECK(j.result.spill_bytes == 0);
+    }
   // bytes: packed weights + zeros + scales + fp16 output
   const auto s = codegen::parse_spec("awq_dequant", "k=4096,n=11008,g=128");
   CHECK(op.traffic(s).bytes == 4096.0 * 11008 / 2 + 32.0 * 11008 / 2 + 32.0 * 11008 * 2 + 4096.0 * 11008 * 2);
