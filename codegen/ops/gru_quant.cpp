@@ -81,6 +81,7 @@ struct ClusterShape {
   int64_t kh = 0, kx = 0;      // k steps of 32 over H and C
   int h_planes = 1, x_planes = 1;
   int64_t pair_slots = 0;      // (sequence, unit) pairs per thread
+  int64_t lut_words = 0;       // the three LUTs tabulated in shared memory (0: evaluated)
   int64_t smem = 0;            // dynamic shared memory, bytes
 
   ClusterShape(const Config& c, const gru::GruParams& p) {
@@ -93,13 +94,19 @@ struct ClusterShape {
     h_planes = p.h.bits > 8 ? 2 : 1;
     x_planes = p.x.bits > 8 ? 2 : 1;
     pair_slots = (c.batch * hs + c.warps * 32 - 1) / (c.warps * 32);
+    // Tables for LUT inputs of up to 10 bits (at most 12 KB): a load replaces
+    // a chain of kCount selects in each gate.
+    const auto entries = [](const gru::QTensor& t) { return t.hi() - t.lo() + 1; };
+    if (p.u_lut.in.bits <= 10 && p.r_lut.in.bits <= 10 && p.n_lut.in.bits <= 10)
+      lut_words = entries(p.u_lut.in) + entries(p.r_lut.in) + entries(p.n_lut.in);
     const int64_t fused = c.fused() ? 1 : 0, ncp = n_tiles * 8;
     smem = rows * kh * 32 + fused * rows * kx * 32         // R (and W) in fragment order
            + 2 * h_planes * kh * n_tiles * 256             // h, double buffered
            + fused * x_planes * kx * n_tiles * 256         // x_t
            + 4 * c.ksplit * (h_planes + fused * x_planes) * rows * ncp  // int32 partial sums
            + 12 * rows * (1 + fused)                       // per-row bias (int64) and shift (int32)
-           + 16;                                           // an mbarrier per h buffer
+           + 16                                            // an mbarrier per h buffer
+           + 4 * lut_words;                                // LUT outputs per input code
   }
 };
 
@@ -305,6 +312,7 @@ std::vector<Constant> GruQuantOp::constants(const OpSpec& spec, const nlohmann::
         {"bool", "kHSigned", literal(p.h.is_signed), ""},
         {"bool", "kXSigned", literal(p.x.is_signed), ""},
         {"int", "kSmemBytes", num(cs.smem), "dynamic shared memory of the persistent kernel"},
+        {"int", "kLutWords", num(cs.lut_words), "LUT outputs tabulated in shared memory (0: chains of selects)"},
     };
     out.insert(out.end(), cluster.begin(), cluster.end());
   }

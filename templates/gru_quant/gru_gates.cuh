@@ -73,6 +73,19 @@ __device__ __forceinline__ int lut(int q) {
                L::kOutLo, L::kOutHi);
 }
 
+// The cluster plan's LUTs as tables in shared memory when their inputs are
+// narrow (the generator's kLutWords: u's, r's, then n's outputs for every
+// input code, filled by fill_lut_tables from lut<L> itself): one load in place
+// of the chain of selects on the step's critical path.
+template <class L>
+constexpr int lut_entries() { return L::kInHi - L::kInLo + 1; }
+template <class L>
+__device__ __forceinline__ int lut_table(const int* table, int q) { return table[sat32(q, L::kInLo, L::kInHi) - L::kInLo]; }
+template <class L>
+__device__ __forceinline__ void fill_lut_table(int* table, int thread, int threads) {
+  for (int i = thread; i < lut_entries<L>(); i += threads) table[i] = lut<L>(L::kInLo + i);
+}
+
 // A linear output of one gate row from its exact GEMM sum Σ w·(v − zp_v):
 // sat(rshift_round(sum + bias, shift) + zp) with bias = rshift_round(b, its
 // shift into the GEMM's scale) (seed step B: bias in the GEMM's scale, one
@@ -84,17 +97,26 @@ __device__ __forceinline__ int linear_out(S sum, S bias, int shift) {
 }
 
 // The gate arithmetic of one unit: ih and hh centred (minus their zero
-// points, gates u, r, n), h_prev its code; returns h's new code.
-__device__ __forceinline__ int gru_cell(int ih_u, int ih_r, int ih_n, int hh_u, int hh_r, int hh_n, int h_prev) {
+// points, gates u, r, n), h_prev its code; returns h's new code. With
+// kTables the LUTs are read from `tables` (lut_table), else evaluated.
+template <bool kTables = false>
+__device__ __forceinline__ int gru_cell(int ih_u, int ih_r, int ih_n, int hh_u, int hh_r, int hh_n, int h_prev,
+                                        const int* tables = nullptr) {
+  const auto apply = [tables](auto lut_tag, int offset, int q) {
+    using L = decltype(lut_tag);
+    if constexpr (kTables) return lut_table<L>(tables + offset, q);
+    else return lut<L>(q);
+  };
+  constexpr int kROffset = lut_entries<ULut>(), kNOffset = kROffset + lut_entries<RLut>();
   // C-1, C-2: rescaled addends (not saturated), the sum saturated as the LUT's input.
-  const int u = lut<ULut>(sat32(rshift_round(ih_u, kIhToUIn) + rshift_round(hh_u, kHhToUIn) + kUInZp, kUInLo, kUInHi));
-  const int r = lut<RLut>(sat32(rshift_round(ih_r, kIhToRIn) + rshift_round(hh_r, kHhToRIn) + kRInZp, kRInLo, kRInHi));
+  const int u = apply(ULut{}, 0, sat32(rshift_round(ih_u, kIhToUIn) + rshift_round(hh_u, kHhToUIn) + kUInZp, kUInLo, kUInHi));
+  const int r = apply(RLut{}, kROffset, sat32(rshift_round(ih_r, kIhToRIn) + rshift_round(hh_r, kHhToRIn) + kRInZp, kRInLo, kRInHi));
   // C-3: reset applies to (R_n·h + b_rn); the product goes straight to n_in's scale.
   using RH = typename IntOf<kWideRHh>::T;
   const int n_in = sat32(rshift_round(ih_n, kIhToNIn) +
                              static_cast<int>(rshift_round<RH>(static_cast<RH>(r - kROutZp) * hh_n, kRHhToNIn)) + kNInZp,
                          kNInLo, kNInHi);
-  const int nv = lut<NLut>(n_in);
+  const int nv = apply(NLut{}, kNOffset, n_in);
   // C-4: n aligned to h (not saturated), both products in S_u·S_h, one rescale
   // to h; (1 − u) is q_one − u with the seed's single zero point.
   using CT = typename IntOf<kWideCombined>::T;

@@ -185,7 +185,10 @@ constexpr int kAccH = kKSplit * kHPlanes * kRows * kNcP;  // int32 partial sums
 constexpr int kAccX = kFused ? kKSplit * kXPlanes * kRows * kNcP : 0;
 constexpr int kOffW = kRFrag, kOffH = kOffW + kWFrag, kOffX = kOffH + 2 * kHBuf, kOffAccH = kOffX + kXBuf,
               kOffAccX = kOffAccH + 4 * kAccH, kOffRowH = kOffAccX + 4 * kAccX, kOffRowX = kOffRowH + 12 * kRows,
-              kOffBar = kOffRowX + (kFused ? 12 * kRows : 0), kSmemTotal = kOffBar + 16;
+              kOffBar = kOffRowX + (kFused ? 12 * kRows : 0), kOffLut = kOffBar + 16, kSmemTotal = kOffLut + 4 * kLutWords;
+constexpr bool kLutTables = kLutWords > 0;
+static_assert(!kLutTables || kLutWords == lut_entries<ULut>() + lut_entries<RLut>() + lut_entries<NLut>(),
+              "the plan's LUT tables differ from the LUTs' input ranges");
 static_assert(kSmemTotal == kSmemBytes, "the plan's shared memory differs from the template's layout");
 
 // Global row of local gate row `row` (gate = row / kHs), or −1 for a padding unit.
@@ -359,6 +362,12 @@ qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const si
   // zero weight column) and use the accumulators as the row-sum scratch.
   for (int i = threadIdx.x; i < (kSmemTotal - kOffH) / 4; i += kThreads) reinterpret_cast<int*>(smem + kOffH)[i] = 0;
   __syncthreads();
+  int* lut_tables = reinterpret_cast<int*>(smem + kOffLut);
+  if constexpr (kLutTables) {
+    fill_lut_table<ULut>(lut_tables, threadIdx.x, kThreads);
+    fill_lut_table<RLut>(lut_tables + lut_entries<ULut>(), threadIdx.x, kThreads);
+    fill_lut_table<NLut>(lut_tables + lut_entries<ULut>() + lut_entries<RLut>(), threadIdx.x, kThreads);
+  }
   int* r_sum = acc_h;
   int* w_sum = acc_h + kRows;
   load_fragments<kH, kKH>(R, rank, r_frag, r_sum);
@@ -445,7 +454,7 @@ qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const si
         else
           ihc[g] = ih_next[i][g] - kIhZp;
       }
-      const int h_new = gru_cell(ihc[0], ihc[1], ihc[2], hh[0], hh[1], hh[2], h_prev[i]);
+      const int h_new = gru_cell<kLutTables>(ihc[0], ihc[1], ihc[2], hh[0], hh[1], hh[2], h_prev[i], lut_tables);
       h_prev[i] = h_new;
       if (j < kH && t + 1 < kT)
 #pragma unroll
