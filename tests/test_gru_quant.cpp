@@ -286,7 +286,7 @@ TEST_CASE("gru_quant spec: canonical params only, c and h must match, the step a
   CHECK_THAT(error_of([&] { qjit::codegen::make_spec("gru_quant", {{"t", 7}, {"n", 3}, {"c", 25}, {"h", 37}, {"params", canonical}}); }),
              Catch::Contains("the spec has c=25"));
   const auto& op = qjit::codegen::find_op("gru_quant");
-  int step = 0, fused = 0, pre = 0, stream = 0;
+  int step = 0, fused = 0, pre = 0;
   for (const auto& config : op.tunable_space(spec)) {
     INFO(config.dump());
     const auto plan = op.plan(spec, config);
@@ -305,8 +305,8 @@ TEST_CASE("gru_quant spec: canonical params only, c and h must match, the step a
     }
     // Cluster: one persistent launch (after the input projection for "pre").
     const int cs = config["cluster"], batch = config["batch"], warps = config["warps"];
-    const bool is_fused = config["input"] == "fused", is_stream = config["input"] == "stream";
-    ++(is_fused ? fused : is_stream ? stream : pre);
+    const bool is_fused = config["input"] == "fused";
+    ++(is_fused ? fused : pre);
     REQUIRE(plan.steps.size() == (is_fused ? 1u : 2u));
     for (const auto& st : plan.steps) CHECK(st.repeat == 1);
     const auto& persistent = plan.kernels.at(static_cast<size_t>(plan.steps.back().kernel));
@@ -316,27 +316,17 @@ TEST_CASE("gru_quant spec: canonical params only, c and h must match, the step a
     CHECK(persistent.geometry.dynamic_smem > 0);
     CHECK(persistent.geometry.dynamic_smem <= 227u * 1024);
     CHECK(persistent.geometry.cluster_non_portable == (cs > 8));
-    // Only the streamed projection lets the persistent kernel start beside it.
-    CHECK(persistent.geometry.programmatic == is_stream);
     CHECK(op.needs_sm90a(config));
     CHECK(plan.workspace_fixed == (is_fused ? 0u : size_t{7 * 3 * 3 * 37 * 4}));
     if (!is_fused) {
       const auto& g = plan.kernels.at(static_cast<size_t>(plan.steps[0].kernel)).geometry;
-      CHECK_FALSE(g.programmatic);  // after whatever the stream ran before
-      if (is_stream) {
-        CHECK(int64_t{g.grid[0]} * 64 >= 3 * 37);  // gate rows; each block walks row tiles
-        CHECK(g.grid[1] >= 1u);
-        CHECK(int64_t{g.grid[1]} * 64 <= 64 + 21);  // no block without a row tile
-      } else {
-        CHECK(int64_t{g.grid[0]} * 64 >= 21);      // rows (t, n)
-        CHECK(int64_t{g.grid[1]} * 64 >= 3 * 37);  // gate rows
-      }
+      CHECK(int64_t{g.grid[0]} * 64 >= 21);  // rows (t, n)
+      CHECK(int64_t{g.grid[1]} * 64 >= 3 * 37);  // gate rows
     }
   }
   CHECK(step == 4);
   CHECK(fused > 0);
   CHECK(pre == fused);
-  CHECK(stream == pre);
   const auto src = qjit::codegen::generate_source(spec, op.default_config(spec));
   CHECK(src.text.find("struct ULut") != std::string::npos);
   CHECK(src.text.find("constexpr long long kQOne") != std::string::npos);
@@ -351,7 +341,7 @@ TEST_CASE("gru_quant spec: canonical params only, c and h must match, the step a
   CHECK_THAT(error_of([&] { op.validate_config(spec, cluster(16, 1, 4, 1)); }), Catch::Contains("no hidden unit"));
   CHECK_THAT(error_of([&] { op.validate_config(spec, cluster(2, 1, 4, 3)); }), Catch::Contains("ksplit must be"));
   json bad_input = cluster(2, 1, 4, 1);
-  bad_input["input"] = "later";  // (fused, pre and stream are the inputs)
+  bad_input["input"] = "later";
   CHECK_THAT(error_of([&] { op.validate_config(spec, bad_input); }), Catch::Contains("\"input\" must be"));
   // H = 2048 in a cluster of 2: 3·1024 rows of 2048 bytes do not fit a block's shared memory.
   const auto wide = qjit::codegen::make_spec(
@@ -365,7 +355,7 @@ TEST_CASE("gru_quant spec: canonical params only, c and h must match, the step a
 TEST_CASE("gru_quant: sources compile for sm_80 and sm_90 over random params", "[gru][nvrtc]") {
   std::mt19937_64 rng(std::random_device{}());
   std::vector<qjit::test::CompileJob> jobs;
-  // Every step config; of the cluster space (about 100 per spec) every 4th here, all exhaustively.
+  // Every step config; of the cluster space (about 70 per spec) every 4th here, all exhaustively.
   const auto sample = qjit::test::compile_sample(1, "gru_quant cluster");
   for (const auto& [c, h, lo, hi] : std::vector<std::array<int, 4>>{{16, 32, 8, 8}, {40, 37, 4, 16}, {256, 256, 8, 8}}) {
     const auto spec = qjit::codegen::make_spec(

@@ -13,16 +13,13 @@ namespace {
 // Two plan families (docs/gru_quant.md):
 //   step:    {"family": "step", "threads": T} — a launch per step, CUDA cores;
 //   cluster: {"family": "cluster", "cluster": CS, "batch": Nc, "warps": W,
-//             "ksplit": KS, "input": "fused"|"pre"|"stream"} — one launch, R in
-//            the shared memory of a cluster of CS blocks, Nc sequences per
-//            cluster (after, or beside, the input projection's).
-enum class Input { fused, pre, stream };
+//             "ksplit": KS, "input": "fused"|"pre"} — one launch, R in the
+//            shared memory of a cluster of CS blocks, Nc sequences per cluster.
 struct Config {
   std::string family;
   int threads = 0;                                   // step
   int cluster = 0, batch = 0, warps = 0, ksplit = 0;  // cluster
-  Input input = Input::pre;                          // cluster: where W·x is computed
-  bool fused() const { return input == Input::fused; }
+  bool fused = false;                                // cluster: W·x inside the persistent kernel
 
   static Config from(const nlohmann::json& j) {
     const std::string f = config_family(j);
@@ -39,9 +36,9 @@ struct Config {
       c.warps = config_int(j, "warps", what);
       c.ksplit = config_int(j, "ksplit", what);
       const std::string input = j["input"].get<std::string>();
-      if (input != "fused" && input != "pre" && input != "stream")
-        throw Error("config", "gru_quant config \"input\" must be \"fused\", \"pre\" or \"stream\": " + json_excerpt(j));
-      c.input = input == "fused" ? Input::fused : input == "pre" ? Input::pre : Input::stream;
+      if (input != "fused" && input != "pre")
+        throw Error("config", "gru_quant config \"input\" must be \"fused\" or \"pre\": " + json_excerpt(j));
+      c.fused = input == "fused";
       return c;
     }
     throw Error("config", "gru_quant config needs {\"family\": \"step\", \"threads\"} or {\"family\": \"cluster\", "
@@ -50,7 +47,7 @@ struct Config {
   nlohmann::json to_json() const {
     if (family == "step") return {{"family", "step"}, {"threads", threads}};
     return {{"family", "cluster"}, {"cluster", cluster}, {"batch", batch}, {"warps", warps},
-            {"ksplit", ksplit},    {"input", input == Input::fused ? "fused" : input == Input::pre ? "pre" : "stream"}};
+            {"ksplit", ksplit},    {"input", fused ? "fused" : "pre"}};
   }
 };
 
@@ -99,7 +96,7 @@ struct ClusterShape {
     const auto entries = [](const gru::QTensor& t) { return t.hi() - t.lo() + 1; };
     if (p.u_lut.in.bits <= 10 && p.r_lut.in.bits <= 10 && p.n_lut.in.bits <= 10)
       lut_words = entries(p.u_lut.in) + entries(p.r_lut.in) + entries(p.n_lut.in);
-    const int64_t fused = c.fused() ? 1 : 0, ncp = n_tiles * 8;
+    const int64_t fused = c.fused ? 1 : 0, ncp = n_tiles * 8;
     smem = rows * kh * 32 + fused * rows * kx * 32         // R (and W) in fragment order
            + 2 * h_planes * kh * n_tiles * 256             // h, double buffered
            + fused * x_planes * kx * n_tiles * 256         // x_t
@@ -123,7 +120,7 @@ std::string config_problem(const Config& c, const OpSpec& spec, const gru::GruPa
   if ((c.cluster - 1) * s.hs >= p.hidden_size) return "some block of the cluster would own no hidden unit";
   if (s.pair_slots > 8) return "more than 8 (sequence, unit) pairs per thread";
   // The fused projection prefetches each thread's share of x_{t+1} into registers.
-  if (c.fused() && (c.batch * p.input_size + c.warps * 32 - 1) / (c.warps * 32) > 16)
+  if (c.fused && (c.batch * p.input_size + c.warps * 32 - 1) / (c.warps * 32) > 16)
     return "the fused input projection's slice of x is more than 16 codes per thread";
   const int64_t limit = device.smem_per_sm - device.smem_reserved_per_block;
   if (s.smem > limit)
@@ -252,10 +249,10 @@ std::vector<nlohmann::json> GruQuantOp::candidates(const OpSpec& spec, const Dev
     for (int batch : batches)
       for (int warps : {4, 8, 16})
         for (int ksplit : {1, 2, 4})
-          for (Input input : {Input::fused, Input::pre, Input::stream}) {
+          for (bool fused : {true, false}) {
             Config c;
             c.family = "cluster";
-            c.cluster = cluster, c.batch = batch, c.warps = warps, c.ksplit = ksplit, c.input = input;
+            c.cluster = cluster, c.batch = batch, c.warps = warps, c.ksplit = ksplit, c.fused = fused;
             if (config_problem(c, spec, p, device).empty()) out.push_back(c.to_json());
           }
   return out;
@@ -301,8 +298,7 @@ std::vector<Constant> GruQuantOp::constants(const OpSpec& spec, const nlohmann::
         {"int", "kNc", num(c.batch), "tunable: sequences per cluster"},
         {"int", "kWarps", num(c.warps), "tunable: warps per block"},
         {"int", "kKSplit", num(c.ksplit), "tunable: k ranges of a block's GEMM, one task each"},
-        {"bool", "kFused", literal(c.fused()), "tunable: W·x computed inside the persistent kernel"},
-        {"bool", "kStream", literal(c.input == Input::stream), "tunable: ih consumed while the projection writes it"},
+        {"bool", "kFused", literal(c.fused), "tunable: W·x computed inside the persistent kernel"},
         {"int", "kHs", num(cs.hs), "hidden units per block (a multiple of 16)"},
         {"int", "kNT", num(cs.n_tiles), "n tiles of 8 sequences"},
         {"int", "kKH", num(cs.kh), "k steps of 32 over H"},
@@ -356,11 +352,7 @@ std::vector<Constant> GruQuantOp::constants(const OpSpec& spec, const nlohmann::
 // h_{t-1} (h0, or y's row t−1) and writing y's row t.
 // The cluster plan: one launch of qjit_gru_cluster, ceil(N / batch) clusters
 // of CS blocks; with input "pre", qjit_gru_input_mma fills the same
-// workspace first; with "stream" it runs beside the persistent kernel, which
-// is launched with PDL and, unlike other programmatic kernels, reads the
-// projection's output before that grid ends — entry by entry, each its own
-// ready flag (the template's ih_word). Whatever the stream ran before the
-// projection has finished when either kernel starts.
+// workspace first.
 Plan GruQuantOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
   const Config c = Config::from(config);
   const int64_t t = spec.get_int("t"), n = spec.get_int("n"), h = spec.get_int("h"), cin = spec.get_int("c");
@@ -400,26 +392,15 @@ Plan GruQuantOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
   persistent.geometry.cluster_non_portable = c.cluster > 8;
   persistent.params = {arg_param("x"),  arg_param("h0"), arg_param("W"),      arg_param("R"),
                        arg_param("bw"), arg_param("br"), workspace_param(0), arg_param("y"), arg_param("y_float")};
-  if (c.fused()) {
+  if (c.fused) {
     p.kernels = {persistent};
     p.steps = {PlanStep{PlanStep::Kind::kernel, 0, {}}};
     return p;
   }
   KernelDef input;
   input.symbol = "qjit_gru_input_mma";
-  const int64_t row_tiles = (t * n + 63) / 64, channel_tiles = (3 * h + 63) / 64;  // 64 rows (t, n); 4 warps of 16 channels
-  if (c.input == Input::stream) {
-    // A few blocks per channel tile, each walking its row tiles in step
-    // order: about 64 blocks in all, small enough to leave the SMs'
-    // resources to the persistent kernel, which starts beside them (PDL) and
-    // reads ih as it is written (ih_word in the template).
-    input.geometry.grid[0] = static_cast<unsigned>(channel_tiles);
-    input.geometry.grid[1] = static_cast<unsigned>(std::clamp<int64_t>(64 / channel_tiles, 1, row_tiles));
-    persistent.geometry.programmatic = true;
-  } else {
-    input.geometry.grid[0] = static_cast<unsigned>(row_tiles);
-    input.geometry.grid[1] = static_cast<unsigned>(channel_tiles);
-  }
+  input.geometry.grid[0] = static_cast<unsigned>((t * n + 63) / 64);  // 64 rows (t, n) per block
+  input.geometry.grid[1] = static_cast<unsigned>((3 * h + 63) / 64);  // 4 warps of 16 channels
   input.geometry.block[0] = 128;
   input.params = {arg_param("x"), arg_param("W"), arg_param("bw"), workspace_param(0)};
   p.kernels = {input, persistent};

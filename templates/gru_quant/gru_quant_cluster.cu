@@ -30,10 +30,7 @@
 // W·x_{t+1} computed between this step's barrier arrive and wait, off the
 // recurrence's critical path — or precomputed for all T by
 // qjit_gru_input_mma into the workspace (ih, int32 [T·N][3H]) and
-// prefetched one step ahead — before this kernel starts ("pre"), or while it
-// runs (kStream, "stream"): then this kernel is launched with programmatic
-// stream serialization and the projection lets it start at once, and every
-// ih entry is its own ready flag (see ih_word below).
+// prefetched one step ahead.
 
 #include "qjit/gru_quant/gru_gates.cuh"
 #include "qjit/gru_quant/gru_marks.cuh"
@@ -86,34 +83,6 @@ __device__ __forceinline__ void mma_s8(int (&d)[4], const uint4& a, const uint2&
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                  : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
                  : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b.x), "r"(b.y));
-}
-
-// A streamed ih entry (kStream) is its own ready flag: the projection stores
-// code − kIhLo + 1 (≥ 1: codes are saturated to [kIhLo, kIhHi]), the one
-// thread that consumes the entry waits while it reads 0 and writes 0 back,
-// so the workspace — zeroed when it is allocated — is all zeros again after
-// every call. Each word is written once and read by one thread: single-copy
-// atomicity and per-location coherence of .relaxed.gpu accesses (PTX ISA,
-// memory consistency model) are all the protocol needs; no fence, no flag
-// word, nothing waited on when the projection is ahead.
-__device__ __forceinline__ int ld_relaxed(const int* p) {
-  int v;
-  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ void st_relaxed(const int* p, int v) {
-  asm volatile("st.relaxed.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v));
-}
-constexpr int ih_word(int code) { return code - kIhLo + 1; }
-// ih's centred value (code − zp) from a streamed word already loaded as w:
-// waits for the projection's store while the word is 0, then clears it.
-__device__ __forceinline__ int take_streamed_ih(const int* p, int w) {
-  while (w == 0) {
-    __nanosleep(64);
-    w = ld_relaxed(p);
-  }
-  st_relaxed(p, 0);
-  return w + (kIhLo - 1 - kIhZp);
 }
 
 // Sum of the four signed bytes of w (the row sums of the zero-point term).
@@ -401,9 +370,7 @@ qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const si
     h_prev[i] = ok ? h0[static_cast<long long>(n0 + n) * kH + j] : static_cast<int>(kHidZp);
 #pragma unroll
     for (int g = 0; g < 3; ++g)
-      ih_next[i][g] = kFused || !ok ? static_cast<int>(kIhZp)
-                      : kStream   ? ld_relaxed(ih + static_cast<long long>(n0 + n) * 3 * kH + g * kH + j)
-                                  : ih[static_cast<long long>(n0 + n) * 3 * kH + g * kH + j];
+      ih_next[i][g] = !kFused && ok ? ih[(static_cast<long long>(n0 + n)) * 3 * kH + g * kH + j] : static_cast<int>(kIhZp);
   }
   __syncthreads();  // row sums read; the accumulators are free again
   if constexpr (kFused) block_gemm<kKX, kXPlanes, kXSigned>(w_frag, xbuf, kXPlaneBytes, acc_x);
@@ -447,10 +414,6 @@ qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const si
         if constexpr (kFused)
           ihc[g] = linear_out<kIhZp, kIhLo, kIhHi, SumX, kIhOutPositive>(gemm_sum<kXPlanes, SumX>(acc_x, row, n),
                                                           static_cast<SumX>(ih_bias[row]), ih_shift[row]);
-        else if constexpr (kStream)
-          ihc[g] = j < kH && n0 + n < kN
-                       ? take_streamed_ih(ih + (static_cast<long long>(t) * kN + n0 + n) * 3 * kH + g * kH + j, ih_next[i][g])
-                       : 0;
         else
           ihc[g] = ih_next[i][g] - kIhZp;
       }
@@ -486,10 +449,7 @@ qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const si
         const int p = threadIdx.x + i * kThreads, jl = p % kHs, n = p / kHs, j = static_cast<int>(rank) * kHs + jl;
         if (p < kPairs && j < kH && n0 + n < kN)
 #pragma unroll
-          for (int g = 0; g < 3; ++g) {
-            const int* at = ih + ((t + 1LL) * kN + n0 + n) * 3 * kH + g * kH + j;
-            ih_next[i][g] = kStream ? ld_relaxed(at) : *at;
-          }
+          for (int g = 0; g < 3; ++g) ih_next[i][g] = ih[((t + 1LL) * kN + n0 + n) * 3 * kH + g * kH + j];
       }
     }
     QJIT_GRU_CLOCK(t, 6);
@@ -509,34 +469,29 @@ qjit_gru_cluster(const int* __restrict__ x, const int* __restrict__ h0, const si
 }
 
 // The precomputed input projection: ih[row][c] for every row = t·N + n. A
-// block of 4 warps computes 64 channels (16 per warp) × 64 rows at a time:
-// the rows' x codes are staged through shared memory as byte planes in
-// B-fragment order, 128 k at a time, shared by the warps; each warp reads
-// its W rows straight into A fragments (W is small and stays in L2).
-//   "pre":    one tile per block, blockIdx.x the row tile, blockIdx.y the
-//             channel tile; the persistent kernel starts after it.
-//   "stream": blockIdx.x the channel tile; block y of gridDim.y takes row
-//             tiles y, y + gridDim.y, ... in order, so ih fills in step
-//             order while the persistent kernel, allowed to start at once,
-//             consumes it (ih_word's protocol).
+// block of 4 warps computes 64 channels (16 per warp) × 64 rows: the rows'
+// x codes are staged through shared memory as byte planes in B-fragment
+// order, 128 k at a time, shared by the warps; each warp reads its W rows
+// straight into A fragments (W is small and stays in L2).
 constexpr int kInRowTiles = 8;  // n tiles of 8 rows per block
 constexpr int kInWarps = 4;
 constexpr int kInKChunk = 128;  // k staged per round: 4 k steps
 constexpr int kInRows = 8 * kInRowTiles;
-constexpr long long kInRowsTotal = static_cast<long long>(kT) * kN;
 
-// Rows row0..row0 + 63 × channels c0..c0 + 15 of the calling warp (c0 per
-// warp; whole warps past 3H only take part in the block's barriers).
-__device__ __forceinline__ void input_tile(const int* __restrict__ x, const signed char* __restrict__ W,
-                                           const int* __restrict__ bw, int* __restrict__ ih, long long row0, int c0,
-                                           unsigned* xs) {
-  // xs: [plane][k step of the chunk][n tile][half][lane] words, as b_offset lays out a B buffer.
+extern "C" __global__ void __launch_bounds__(kInWarps * 32)
+qjit_gru_input_mma(const int* __restrict__ x, const signed char* __restrict__ W, const int* __restrict__ bw,
+                   int* __restrict__ ih) {
+  // [plane][k step of the chunk][n tile][half][lane] words, as b_offset lays out a B buffer.
+  __shared__ __align__(16) unsigned xs[kXPlanes * (kInKChunk / 32) * kInRowTiles * 64];
   constexpr int kPlaneWords = (kInKChunk / 32) * kInRowTiles * 64;
-  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const int c0 = (blockIdx.y * kInWarps + warp) * 16;
+  const long long row0 = static_cast<long long>(blockIdx.x) * kInRows;
+  constexpr long long kRowsTotal = static_cast<long long>(kT) * kN;
   int d[kInRowTiles][kXPlanes][4] = {};
   int sum0 = 0, sum1 = 0;  // byte sums of rows c0 + g and c0 + g + 8 over this lane's k
   for (int k0 = 0; k0 < kKX * 32; k0 += kInKChunk) {
-    __syncthreads();  // the previous chunk's (or tile's) reads are done
+    __syncthreads();  // the previous chunk's reads are done
     // Unrolled: every load of the chunk in flight before the first store
     // (a rolled loop waited a global round trip per iteration).
     constexpr int kStageIters = kInRows * (kInKChunk / 4) / (kInWarps * 32);
@@ -547,7 +502,7 @@ __device__ __forceinline__ void input_tile(const int* __restrict__ x, const sign
       const long long row = row0 + r;
       int v[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) v[e] = row < kInRowsTotal && k0 + kk + e < kC ? x[row * kC + k0 + kk + e] : 0;
+      for (int e = 0; e < 4; ++e) v[e] = row < kRowsTotal && k0 + kk + e < kC ? x[row * kC + k0 + kk + e] : 0;
 #pragma unroll
       for (int p = 0; p < kXPlanes; ++p)
         xs[p * kPlaneWords + b_offset(r, kk, kInRowTiles) / 4] =
@@ -595,30 +550,11 @@ __device__ __forceinline__ void input_tile(const int* __restrict__ x, const sign
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const long long row = row0 + nt * 8 + q * 2 + e;
-        if (row >= kInRowsTotal) continue;
+        if (row >= kRowsTotal) continue;
         long long s = 0;
 #pragma unroll
         for (int p = 0; p < kXPlanes; ++p) s += static_cast<long long>(d[nt][p][2 * half + e]) << (8 * p);
-        const int code = linear_out<kIhZp, kIhLo, kIhHi, long long, kIhOutPositive>(s, bias, shift) + kIhZp;
-        if constexpr (kStream) st_relaxed(ih + row * 3 * kH + c, ih_word(code));
-        else ih[row * 3 * kH + c] = code;
+        ih[row * 3 * kH + c] = linear_out<kIhZp, kIhLo, kIhHi, long long, kIhOutPositive>(s, bias, shift) + kIhZp;
       }
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(kInWarps * 32)
-qjit_gru_input_mma(const int* __restrict__ x, const signed char* __restrict__ W, const int* __restrict__ bw,
-                   int* __restrict__ ih) {
-  __shared__ __align__(16) unsigned xs[kXPlanes * (kInKChunk / 32) * kInRowTiles * 64];
-  const int warp = threadIdx.x >> 5;
-  if constexpr (kStream) {
-    // Every block has started once each has passed this: the persistent
-    // kernel may launch (it waits for entries, never for this grid's end).
-    qjit::allow_next_grid();
-    const int c0 = (blockIdx.x * kInWarps + warp) * 16;
-    constexpr long long kRowTiles = (kInRowsTotal + kInRows - 1) / kInRows;
-    for (long long tile = blockIdx.y; tile < kRowTiles; tile += gridDim.y) input_tile(x, W, bw, ih, tile * kInRows, c0, xs);
-  } else {
-    input_tile(x, W, bw, ih, static_cast<long long>(blockIdx.x) * kInRows, (blockIdx.y * kInWarps + warp) * 16, xs);
   }
 }
