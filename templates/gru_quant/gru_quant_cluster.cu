@@ -481,8 +481,12 @@ constexpr int kInRows = 8 * kInRowTiles;
 // registers took 128 of them, 4 blocks an SM, and N = 16, H = 512 needed two
 // waves of blocks (46.9 µs on an H100, L1 67% busy with 4-byte loads).
 constexpr bool kInRawStage = kC % 4 == 0;
+// Five blocks an SM (40 KB of shared memory each with one plane; four with
+// two): N = 16, H = 512 is 600 blocks, one wave on 132 SMs. Unbounded,
+// ptxas gave the kernel 232 registers, two blocks an SM and three waves.
+constexpr int kInBlocksPerSm = kXPlanes == 1 ? 5 : 4;
 
-extern "C" __global__ void __launch_bounds__(kInWarps * 32)
+extern "C" __global__ void __launch_bounds__(kInWarps * 32, kInBlocksPerSm)
 qjit_gru_input_mma(const int* __restrict__ x, const signed char* __restrict__ W, const int* __restrict__ bw,
                    int* __restrict__ ih) {
   // [plane][k step of the chunk][n tile][half][lane] words, as b_offset lays out a B buffer.
@@ -522,7 +526,7 @@ qjit_gru_input_mma(const int* __restrict__ x, const signed char* __restrict__ W,
       }
       asm volatile("cp.async.wait_all;" ::: "memory");
       __syncthreads();
-#pragma unroll
+#pragma unroll 4
       for (int it = 0; it < kStageIters; ++it) {
         const int i = threadIdx.x + it * kInWarps * 32;
         const int r = i / (kInKChunk / 4), kk = (i % (kInKChunk / 4)) * 4;
