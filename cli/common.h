@@ -57,5 +57,6 @@ void add_import(CLI::App& app, int& rc);
 void add_repack(CLI::App& app, int& rc);
 void add_lut(CLI::App& app, int& rc);
 void add_gru(CLI::App& app, int& rc);
+void add_w8a8(CLI::App& app, int& rc);
 
 }  // namespace qjit::cli

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   add_lut(app, rc);
   add_repack(app, rc);
   add_gru(app, rc);
+  add_w8a8(app, rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -74,6 +74,13 @@ CompileResult compile(const GeneratedSource& src, const std::string& arch) {
     names.push_back(name.c_str());
     texts.push_back(text.c_str());
   }
+  if (src.arch_need.compute_capability > 0) {
+    // "sm_89", "sm_90a", "sm_100": the digits are major·10 + minor.
+    const int cc = std::stoi(std::regex_replace(arch, std::regex(R"(^sm_(\d+)a?$)"), "$1"));
+    if (cc < src.arch_need.compute_capability)
+      throw Error("spec", src.arch_need.why + ": it needs sm_" + std::to_string(src.arch_need.compute_capability) +
+                              " or newer, not " + arch);
+  }
   if (src.needs_sm90a && arch != "sm_90")
     throw Error("nvrtc", src.template_path + " uses sm_90a instructions (wgmma, thread-block clusters): it runs on compute capability 9.0 only, not " + arch);
   const std::string arch_opt = "-arch=" + (src.needs_sm90a ? std::string("sm_90a") : arch);

@@ -63,6 +63,14 @@ std::vector<KernelParam> arg_params(std::initializer_list<const char*> names) {
   return out;
 }
 
+void OpDef::check_arch(const OpSpec& spec, int compute_capability) const {
+  const ArchNeed need = arch_need(spec);
+  if (compute_capability < need.compute_capability)
+    throw Error("spec", need.why + ": it needs compute capability " + std::to_string(need.compute_capability / 10) +
+                            "." + std::to_string(need.compute_capability % 10) + " or newer, not " +
+                            std::to_string(compute_capability / 10) + "." + std::to_string(compute_capability % 10));
+}
+
 int pow2_bucket(int64_t m, int top) {
   int b = 1;
   while (b < m && b < top) b *= 2;

@@ -230,6 +230,14 @@ struct DeviceLimits {
   int sm_count = 132;
   int smem_per_sm = 228 * 1024;         // shared memory of one SM, bytes
   int smem_reserved_per_block = 1024;   // what the system keeps of it per block
+  int compute_capability = 90;          // major·10 + minor
+};
+
+// The lowest compute capability (major·10 + minor) a spec's kernels run on,
+// and why, where that is above what qjit needs anyway (sm_80).
+struct ArchNeed {
+  int compute_capability = 0;  // 0: no more than qjit's floor
+  std::string why;             // "w8a8_gemm format=e4m3 runs on the FP8 tensor cores (...)"
 };
 
 // Bytes a kernel must move at least (each input read once, output written
@@ -272,12 +280,24 @@ class OpDef {
     (void)config;
     return false;
   }
+  // The GPUs the spec's kernels need at least (e.g. FP8 tensor cores): compile()
+  // refuses an older target with `why`, and tunable_space() refuses the spec on
+  // an older device, before anything is compiled or cached.
+  virtual ArchNeed arch_need(const OpSpec& spec) const {
+    (void)spec;
+    return {};
+  }
 
   // Every candidate config that passes static pruning for this spec on a
-  // device with these limits.
+  // device with these limits. Throws qjit::Error("spec", ...) when the device
+  // is older than arch_need(spec).
   std::vector<nlohmann::json> tunable_space(const OpSpec& spec, const DeviceLimits& device = {}) const {
+    check_arch(spec, device.compute_capability);
     return candidates(spec, device);
   }
+  // Throws qjit::Error("spec", ...) naming arch_need(spec).why when
+  // compute_capability (major·10 + minor) is below what the spec needs.
+  void check_arch(const OpSpec& spec, int compute_capability) const;
   virtual std::vector<nlohmann::json> candidates(const OpSpec& spec, const DeviceLimits& device) const = 0;
   // The config used on a runtime miss before anything was tuned.
   virtual nlohmann::json default_config(const OpSpec& spec) const = 0;

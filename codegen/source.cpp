@@ -105,6 +105,7 @@ GeneratedSource generate_source(const OpSpec& spec, const nlohmann::json& config
   out.kernel_name = op.plan(spec, config).main_kernel().symbol;
   out.template_path = op.template_path(config);
   out.needs_sm90a = op.needs_sm90a(config);
+  out.arch_need = op.arch_need(spec);
   out.text = pre.str();
   out.template_first_line = count_lines(out.text) + 1;
   out.segments.push_back({1, "", 1});

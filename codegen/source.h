@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
+#include "codegen/op.h"
 #include "codegen/spec.h"
 
 namespace qjit::codegen {
@@ -31,6 +32,7 @@ struct GeneratedSource {
   std::string template_path;  // "templates/fused_ffn/fused_ffn.cu"
   int template_first_line = 1;  // line of `text` where the template body starts
   bool needs_sm90a = false;     // compile for sm_90a (OpDef::needs_sm90a)
+  ArchNeed arch_need;           // the oldest target it compiles for (OpDef::arch_need)
   std::vector<SourceSegment> segments;  // in order of first_line
 
   // "fused_ffn.cu:57" -> "templates/fused_ffn/fused_ffn.cu:12" (or the

@@ -108,8 +108,17 @@ extern "C" qjit_status qjit_w8a8_gemm(const qjit_w8a8_gemm_args* args, void* str
     qjit::W8a8GemmShape s;
     s.k = a.k, s.n = a.n, s.block = a.block;
     s.x = element_type(a.x_dtype, qjit::DType::fp16, "w8a8_gemm", "x_dtype");
-    s.quant_a = a.quant_a ? a.quant_a : "offset";
-    s.quant_w = a.quant_w ? a.quant_w : "offset";
+    // "e4m3" in quant_a or quant_w selects the FP8 format, which quantizes x and W alike.
+    const std::string qa = a.quant_a ? a.quant_a : "", qw = a.quant_w ? a.quant_w : "";
+    if (qa == "e4m3" || qw == "e4m3") {
+      if ((!qa.empty() && qa != "e4m3") || (!qw.empty() && qw != "e4m3"))
+        throw qjit::Error("argument", "w8a8_gemm: quant_a=\"" + qa + "\" with quant_w=\"" + qw +
+                                          "\": e4m3 quantizes x and W alike (both \"e4m3\", or the other NULL)");
+      s.format = "e4m3";
+    } else {
+      s.quant_a = qa.empty() ? "offset" : qa;
+      s.quant_w = qw.empty() ? "offset" : qw;
+    }
     s.bias = a.bias != 0;
     s.act = a.act ? a.act : "none";
     qjit::w8a8_gemm(s, {a.x, a.wq, a.w_scale, a.w_offset, a.w_sum, a.bias_ptr, a.y, a.m},

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -20,6 +21,9 @@
 #include "codegen/source.h"
 #include "codegen/spec.h"
 #include "tests/helpers.h"
+#include "io/tensor_file.h"
+#include "tuner/reference/w8a8_fp8.h"
+#include "tuner/reference/w8a8_quant.h"
 #include "tuner/reference/wq_gemm.h"
 #include "tuner/tuner.h"
 
@@ -603,6 +607,50 @@ TEST_CASE("cli: repack converts awq and gptq tensors to the native layout bit-ex
   CHECK(contains(io.err, "no/such/dir/q.bin"));
   CHECK_FALSE(fs::exists(fresh_z));
   CHECK(no_tmp_files(td.path));
+}
+
+TEST_CASE("cli: w8a8 pack writes the CPU quantizers' codes and block-major parameters", "[cli][w8a8]") {
+  namespace io = qjit::io;
+  using namespace qjit::tuner;
+  TempDir td;
+  const std::string cache = td.file("kernels.db");
+  const int64_t n = 256, k = 384;
+  const uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> w(n * k);
+  for (int64_t i = 0; i < n * k; ++i) w[i] = std::ldexp(u(rng), static_cast<int>((i / k / 128 + i % k / 128) % 4) * 3 - 6);
+  io::write_npy(td.file("w.npy"), {io::DType::f32, {n, k}, std::string(reinterpret_cast<const char*>(w.data()), w.size() * 4)});
+  auto as = [](const io::Tensor& t, auto zero) {
+    std::vector<decltype(zero)> v(t.bytes.size() / sizeof(zero));
+    std::memcpy(v.data(), t.bytes.data(), t.bytes.size());
+    return v;
+  };
+
+  auto r = run_qjit("w8a8 pack --weights " + td.file("w.npy") + " --format e4m3 -o " + td.file("q.safetensors"), cache);
+  INFO(describe(r));
+  REQUIRE(r.exit_code == 0);
+  const Fp8Tiles t = quantize_fp8_tiles(w, n, k, 128, 128);
+  const io::Tensor wq = io::read_tensor(td.file("q.safetensors") + ":wq"), ws = io::read_tensor(td.file("q.safetensors") + ":w_scale");
+  CHECK((wq.dtype == io::DType::u8 && wq.shape == std::vector<int64_t>{n, k}));
+  CHECK(as(wq, uint8_t{}) == t.q);
+  REQUIRE((ws.dtype == io::DType::f32 && ws.shape == std::vector<int64_t>{k / 128, n / 128}));
+  const auto scale = as(ws, 0.0f);
+  for (int64_t a = 0; a < n / 128; ++a)
+    for (int64_t b = 0; b < k / 128; ++b) CHECK(scale[b * (n / 128) + a] == t.scale[a * (k / 128) + b]);
+
+  r = run_qjit("w8a8 pack --weights " + td.file("w.npy") + " --rule symmetric --block 64 -o " + td.file("i.safetensors"), cache);
+  REQUIRE(r.exit_code == 0);
+  const BlockQuantized q = pack_weights(w, n, k, 64, BlockRule::symmetric);
+  CHECK(as(io::read_tensor(td.file("i.safetensors") + ":wq"), int8_t{}) == q.q);
+  const auto sums = as(io::read_tensor(td.file("i.safetensors") + ":w_sum"), int32_t{});
+  CHECK(sums[5 * n + 7] == q.sum[7 * (k / 64) + 5]);  // [K/block][N]
+  CHECK_FALSE(io::read_safetensors_header(td.file("i.safetensors")).tensors.count("w_offset"));
+
+  r = run_qjit("w8a8 pack --weights " + td.file("w.npy") + " --format e4m3 --block 64 -o " + td.file("x.safetensors"), cache);
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "--format e4m3 takes 128"));
 }
 
 TEST_CASE("qjit tune --only: the candidates holding every key of the filter", "[cli]") {

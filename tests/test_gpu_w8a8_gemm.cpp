@@ -3,14 +3,19 @@
 // candidate of a spread of specs verifies (the tuner checks each against the
 // float64 reference within w8a8_tolerance); the typed API, including a call
 // of more rows than the top bucket (run chunk by chunk), and the C API.
+// format=e4m3 (sm_89+; refused on older GPUs) the same: its quantization
+// kernel bit for bit against quantize_fp8_rows, every candidate within
+// w8a8_fp8_tolerance, the typed and C APIs.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 
 #include "cache/store.h"
 #include "codegen/ops/w8a8_gemm.h"
+#include "codegen/numeric.h"
 #include "codegen/nvrtc.h"
 #include "codegen/registry.h"
 #include "codegen/source.h"
@@ -20,6 +25,7 @@
 #include "runtime/driver.h"
 #include "tests/gpu_helpers.h"
 #include "tests/helpers.h"
+#include "tuner/reference/w8a8_fp8.h"
 #include "tuner/reference/w8a8_gemm.h"
 #include "tuner/timing.h"
 
@@ -50,10 +56,56 @@ std::vector<float> edge_rows(int64_t m, int64_t k, std::mt19937_64& rng) {
   return x;
 }
 
+// The workspace after spec's quantization kernel (its default config's
+// module) ran on x (raw elements of the spec's x type), `rows` rows.
+std::vector<unsigned char> quantize_on_gpu(const codegen::OpSpec& spec, const void* x, size_t x_bytes, int rows) {
+  const auto& op = codegen::find_op("w8a8_gemm");
+  const auto r = codegen::compile(codegen::generate_source(spec, op.default_config(spec)), runtime::current_device().arch);
+  REQUIRE(r.ok);
+  CUmodule module;
+  CUfunction quant;
+  QJIT_CU(cuModuleLoadData(&module, r.cubin.data()));
+  QJIT_CU(cuModuleGetFunction(&quant, module, "qjit_w8a8_quant_a"));
+  const int64_t k = spec.get_int("k"), blocks = k / spec.get_int("block");
+  const auto ws = codegen::w8a8_workspace(spec.get_int("m"), k, spec.get_int("block"));
+  tuner::DeviceBuffer dx(x_bytes), dws(ws.total);
+  dx.upload(x, x_bytes);
+  CUdeviceptr px = dx.ptr(), pc = dws.ptr() + ws.codes, ps = dws.ptr() + ws.scale, po = dws.ptr() + ws.offset,
+              pz = dws.ptr() + ws.sum;
+  void* params[] = {&px, &rows, &pc, &ps, &po, &pz};
+  QJIT_CU(cuLaunchKernel(quant, static_cast<unsigned>((rows * blocks + 7) / 8), 1, 1, 256, 1, 1, 0, nullptr, params,
+                         nullptr));
+  QJIT_CU(cuCtxSynchronize());
+  std::vector<unsigned char> all(ws.total);
+  dws.download(all.data(), all.size());
+  QJIT_CU(cuModuleUnload(module));
+  return all;
+}
+
+// qjit_w8a8_gemm(c) refused with a message holding `refusal`; then, c.quant_a
+// NULL, run on poisoned output y and checked by check_y.
+void c_api_refused_then_run(qjit_w8a8_gemm_args c, const char* refusal, const tuner::DeviceBuffer& y,
+                            const std::function<void()>& check_y) {
+  CHECK(qjit_w8a8_gemm(&c, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(qjit_last_error(), Catch::Contains(refusal));
+  c.quant_a = nullptr;
+  QJIT_CU(cuMemsetD8(y.ptr(), 0xff, y.bytes()));
+  REQUIRE(qjit_w8a8_gemm(&c, nullptr) == QJIT_OK);
+  QJIT_CU(cuCtxSynchronize());
+  check_y();
+}
+
+// Block b's parameter of row `row` in a workspace array starting at byte `at`.
+template <typename T>
+T param_at(const std::vector<unsigned char>& ws, size_t at, int64_t padded_rows, int64_t b, int64_t row) {
+  T v;
+  std::memcpy(&v, ws.data() + at + static_cast<size_t>(b * padded_rows + row) * 4, 4);
+  return v;
+}
+
 }  // namespace
 
 TEST_CASE("w8a8_gemm: the quantization kernel equals the CPU bit for bit", "[gpu]") {
-  const auto& dev = runtime::current_device();
   const uint64_t seed = test::fresh_seed();
   INFO("seed " << seed);
   std::mt19937_64 rng(seed);
@@ -64,47 +116,25 @@ TEST_CASE("w8a8_gemm: the quantization kernel equals the CPU bit for bit", "[gpu
                             ",quant_a=" + rule;
       INFO(s);
       const auto spec = codegen::parse_spec("w8a8_gemm", s);
-      const auto& op = codegen::find_op("w8a8_gemm");
-      const auto r = codegen::compile(codegen::generate_source(spec, op.default_config(spec)), dev.arch);
-      REQUIRE(r.ok);
-      CUmodule module;
-      CUfunction quant;
-      QJIT_CU(cuModuleLoadData(&module, r.cubin.data()));
-      QJIT_CU(cuModuleGetFunction(&quant, module, "qjit_w8a8_quant_a"));
       const auto x = edge_rows(m, k, rng);
       const auto want = tuner::quantize_activations(x, m, k, block, std::string(rule) == "offset"
                                                                          ? tuner::BlockRule::offset
                                                                          : tuner::BlockRule::symmetric);
       const auto ws = codegen::w8a8_workspace(m, k, block);
-      tuner::DeviceBuffer dx(x.size() * 4), dws(ws.total);
-      dx.upload(x.data(), x.size() * 4);
-      CUdeviceptr px = dx.ptr(), pc = dws.ptr() + ws.codes, ps = dws.ptr() + ws.scale, po = dws.ptr() + ws.offset,
-                  pz = dws.ptr() + ws.sum;
-      int rows = m;
-      void* params[] = {&px, &rows, &pc, &ps, &po, &pz};
+      const auto all = quantize_on_gpu(spec, x.data(), x.size() * 4, m);
       const int blocks = k / block;
-      QJIT_CU(cuLaunchKernel(quant, (m * blocks + 7) / 8, 1, 1, 256, 1, 1, 0, nullptr, params, nullptr));
-      QJIT_CU(cuCtxSynchronize());
       std::vector<int8_t> codes(m * k);
-      std::vector<unsigned char> all(ws.total);
-      dws.download(all.data(), all.size());
       std::memcpy(codes.data(), all.data() + ws.codes, codes.size());
       CHECK(codes == want.q);
       const int64_t padded = (ws.offset - ws.scale) / 4 / blocks;
       for (int row = 0; row < m; ++row)
         for (int b = 0; b < blocks; ++b) {
-          float sc, of;
-          int32_t sum;
-          const size_t at = static_cast<size_t>(b * padded + row) * 4;
-          std::memcpy(&sc, all.data() + ws.scale + at, 4);
-          std::memcpy(&of, all.data() + ws.offset + at, 4);
-          std::memcpy(&sum, all.data() + ws.sum + at, 4);
           INFO("row " << row << " block " << b);
+          const float sc = param_at<float>(all, ws.scale, padded, b, row), of = param_at<float>(all, ws.offset, padded, b, row);
           CHECK(std::memcmp(&sc, &want.scale[row * blocks + b], 4) == 0);
           if (std::string(rule) == "offset") CHECK(std::memcmp(&of, &want.offset[row * blocks + b], 4) == 0);
-          CHECK(sum == want.sum[row * blocks + b]);
+          CHECK(param_at<int32_t>(all, ws.sum, padded, b, row) == want.sum[row * blocks + b]);
         }
-      QJIT_CU(cuModuleUnload(module));
     }
 }
 
@@ -176,11 +206,151 @@ TEST_CASE("w8a8_gemm: typed API over more rows than a bucket, and the C API", "[
   c.x = p(dx), c.wq = p(dq), c.w_scale = p(ds), c.w_offset = p(dof), c.w_sum = p(dsum), c.bias_ptr = p(db);
   c.y = p(dy), c.m = m;
   c.quant_a = "minmax";
-  CHECK(qjit_w8a8_gemm(&c, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
-  CHECK_THAT(qjit_last_error(), Catch::Contains("minmax"));
-  c.quant_a = nullptr;
+  c_api_refused_then_run(c, "minmax", dy, check_y);
+}
+
+namespace {
+
+// x [m][k] for the e4m3 quantizer: per row kind, a constant, zeros and
+// negative zeros, a row whose amax is 448 (scale exactly 1) and whose other
+// values are midpoints between e4m3 codes (ties of the rounding), values
+// 2^-20 of the block's amax (subnormal and zero codes, both signs), huge
+// values, random ones at spread magnitudes.
+std::vector<float> fp8_edge_rows(int64_t m, int64_t k, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto midpoint = [&] {  // halfway between two neighbouring codes below 448, either sign
+    const auto c = static_cast<uint8_t>(rng() % 0x7D);
+    return (tuner::e4m3_to_float(c) + tuner::e4m3_to_float(c + 1)) / 2 * (rng() % 2 ? 1.0f : -1.0f);
+  };
+  // Row r's element i from a draw d in [-1, 1), by r % 7.
+  const std::function<float(int64_t, float)> kind[] = {
+      [](int64_t, float) { return 0.375f; },
+      [](int64_t i, float) { return i % 2 ? 0.0f : -0.0f; },
+      [&](int64_t i, float) { return i % 128 == 0 ? 448.0f : midpoint(); },
+      [](int64_t i, float d) { return i % 128 == 5 ? 3.0f : d * 0x1p-20f; },
+      [](int64_t, float d) { return d * 6.0e4f; },
+      [](int64_t, float d) { return d * 100.0f; },
+      [](int64_t, float d) { return d * 0.01f; },
+  };
+  std::vector<float> x(m * k);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t i = 0; i < k; ++i) x[r * k + i] = kind[r % 7](i, u(rng));
+  return x;
+}
+
+bool fp8_device(const runtime::Device& dev) { return std::stoi(dev.arch.substr(3)) >= 89; }
+
+}  // namespace
+
+TEST_CASE("w8a8_gemm format=e4m3: the quantization kernel equals the CPU bit for bit", "[gpu]") {
+  const auto& dev = runtime::current_device();
+  const auto& op = codegen::find_op("w8a8_gemm");
+  if (!fp8_device(dev)) {
+    const auto spec = codegen::parse_spec("w8a8_gemm", "k=512,n=128,m=16,format=e4m3");
+    CHECK_THROWS_WITH(op.tunable_space(spec, runtime::device_limits()), Catch::Contains("8.9 or newer"));
+    CHECK_THROWS_WITH(codegen::compile(codegen::generate_source(spec, op.default_config(spec)), dev.arch),
+                      Catch::Contains("needs sm_89"));
+    return;
+  }
+  const uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  for (const char* xt : {"fp32", "fp16", "bf16"}) {
+    const int m = 21, k = 512, block = 128, blocks = k / block;
+    const std::string s = std::string("k=512,n=128,m=32,format=e4m3,x=") + xt;
+    INFO(s);
+    const auto spec = codegen::parse_spec("w8a8_gemm", s);
+    // x in its own type; the CPU quantizes the same values widened.
+    const auto xf = fp8_edge_rows(m, k, rng);
+    const size_t xb = std::string(xt) == "fp32" ? 4 : 2;
+    std::vector<unsigned char> xbytes(xf.size() * xb);
+    for (size_t i = 0; i < xf.size(); ++i) {
+      if (xb == 4) {
+        std::memcpy(&xbytes[4 * i], &xf[i], 4);
+      } else {
+        const uint16_t h = std::string(xt) == "bf16" ? float_to_bf16(xf[i]) : float_to_half(xf[i]);
+        std::memcpy(&xbytes[2 * i], &h, 2);
+      }
+    }
+    const auto want = tuner::quantize_fp8_rows(tuner::widen_to_float(xt, xbytes.data(), xf.size()), m, k, block);
+    const auto ws = codegen::w8a8_workspace(32, k, block);
+    const auto all = quantize_on_gpu(spec, xbytes.data(), xbytes.size(), m);
+    for (int row = 0; row < m; ++row) {
+      INFO("row " << row);
+      const auto* got = all.data() + ws.codes + row * k;
+      CHECK(std::vector<uint8_t>(got, got + k) == std::vector<uint8_t>(want.q.begin() + row * k, want.q.begin() + (row + 1) * k));
+    }
+    const int64_t padded = (ws.offset - ws.scale) / 4 / blocks;
+    for (int row = 0; row < m; ++row)
+      for (int b = 0; b < blocks; ++b) {
+        INFO("row " << row << " block " << b);
+        const float sc = param_at<float>(all, ws.scale, padded, b, row);
+        CHECK(std::memcmp(&sc, &want.scale[row * blocks + b], 4) == 0);
+      }
+  }
+}
+
+TEST_CASE("w8a8_gemm format=e4m3: every candidate verifies (tuner)", "[gpu]") {
+  if (!fp8_device(runtime::current_device())) return;  // (refusal: the quantization test above)
+  test::TempDir dir;
+  cache::Store store(dir.file("kernels.db"));
+  for (const char* s : {"k=512,n=256,m=1,format=e4m3", "k=1024,n=384,m=16,format=e4m3,x=bf16,bias=yes,act=relu",
+                        "k=2048,n=512,m=256,format=e4m3,x=fp32,bias=yes,act=relu6"}) {
+    INFO(s);
+    test::expect_every_candidate_verifies(store, codegen::parse_spec("w8a8_gemm", s), /*allow_pruned=*/false);
+  }
+}
+
+TEST_CASE("w8a8_gemm format=e4m3: typed API and C API", "[gpu]") {
+  if (!fp8_device(runtime::current_device())) return;
+  test::TempDir dir;
+  set_cache_path(dir.file("api.db"));
+  const uint64_t seed = test::fresh_seed();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int m = 300, k = 512, n = 256, block = 128, blocks = k / block, tiles = n / 128;
+  std::vector<float> x(static_cast<size_t>(m) * k), wf(n * k), bias(n);
+  for (auto& v : x) v = 3.0f * u(rng);
+  for (auto& v : wf) v = 0.1f * u(rng);
+  for (auto& v : bias) v = u(rng);
+  const auto a = tuner::quantize_fp8_rows(x, m, k, block);
+  const auto w = tuner::quantize_fp8_tiles(wf, n, k, 128, block);
+  const std::vector<int64_t> rows = {0, 1, 255, 256, m - 1};
+  const auto ref = tuner::fp8_gemm_check_reference(a, w, bias, "relu", rows);
+  std::vector<float> scale(blocks * tiles);  // [k/128][n/128]
+  for (int t = 0; t < tiles; ++t)
+    for (int b = 0; b < blocks; ++b) scale[b * tiles + t] = w.scale[t * blocks + b];
+  tuner::DeviceBuffer dx(x.size() * 4), dq(w.q.size()), ds(scale.size() * 4), db(bias.size() * 4),
+      dy(static_cast<size_t>(m) * n * 4);
+  dx.upload(x.data(), x.size() * 4), dq.upload(w.q.data(), w.q.size()), ds.upload(scale.data(), scale.size() * 4);
+  db.upload(bias.data(), bias.size() * 4);
+  auto p = [](const tuner::DeviceBuffer& b) { return reinterpret_cast<void*>(b.ptr()); };
+  auto check_y = [&] {
+    std::vector<float> y(static_cast<size_t>(m) * n);
+    dy.download(y.data(), y.size() * 4);
+    for (size_t i = 0; i < ref.y.size(); ++i) {
+      const int64_t r = rows[i / n], c = static_cast<int64_t>(i % n);
+      INFO("y[" << r << "][" << c << "]");
+      CHECK(std::fabs(y[r * n + c] - ref.y[i]) <=
+            tuner::w8a8_fp8_tolerance(ref.magnitude[i], ref.tc_magnitude[i], ref.y[i], blocks, "fp32"));
+    }
+  };
+  W8a8GemmShape shape;
+  shape.k = k, shape.n = n, shape.block = block, shape.x = DType::fp32, shape.format = "e4m3", shape.bias = true;
+  shape.act = "relu";
   QJIT_CU(cuMemsetD8(dy.ptr(), 0xff, dy.bytes()));
-  REQUIRE(qjit_w8a8_gemm(&c, nullptr) == QJIT_OK);
+  w8a8_gemm(shape, {p(dx), p(dq), p(ds), nullptr, nullptr, p(db), p(dy), m});
   QJIT_CU(cuCtxSynchronize());
   check_y();
+  shape.block = 64;
+  CHECK_THROWS_WITH(w8a8_gemm(shape, {p(dx), p(dq), p(ds), nullptr, nullptr, p(db), p(dy), m}),
+                    Catch::Contains("not block=64"));
+
+  REQUIRE(qjit_set_cache_path(dir.file("c.db").c_str()) == QJIT_OK);
+  qjit_w8a8_gemm_args c{};
+  c.k = k, c.n = n, c.block = block, c.x_dtype = "fp32", c.bias = 1, c.act = "relu";
+  c.x = p(dx), c.wq = p(dq), c.w_scale = p(ds), c.bias_ptr = p(db), c.y = p(dy), c.m = m;
+  c.quant_a = "offset", c.quant_w = "e4m3";
+  c_api_refused_then_run(c, "e4m3 quantizes x and W alike", dy, check_y);
 }

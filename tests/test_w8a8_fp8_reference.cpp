@@ -106,3 +106,97 @@ TEST_CASE("fp8 GEMM reference equals a float64 dequantize-then-multiply, with bi
   CHECK_THROWS_WITH(fp8_gemm_reference(a, quantize_fp8_tiles(w, n, k, 32, 64), bias, "none"), Catch::Contains("block_k 64"));
   CHECK_THROWS_WITH(fp8_gemm_reference(a, t, bias, "gelu"), Catch::Contains("gelu"));
 }
+
+namespace {
+
+// One mma step as fp8_tensor_core_bound models the FP8 tensor cores: the
+// running sum c and the products aligned to the largest magnitude M and
+// truncated to 13 fraction bits below M's leading bit, summed, the sum
+// truncated the same way.
+double model_step(double c, const double* p, int count) {
+  double big = std::fabs(c);
+  for (int i = 0; i < count; ++i) big = std::fmax(big, std::fabs(p[i]));
+  if (big == 0) return 0;
+  const double unit = std::ldexp(1.0, std::ilogb(big) - 13);
+  auto cut = [&](double v) { return std::trunc(v / unit) * unit; };
+  double s = cut(c);
+  for (int i = 0; i < count; ++i) s += cut(p[i]);
+  const double out_unit = s == 0 ? unit : std::ldexp(1.0, std::ilogb(s) - 13);
+  return std::trunc(s / out_unit) * out_unit;
+}
+
+}  // namespace
+
+TEST_CASE("fp8 tensor-core bound: hand-computed, and it holds for the model and for an fp32 sum", "[w8a8]") {
+  // 32 products of 1: k32 steps give 33·1 + 32; k16 halves 17·1 + 16, then 17·16 + 32.
+  std::vector<double> ones(32, 1.0);
+  CHECK(fp8_tensor_core_bound(ones.data(), 32) == 337.0);
+  const uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  for (int trial = 0; trial < 2000; ++trial) {
+    // 128 products of two e4m3 codes; a third of the blocks one-signed (sums grow, the worst case).
+    std::vector<double> p(128);
+    for (auto& v : p) {
+      v = static_cast<double>(e4m3_to_float(static_cast<uint8_t>(rng() % 0x7F))) *
+          e4m3_to_float(static_cast<uint8_t>(rng() % 0x7F));
+      if (trial % 3 && rng() % 2) v = -v;
+    }
+    const double bound = kFp8AccumulatorUnit * fp8_tensor_core_bound(p.data(), 128);
+    double exact = 0, k32 = 0, k16 = 0;
+    float f32 = 0;
+    for (int s = 0; s < 128; s += 32) k32 = model_step(k32, p.data() + s, 32);
+    for (int s = 0; s < 128; s += 16) k16 = model_step(k16, p.data() + s, 16);
+    for (double v : p) exact += v, f32 += static_cast<float>(v);
+    INFO("trial " << trial);
+    CHECK(std::fabs(k32 - exact) <= bound);
+    CHECK(std::fabs(k16 - exact) <= bound);
+    CHECK(std::fabs(f32 - exact) <= bound);
+  }
+}
+
+TEST_CASE("w8a8_fp8_tolerance passes the GPU's roundings and fails a wrong scale or k order", "[w8a8]") {
+  const uint64_t seed = std::random_device{}();
+  INFO("seed " << seed);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int64_t m = 3, k = 512, n = 256, block = 128, blocks = k / block;
+  std::vector<float> x(m * k), w(n * k), bias(n);
+  for (int64_t i = 0; i < m * k; ++i) x[i] = std::ldexp(u(rng), static_cast<int>((i / block) % 5) - 2);
+  for (int64_t i = 0; i < n * k; ++i) w[i] = std::ldexp(0.05f * u(rng), static_cast<int>((i / k / 128 + i % k / block) % 3));
+  for (auto& v : bias) v = u(rng);
+  const Fp8Rows a = quantize_fp8_rows(x, m, k, block);
+  const Fp8Tiles t = quantize_fp8_tiles(w, n, k, 128, block);
+  const Fp8GemmResult ref = fp8_gemm_check_reference(a, t, bias, "none");
+  CHECK(ref.y == fp8_gemm_reference(a, t, bias, "none"));
+  // The plan's arithmetic in float: the model's k32 steps, the promotion fma(sA·sW, P, acc), the bias.
+  // Against it, the same with W's tile scales swapped, and with A's codes of each k32 step reversed.
+  int64_t wrong_scale = 0, wrong_order = 0;
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t c = 0; c < n; ++c) {
+      float acc[3] = {0, 0, 0};
+      for (int64_t b = 0; b < blocks; ++b) {
+        double p[3][128];
+        for (int64_t i = 0; i < block; ++i) {
+          const double wv = e4m3_to_float(t.q[c * k + b * block + i]);
+          p[0][i] = p[1][i] = e4m3_to_float(a.q[r * k + b * block + i]) * wv;
+          p[2][i] = e4m3_to_float(a.q[r * k + b * block + (i / 32) * 32 + 31 - i % 32]) * wv;
+        }
+        for (int v = 0; v < 3; ++v) {
+          double part = 0;
+          for (int s = 0; s < block; s += 32) part = model_step(part, p[v] + s, 32);
+          const float sw = t.scale[((v == 1 ? 1 - c / 128 : c / 128)) * blocks + b];
+          acc[v] = std::fma(a.scale[r * blocks + b] * sw, static_cast<float>(part), acc[v]);
+        }
+      }
+      const size_t i = static_cast<size_t>(r * n + c);
+      const double tol = w8a8_fp8_tolerance(ref.magnitude[i], ref.tc_magnitude[i], ref.y[i], blocks, "fp32");
+      INFO("y[" << r << "][" << c << "] = " << ref.y[i] << " tolerance " << tol);
+      const double gpu = static_cast<double>(static_cast<float>(acc[0] + bias[c]));
+      CHECK(std::fabs(gpu - ref.y[i]) <= tol);
+      wrong_scale += std::fabs(acc[1] + bias[c] - ref.y[i]) > tol;
+      wrong_order += std::fabs(acc[2] + bias[c] - ref.y[i]) > tol;
+    }
+  CHECK(wrong_scale > m * n * 9 / 10);
+  CHECK(wrong_order > m * n * 9 / 10);
+}

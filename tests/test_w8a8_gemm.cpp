@@ -13,6 +13,40 @@
 using namespace qjit;
 using codegen::parse_spec;
 
+namespace {
+
+codegen::PointerArg pointer_rule(const codegen::Plan& p, const std::string& name) {
+  for (const auto& r : p.pointers)
+    if (r.name == name) return r;
+  FAIL("no pointer rule for " << name);
+  return {};
+}
+
+// Compile jobs: a sample of the space of each `sampled` spec (every stride-th, test::compile_sample) and
+// its default; for each `few` spec its default and every few_stride-th candidate.
+std::vector<test::CompileJob> w8a8_jobs(std::initializer_list<std::pair<const char*, size_t>> sampled,
+                                        std::initializer_list<const char*> few, size_t few_stride) {
+  const auto& op = codegen::find_op("w8a8_gemm");
+  std::vector<test::CompileJob> jobs;
+  for (const auto& [s, stride] : sampled) {
+    const auto spec = parse_spec("w8a8_gemm", s);
+    const auto space = op.tunable_space(spec);
+    const auto sample = test::compile_sample(stride, std::string("w8a8_gemm ") + s);
+    for (size_t i = 0; i < space.size(); ++i)
+      if (sample.takes(i)) jobs.push_back({spec, space[i]});
+    jobs.push_back({spec, op.default_config(spec)});
+  }
+  for (const char* s : few) {
+    const auto spec = parse_spec("w8a8_gemm", s);
+    const auto space = op.tunable_space(spec);
+    jobs.push_back({spec, op.default_config(spec)});
+    for (size_t i = 0; i < space.size(); i += few_stride) jobs.push_back({spec, space[i]});
+  }
+  return jobs;
+}
+
+}  // namespace
+
 TEST_CASE("w8a8_gemm specs: bad values are named", "[w8a8]") {
   CHECK_THROWS_WITH(parse_spec("w8a8_gemm", "k=4096,n=11008,block=96"), Catch::Contains("block=96 does not divide k=4096"));
   CHECK_THROWS_WITH(parse_spec("w8a8_gemm", "k=4096,n=11008,block=16"), Catch::Contains("block"));
@@ -62,12 +96,7 @@ TEST_CASE("w8a8_gemm configs: legality, families, defaults", "[w8a8]") {
 
 TEST_CASE("w8a8_gemm plans: pointer rules and the workspace", "[w8a8]") {
   const auto& op = codegen::find_op("w8a8_gemm");
-  auto rule = [](const codegen::Plan& p, const std::string& name) {
-    for (const auto& r : p.pointers)
-      if (r.name == name) return r;
-    FAIL("no pointer rule for " << name);
-    return codegen::PointerArg{};
-  };
+  const auto rule = pointer_rule;
   // Offsets on both sides: every W tensor is read; symmetric x needs no ΣB, symmetric W no offsets.
   const auto both = parse_spec("w8a8_gemm", "k=256,n=64,m=16,block=64");
   auto p = op.plan(both, op.default_config(both));
@@ -92,22 +121,10 @@ TEST_CASE("w8a8_gemm plans: pointer rules and the workspace", "[w8a8]") {
 
 TEST_CASE("w8a8_gemm: candidates compile for sm_80 and sm_90 without spills", "[w8a8][nvrtc]") {
   const auto& op = codegen::find_op("w8a8_gemm");
-  std::vector<test::CompileJob> jobs;
-  for (const auto& [s, stride] : {std::pair{"k=4096,n=11008,m=4096", 8}, std::pair{"k=4096,n=11008,m=1", 4}}) {
-    const auto spec = parse_spec("w8a8_gemm", s);
-    const auto space = op.tunable_space(spec);
-    const auto sample = test::compile_sample(stride, std::string("w8a8_gemm ") + s);
-    for (size_t i = 0; i < space.size(); ++i)
-      if (sample.takes(i)) jobs.push_back({spec, space[i]});
-    jobs.push_back({spec, op.default_config(spec)});
-  }
-  for (const char* s : {"k=1024,n=256,m=64,block=32,x=bf16,quant_a=symmetric,bias=yes,act=relu6",
-                        "k=1536,n=48,m=256,block=512,x=fp32,quant_w=symmetric,act=relu", "k=96,n=40,m=2,block=48"}) {
-    const auto spec = parse_spec("w8a8_gemm", s);
-    const auto space = op.tunable_space(spec);
-    jobs.push_back({spec, op.default_config(spec)});
-    for (size_t i = 0; i < space.size(); i += 9) jobs.push_back({spec, space[i]});
-  }
+  auto jobs = w8a8_jobs({{"k=4096,n=11008,m=4096", 8}, {"k=4096,n=11008,m=1", 4}},
+                        {"k=1024,n=256,m=64,block=32,x=bf16,quant_a=symmetric,bias=yes,act=relu6",
+                         "k=1536,n=48,m=256,block=512,x=fp32,quant_w=symmetric,act=relu", "k=96,n=40,m=2,block=48"},
+                        9);
   std::vector<test::CompileJob> sm80;
   for (size_t i = 0; i < jobs.size(); i += 3) sm80.push_back(jobs[i]);
   test::compile_jobs(jobs, "sm_90", "w8a8_gemm");
@@ -126,4 +143,82 @@ TEST_CASE("w8a8_gemm: candidates compile for sm_80 and sm_90 without spills", "[
     }
   // ptxas spills a little in a few short-k-tile configs of 8 warps.
   CHECK(spilling * 10 <= jobs.size() + sm80.size());
+}
+
+TEST_CASE("w8a8_gemm format=e4m3: spec rules, cache keys, refusals", "[w8a8]") {
+  const auto& op = codegen::find_op("w8a8_gemm");
+  // int8 specs keep their keys: format=int8 is left out, as if the key did not exist.
+  const auto int8 = parse_spec("w8a8_gemm", "k=4096,n=11008,m=16");
+  CHECK(int8.canonical_json().find("format") == std::string::npos);
+  CHECK(int8.canonical_json() == parse_spec("w8a8_gemm", "k=4096,n=11008,m=16,format=int8").canonical_json());
+  CHECK(int8.canonical_json().find("\"quant_a\":\"offset\"") != std::string::npos);
+  // e4m3 names itself; quant_a and quant_w do not apply to it.
+  const auto fp8 = parse_spec("w8a8_gemm", "k=4096,n=11008,m=16,format=e4m3");
+  CHECK(fp8.canonical_json().find("\"format\":\"e4m3\"") != std::string::npos);
+  CHECK(fp8.canonical_json().find("quant_") == std::string::npos);
+  CHECK(fp8.canonical_json() ==
+        parse_spec("w8a8_gemm", "k=4096,n=11008,m=16,format=e4m3,quant_a=symmetric").canonical_json());
+  CHECK_THROWS_WITH(parse_spec("w8a8_gemm", "k=4096,n=11008,format=e4m3,block=64"),
+                    Catch::Contains("format=e4m3 takes block=128 only") && Catch::Contains("not block=64"));
+  CHECK_THROWS_WITH(parse_spec("w8a8_gemm", "k=4096,n=4000,format=e4m3"),
+                    Catch::Contains("multiple of 128") && Catch::Contains("not n=4000"));
+  CHECK_THROWS_WITH(parse_spec("w8a8_gemm", "k=4096,n=11008,format=fp8"), Catch::Contains("int8|e4m3"));
+
+  // sm_89+ only: the space is refused on an older device, and so is a compile for an older target.
+  codegen::DeviceLimits ampere;
+  ampere.compute_capability = 80;
+  CHECK_THROWS_WITH(op.tunable_space(fp8, ampere),
+                    Catch::Contains("FP8 tensor cores") && Catch::Contains("8.9 or newer, not 8.0"));
+  CHECK_NOTHROW(op.tunable_space(int8, ampere));
+  codegen::DeviceLimits ada;
+  ada.compute_capability = 89;
+  CHECK_FALSE(op.tunable_space(fp8, ada).empty());
+  const auto src = codegen::generate_source(fp8, op.default_config(fp8));
+  CHECK_THROWS_WITH(codegen::compile(src, "sm_80"), Catch::Contains("needs sm_89 or newer, not sm_80"));
+  CHECK(codegen::generate_source(int8, op.default_config(int8)).arch_need.compute_capability == 0);
+
+  // The plan reads no offsets or sums; W's tile scales arrive 4 bytes at a time.
+  const auto rule = pointer_rule;
+  for (const auto& c : op.tunable_space(fp8)) {
+    INFO(c.dump());
+    CHECK_NOTHROW(op.validate_config(fp8, c));
+    const auto p = op.plan(fp8, c);
+    CHECK(rule(p, "w_offset").optional);
+    CHECK(rule(p, "w_sum").optional);
+    CHECK(rule(p, "w_scale").align == 4);
+  }
+  CHECK(op.tunable_space(fp8)[0].value("family", "") == "simple");
+  CHECK(op.traffic(fp8).bytes < op.traffic(int8).bytes);  // no offsets or sums, one scale per 128 columns
+  CHECK(src.text.find("constexpr bool kFp8 = true;") != std::string::npos);
+  CHECK(src.text.find("constexpr int kWScaleCols = 86;") != std::string::npos);  // 11008 / 128 tiles
+}
+
+TEST_CASE("w8a8_gemm format=e4m3: candidates compile for sm_90a and sm_89 without spills", "[w8a8][nvrtc]") {
+  const auto& op = codegen::find_op("w8a8_gemm");
+  // (A stride past the space's end: the default and the first candidate, the simple kernel where m <= 64.)
+  auto jobs = w8a8_jobs({{"k=4096,n=11008,m=4096,format=e4m3", 8}, {"k=4096,n=11008,m=1,format=e4m3", 8}},
+                        {"k=512,n=256,m=16,format=e4m3,x=bf16,bias=yes,act=relu6",
+                         "k=1024,n=384,m=256,format=e4m3,x=fp32,act=relu"},
+                        100000);
+  std::vector<test::CompileJob> ada;
+  for (size_t i = 0; i < jobs.size(); i += 4) ada.push_back(jobs[i]);
+  test::compile_jobs(jobs, "sm_90a", "w8a8_gemm e4m3");
+  test::compile_jobs(ada, "sm_89", "w8a8_gemm e4m3");
+  for (const auto* list : {&jobs, &ada})
+    for (const auto& j : *list) {
+      INFO(j.spec.label() << " " << j.config.dump() << "\n" << j.error << j.result.log);
+      REQUIRE(j.error.empty());
+      CHECK(j.result.ok);
+      CHECK(j.result.ptx.find("cvt.rn.satfinite.e4m3x2.f32") != std::string::npos);
+      if (j.config.value("family", "") == "tiled") {
+        CHECK(j.result.ptx.find("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32") != std::string::npos);
+        CHECK(j.result.ptx.find(".s8.s8") == std::string::npos);
+      }
+      CHECK(j.result.spill_bytes == 0);  // the space keeps warps of at most 8 mma tiles: none spills
+    }
+  // The int8 kernels hold no FP8 instruction (they also run on sm_80).
+  const auto int8 = parse_spec("w8a8_gemm", "k=512,n=256,m=64");
+  const auto r = codegen::compile(codegen::generate_source(int8, op.default_config(int8)), "sm_80");
+  REQUIRE(r.ok);
+  CHECK(r.ptx.find("e4m3") == std::string::npos);
 }

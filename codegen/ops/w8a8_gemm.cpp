@@ -9,6 +9,8 @@ namespace qjit::codegen {
 namespace {
 
 std::string num(int64_t v) { return std::to_string(v); }
+// format=e4m3's block and W tile edge (DeepGEMM's 1×128 activation and 128×128 weight scales).
+constexpr int64_t kFp8Tile = 128;
 int bytes_of(const std::string& t) { return t == "fp32" ? 4 : 2; }
 
 // The mma.sync family: a block owns bm rows × bn columns of y, warps_m ×
@@ -49,14 +51,25 @@ struct SimpleConfig {
 struct Shape {
   int64_t k, n, m, block;
   std::string x;
+  bool fp8;                  // format=e4m3: symmetric e4m3 codes, x per (row, block), W per 128 × 128 tile
   bool offset_a, offset_w, bias;
   std::string act;
   int64_t blocks() const { return k / block; }
+  // Columns of w_scale [k/block][·]: one scale per column (int8), per 128-column tile (e4m3).
+  int64_t w_scale_cols() const { return fp8 ? n / kFp8Tile : n; }
 };
 
 Shape shape_of(const OpSpec& spec) {
-  return {spec.get_int("k"), spec.get_int("n"), spec.get_int("m"), spec.get_int("block"), spec.get_str("x"),
-          spec.get_str("quant_a") == "offset", spec.get_str("quant_w") == "offset", spec.get_str("bias") == "yes",
+  const bool fp8 = spec.get_str("format") == "e4m3";  // quant_a and quant_w do not apply to it
+  return {spec.get_int("k"),
+          spec.get_int("n"),
+          spec.get_int("m"),
+          spec.get_int("block"),
+          spec.get_str("x"),
+          fp8,
+          !fp8 && spec.get_str("quant_a") == "offset",
+          !fp8 && spec.get_str("quant_w") == "offset",
+          spec.get_str("bias") == "yes",
           spec.get_str("act")};
 }
 
@@ -132,10 +145,17 @@ std::vector<ParamDef> W8a8GemmOp::params() const {
       {"m", "bucket of rows of x: 1, 2, 4, ..., 4096 (a launch has M <= m; 4096 serves any M)", 1, {}, 1, 4096},
       {"block", "codes of k sharing one scale (and offset), for x and W alike: 32..512, dividing k", 128, {}, 32, 512},
       {"x", "type of x, bias and y", "fp16", {"fp16", "bf16", "fp32"}},
-      {"quant_a", "x's online quantization: offset (the seed's QuantA: q·s + o) or symmetric (q·s)", "offset",
-       {"offset", "symmetric"}},
-      {"quant_w", "W's block parameters: offset (q·s + o) or symmetric (q·s, no offsets)", "offset",
-       {"offset", "symmetric"}},
+      added_later({"format",
+                   "codes of x and W: int8 (block rules quant_a, quant_w) or e4m3 (FP8 tensor cores, sm_89+: "
+                   "x per row and block of 128, W per 128 x 128 tile, scale = amax/448; block=128, n a multiple of 128)",
+                   "int8",
+                   {"int8", "e4m3"}}),
+      only_if("format", "int8",
+              {"quant_a", "x's online quantization: offset (the seed's QuantA: q·s + o) or symmetric (q·s)", "offset",
+               {"offset", "symmetric"}}),
+      only_if("format", "int8",
+              {"quant_w", "W's block parameters: offset (q·s + o) or symmetric (q·s, no offsets)", "offset",
+               {"offset", "symmetric"}}),
       {"bias", "add bias[n] before the clamp", "no", {"no", "yes"}},
       {"act", "clamp after the bias: none, relu [0, inf), relu6 [0, 6]", "none", {"none", "relu", "relu6"}},
   };
@@ -145,6 +165,20 @@ void W8a8GemmOp::validate(const nlohmann::json& p) const {
   const int64_t k = p.at("k").get<int64_t>(), m = p.at("m").get<int64_t>(), block = p.at("block").get<int64_t>();
   if (m & (m - 1)) throw Error("spec", "w8a8_gemm m=" + num(m) + " is not a bucket; expected 1, 2, 4, ..., 4096");
   if (k % block) throw Error("spec", "w8a8_gemm block=" + num(block) + " does not divide k=" + num(k));
+  if (p.at("format") == "e4m3") {
+    const int64_t n = p.at("n").get<int64_t>();
+    if (block != kFp8Tile)
+      throw Error("spec", "w8a8_gemm format=e4m3 takes block=128 only (x's 1x128 and W's 128x128 scales), not block=" +
+                              num(block));
+    if (n % kFp8Tile)
+      throw Error("spec", "w8a8_gemm format=e4m3 needs n a multiple of 128 (W's scales are per 128x128 tile), not n=" +
+                              num(n));
+  }
+}
+
+ArchNeed W8a8GemmOp::arch_need(const OpSpec& spec) const {
+  if (spec.get_str("format") != "e4m3") return {};
+  return {89, "w8a8_gemm format=e4m3 runs on the FP8 tensor cores (mma.sync ... .e4m3.e4m3, cvt ... .e4m3x2)"};
 }
 
 std::vector<ArgDef> W8a8GemmOp::args() const {
@@ -177,7 +211,11 @@ std::vector<nlohmann::json> W8a8GemmOp::candidates(const OpSpec& spec, const Dev
               const TiledConfig c{bm, bn, bk, warps_m, warps_n, stages};
               if (!tiled_problem(s, c).empty()) continue;
               // A warp of fewer than 4 mma tiles leaves the tensor cores waiting on its fragment loads.
-              if ((c.bm / warps_m / 16) * (c.bn / warps_n / 8) < 4) continue;
+              const int tiles = (c.bm / warps_m / 16) * (c.bn / warps_n / 8);
+              if (tiles < 4) continue;
+              // e4m3 on sm_90: no FP8 mma.sync instruction there (sm_89 has QMMA.16832); ptxas unpacks each
+              // fragment to f16 (F2FP) for two HMMA.16816, and a warp of 16 tiles always spills; 8 fit.
+              if (s.fp8 && tiles > 8) continue;
               out.push_back(c.to_json());
             }
       }
@@ -188,9 +226,9 @@ std::vector<nlohmann::json> W8a8GemmOp::candidates(const OpSpec& spec, const Dev
 nlohmann::json W8a8GemmOp::default_config(const OpSpec& spec) const {
   const Shape s = shape_of(spec);
   if (!tiled_applies(s).empty()) return SimpleConfig{128}.to_json();
-  const int bm = s.m <= 16 ? 16 : s.m <= 64 ? 32 : 128;
+  const int bm = s.m <= 16 ? 16 : s.m <= 64 ? 32 : s.fp8 ? 64 : 128;
   for (int bn : {128, 64, 32, 16}) {
-    // 8 warps of 64 × 32 (4 × 4 mma tiles) at full size.
+    // 8 warps of 64 × 32 (4 × 4 mma tiles) at full size; e4m3's of 32 × 32 (at most 8 tiles, see candidates).
     const int warps_m = bm >= 64 ? 2 : 1, warps_n = bn >= 128 ? 4 : bn >= 64 ? 2 : 1;
     const TiledConfig c{bm, bn, std::min<int>(64, static_cast<int>(s.block)), warps_m, warps_n, 4};
     if (tiled_problem(s, c).empty()) return c.to_json();
@@ -217,6 +255,8 @@ std::vector<Constant> W8a8GemmOp::constants(const OpSpec& spec, const nlohmann::
       {"int", "kBlock", num(s.block), "codes of k per quantization block"},
       {"int", "kBlocks", num(s.blocks()), "blocks per row: k / block"},
       {"int", "kParamRows", num((ws.offset - ws.scale) / 4 / s.blocks()), "rows of each block's parameter array"},
+      {"bool", "kFp8", flag(s.fp8), "e4m3 codes (x per row and block, W per 128 x 128 tile), else int8"},
+      {"int", "kWScaleCols", num(s.w_scale_cols()), "columns of w_scale [kBlocks][.]: n, or n/128 tiles (e4m3)"},
       {"bool", "kOffsetA", flag(s.offset_a), "x quantized with offsets (the seed's QuantA), else symmetric"},
       {"bool", "kOffsetW", flag(s.offset_w), "W has offsets, else symmetric"},
       {"bool", "kBias", flag(s.bias), "add bias[n]"},
@@ -269,7 +309,7 @@ Plan W8a8GemmOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
     gemm.geometry.grid[0] = static_cast<unsigned>((s.m + c.bm - 1) / c.bm);
     gemm.geometry.grid[1] = static_cast<unsigned>(s.n / c.bn);
     gemm.geometry.dynamic_smem = static_cast<unsigned>(c.smem());
-    param_align = 16;  // a tile's parameters arrive by 16-byte cp.async
+    param_align = s.fp8 ? 4 : 16;  // a tile's parameters arrive by cp.async: 16 bytes, or W's e4m3 tile scales 4
     y_align = 2 * xb;  // a lane stores two adjacent columns
   }
   p.kernels = {quant, gemm};
@@ -290,7 +330,7 @@ Traffic W8a8GemmOp::traffic(const OpSpec& spec) const {
   const Shape s = shape_of(spec);
   const double m = static_cast<double>(s.m), n = static_cast<double>(s.n), k = static_cast<double>(s.k);
   const double xb = bytes_of(s.x), blocks = static_cast<double>(s.blocks());
-  const double params = blocks * n * 4 * (1 + (s.offset_w ? 1 : 0) + (s.offset_a ? 1 : 0));
+  const double params = blocks * static_cast<double>(s.w_scale_cols()) * 4 * (1 + (s.offset_w ? 1 : 0) + (s.offset_a ? 1 : 0));
   return {m * k * xb + n * k + params + (s.bias ? n * xb : 0) + m * n * xb, 2 * m * n * k};
 }
 

@@ -1,15 +1,18 @@
 // w8a8_gemm: Y[m][n] = clamp(dequant(quant(X)[m][k] · Wq[n][k]ᵀ) + bias[n])
 // with X quantized online per row and block of k (seed 002's QuantA, or the
-// symmetric per-token-group form) and W int8 per output channel and block.
-// Host side of templates/w8a8_gemm/; the quantizers and the float64
-// reference are tuner/reference/w8a8_quant.h and w8a8_gemm.h.
+// symmetric per-token-group form) and W int8 per output channel and block;
+// or, with format=e4m3, both in FP8 e4m3 (x per row and block of 128, W per
+// 128 × 128 tile: DeepGEMM's format, sm_89+). Host side of
+// templates/w8a8_gemm/; the quantizers and the float64 references are
+// tuner/reference/w8a8_quant.h, w8a8_gemm.h and w8a8_fp8.h.
 //
 // Every config's plan is two kernels on the caller's stream:
 //   qjit_w8a8_quant_a  X → codes, scale, offset and Σcodes per (row, block),
 //                      into the plan's workspace (bit-exact with the reference);
 //   qjit_w8a8_gemm     int8 block products (exact int32), each block's
 //                      promoted to fp32 in registers with the seed's
-//                      DequantAndAcc formula; bias, clamp, y.
+//                      DequantAndAcc formula (e4m3: fp32 block products
+//                      promoted with sA·sB); bias, clamp, y.
 // The workspace holds one chunk of `m` rows (the spec's bucket); the runtime
 // runs a call of more rows chunk by chunk (only bucket 4096 serves M > m).
 #pragma once
@@ -25,6 +28,7 @@ class W8a8GemmOp final : public OpDef {
   }
   std::vector<ParamDef> params() const override;
   void validate(const nlohmann::json& params) const override;
+  ArchNeed arch_need(const OpSpec& spec) const override;
   std::vector<int64_t> m_values_for_rows(int64_t lo, int64_t hi) const override;
   std::vector<ArgDef> args() const override;
   std::string template_path(const nlohmann::json& config) const override;

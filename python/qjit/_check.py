@@ -25,6 +25,7 @@ TORCH_NAMES = {
     "uint8": "torch.uint8",
     "int32": "torch.int32",
     "uint32": "torch.uint32",
+    "e4m3": "torch.float8_e4m3fn",
 }
 _QJIT_NAMES = {v: k for k, v in TORCH_NAMES.items()}
 _names_by_dtype = {}  # dtype object -> qjit name (or torch's text for other dtypes)

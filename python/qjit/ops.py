@@ -31,7 +31,7 @@ arguments the checked one accepts.
 import json
 
 from . import _lib
-from ._check import FLOAT, HALF, WORDS, TORCH_NAMES, Checker, numel
+from ._check import FLOAT, HALF, WORDS, TORCH_NAMES, Checker, dtype_name, numel
 from ._check import _names_by_dtype as _DT  # dtype object -> qjit name, filled by every checked call
 
 _bytes_cache = {}
@@ -172,7 +172,7 @@ def _ptr(t):
 # The strings the fast paths pass, encoded (and their addresses taken) once: they index _bytes_cache and
 # _address_cache directly. Each is one a fast path has validated (a dtype name, or a value of a choice).
 for _text in FLOAT + HALF + ("mixed", "uint8", "int8", "int32") + _ZEROS + _ACTS + _FFN_ACTS + (
-        "awq", "gptq", "offset", "symmetric", "nchw", "nhwc"):
+        "awq", "gptq", "offset", "symmetric", "nchw", "nhwc", "e4m3"):
     _p(_text)
 
 
@@ -551,8 +551,8 @@ def _gru_quant_checked(x, h0, W, R, bw, br, params, *, float_out=False, out=None
     return (y, yf) if yf is not None else y
 
 
-def w8a8_gemm(x, wq, w_scale, w_offset=None, w_sum=None, *, block=128, quant_a="offset", bias=None, act="none",
-              out=None):
+def w8a8_gemm(x, wq, w_scale, w_offset=None, w_sum=None, *, block=128, quant_a="offset", format=None, bias=None,
+              act="none", out=None):
     """y = act(dequant(quant(x)·Wqᵀ) + bias), x quantized on the fly per row and block of K.
 
     x: [..., K] fp16, bf16 or fp32. quant_a: "offset" (seed 002's QuantA,
@@ -561,6 +561,13 @@ def w8a8_gemm(x, wq, w_scale, w_offset=None, w_sum=None, *, block=128, quant_a="
     (None: symmetric weights); w_sum int32 [K/block, N], each block's Σ of
     codes (needed with quant_a="offset"). bias: [N] of x's type. act:
     "none", "relu", "relu6". Returns y [..., N] of x's type.
+
+    format="e4m3" (the default when wq is torch.float8_e4m3fn; compute
+    capability 8.9+): x quantized to FP8 e4m3 per row and block of 128 K
+    (scale = amax/448), wq e4m3 codes [N, K] (torch.float8_e4m3fn, or uint8
+    holding the same bytes), w_scale float32 [K/128, N/128], one per 128 x 128
+    tile; block 128, N and K multiples of 128, no w_offset or w_sum, quant_a
+    does not apply. qjit.w8a8.pack_weights(w, format="e4m3") makes them.
     """
     try:
         xs = x.shape
@@ -569,12 +576,19 @@ def w8a8_gemm(x, wq, w_scale, w_offset=None, w_sum=None, *, block=128, quant_a="
         dev = x.get_device()
         qs = wq.shape
         n = qs[0]
-        param = (k // block, n)
-        ok = (xd in FLOAT and quant_a in ("offset", "symmetric") and act in _ACTS
-              and qs == (n, k) and _dt(wq, dev) == "int8" and block > 0 and k % block == 0
-              and _is(w_scale, dev, "fp32", param) and _none_or(w_offset, dev, "fp32", param)
-              and (w_sum is not None or quant_a != "offset") and _none_or(w_sum, dev, "int32", param)
-              and _none_or(bias, dev, xd, (n,)))
+        wd = _dt(wq, dev)
+        fp8 = format == "e4m3" or (format is None and wd == "e4m3")
+        if fp8:
+            ok = (xd in FLOAT and act in _ACTS and qs == (n, k) and wd in ("e4m3", "uint8") and block == 128
+                  and k % 128 == 0 and n % 128 == 0 and _is(w_scale, dev, "fp32", (k // 128, n // 128))
+                  and w_offset is None and w_sum is None and _none_or(bias, dev, xd, (n,)))
+        else:
+            param = (k // block, n)
+            ok = (format in (None, "int8") and xd in FLOAT and quant_a in ("offset", "symmetric") and act in _ACTS
+                  and qs == (n, k) and wd == "int8" and block > 0 and k % block == 0
+                  and _is(w_scale, dev, "fp32", param) and _none_or(w_offset, dev, "fp32", param)
+                  and (w_sum is not None or quant_a != "offset") and _none_or(w_sum, dev, "int32", param)
+                  and _none_or(bias, dev, xd, (n,)))
         if ok:
             m = xs[0] if len(xs) == 2 else numel(xs[:-1])  # rows (torch.Size slices are slow: 2-D x needs none)
             ys = (m, n) if len(xs) == 2 else (*xs[:-1], n)
@@ -582,44 +596,64 @@ def w8a8_gemm(x, wq, w_scale, w_offset=None, w_sum=None, *, block=128, quant_a="
     except _FALLBACK:
         ok = False
     if not ok:
-        return _w8a8_gemm_checked(x, wq, w_scale, w_offset, w_sum, block=block, quant_a=quant_a, bias=bias, act=act,
-                                  out=out)
+        return _w8a8_gemm_checked(x, wq, w_scale, w_offset, w_sum, block=block, quant_a=quant_a, format=format,
+                                  bias=bias, act=act, out=out)
     y = out if out is not None else _empty(ys, xd, x)
-    _launch(dev, "qjit_w8a8_gemm", _w8_args(k, n, block, _A[xd], _A[quant_a],
-                                            _A["offset" if w_offset is not None else "symmetric"], bias is not None,
-                                            _A[act], x.data_ptr(), wq.data_ptr(), w_scale.data_ptr(), _ptr(w_offset),
+    if fp8:
+        qa = qw = _A["e4m3"]
+    else:
+        qa, qw = _A[quant_a], _A["offset" if w_offset is not None else "symmetric"]
+    _launch(dev, "qjit_w8a8_gemm", _w8_args(k, n, block, _A[xd], qa, qw, bias is not None, _A[act], x.data_ptr(),
+                                            wq.data_ptr(), w_scale.data_ptr(), _ptr(w_offset),
                                             _ptr(w_sum) if quant_a == "offset" else 0, _ptr(bias), y.data_ptr(), m))
     return y
 
 
-def _w8a8_gemm_checked(x, wq, w_scale, w_offset=None, w_sum=None, *, block=128, quant_a="offset", bias=None, act="none",
-                       out=None):
+def _w8a8_gemm_checked(x, wq, w_scale, w_offset=None, w_sum=None, *, block=128, quant_a="offset", format=None,
+                       bias=None, act="none", out=None):
     """w8a8_gemm with Checker's checks: the reference, and the messages of every refusal."""
     c = Checker("w8a8_gemm")
     xd = c.tensor("x", x, FLOAT)
     if len(x.shape) < 1:
         c.fail("x is a scalar; expected [..., K]")
-    c.choice("quant_a", quant_a, ("offset", "symmetric"))
+    if format is None:  # from wq's dtype: float8_e4m3fn is e4m3
+        format = "e4m3" if getattr(wq, "dtype", None) is not None and dtype_name(wq) == "e4m3" else "int8"
+    fp8 = c.choice("format", format, ("int8", "e4m3")) == "e4m3"
+    if not fp8:
+        c.choice("quant_a", quant_a, ("offset", "symmetric"))
     c.choice("act", act, ("none", "relu", "relu6"))
     k = int(x.shape[-1])
-    c.tensor("wq", wq, ("int8",), ndim=2)
+    c.tensor("wq", wq, ("e4m3", "uint8") if fp8 else ("int8",), ndim=2)
     n = int(wq.shape[0])
     c.shape_is("wq", wq, (n, k), "[N, K] = [%d, %d]" % (n, k))
-    c.divides("block", block, "K", k)
-    blocks = k // block
-    param = "[K/block, N] = [%d, %d]" % (blocks, n)
-    c.tensor("w_scale", w_scale, ("fp32",), (blocks, n), param)
-    c.optional("w_offset", w_offset, ("fp32",), (blocks, n), param)
-    if quant_a == "offset" and w_sum is None:
-        c.fail("w_sum is None; quant_a='offset' needs it (int32 %s, Σ of each block's codes)" % param)
-    c.optional("w_sum", w_sum, ("int32",), (blocks, n), param)
+    if fp8:
+        if block != 128:
+            c.fail("block=%r; format='e4m3' takes block=128 (x's 1x128 and W's 128x128 scales)" % (block,))
+        if n % 128 or k % 128:
+            c.fail("wq has shape [%d, %d]; format='e4m3' needs N and K multiples of 128" % (n, k))
+        c.tensor("w_scale", w_scale, ("fp32",), (k // 128, n // 128), "[K/128, N/128] = [%d, %d]" % (k // 128, n // 128))
+        for name, t in (("w_offset", w_offset), ("w_sum", w_sum)):
+            if t is not None:
+                c.fail("%s given; format='e4m3' takes none (scales only)" % name)
+    else:
+        c.divides("block", block, "K", k)
+        blocks = k // block
+        param = "[K/block, N] = [%d, %d]" % (blocks, n)
+        c.tensor("w_scale", w_scale, ("fp32",), (blocks, n), param)
+        c.optional("w_offset", w_offset, ("fp32",), (blocks, n), param)
+        if quant_a == "offset" and w_sum is None:
+            c.fail("w_sum is None; quant_a='offset' needs it (int32 %s, Σ of each block's codes)" % param)
+        c.optional("w_sum", w_sum, ("int32",), (blocks, n), param)
     lead = tuple(int(s) for s in x.shape[:-1])
     c.optional("bias", bias, (xd,), (n,), "[N] = [%d]" % n)
     y = _output(c, out, xd, lead + (n,))
     m = numel(lead)
     if m == 0:
         return y
-    quant_w = "offset" if w_offset is not None else "symmetric"
+    if fp8:
+        quant_a = quant_w = "e4m3"
+    else:
+        quant_w = "offset" if w_offset is not None else "symmetric"
     a = _lib.W8a8GemmArgs(k, n, block, _b(xd), _b(quant_a), _b(quant_w), bias is not None, _b(act),
                           x.data_ptr(), wq.data_ptr(), w_scale.data_ptr(),
                           w_offset.data_ptr() if w_offset is not None else None,

@@ -15,15 +15,31 @@ they do exactly: the sums are computed from the codes. (torch rounds
 offset = max − 127·scale twice where the C++ quantizer fuses it; a code may
 then differ from the CPU quantizer's in a rare tie, never from its own
 parameters.)
+
+format="e4m3" packs W for w8a8_gemm's FP8 format as
+tuner/reference/w8a8_fp8.h does (quantize_fp8_tiles), bit for bit: per
+128 × 128 tile, scale = amax/448 (1 when amax is 0) and q = the e4m3 code of
+w/scale, rounded to nearest even (w/scale never passes 448 by more than a
+rounding, so torch's cast, which saturates nothing, meets no overflow). Every
+division divides by a tensor: torch may turn a division by a Python number
+into a multiplication by its reciprocal, which rounds differently.
 """
 
 
-def pack_weights(w, block=128, rule="offset"):
+def pack_weights(w, block=128, rule="offset", format="int8"):
     """w: float tensor [N, K] (any float dtype, any device). Returns
     (wq int8 [N, K], w_scale float32 [K/block, N], w_offset float32
-    [K/block, N] or None for rule="symmetric", w_sum int32 [K/block, N])."""
+    [K/block, N] or None for rule="symmetric", w_sum int32 [K/block, N]).
+
+    format="e4m3": (wq torch.float8_e4m3fn [N, K], w_scale float32
+    [K/128, N/128], None, None); block must be 128 and N, K multiples of 128;
+    rule does not apply. `wq.view(torch.uint8)` is the same codes as bytes."""
     import torch
 
+    if format == "e4m3":
+        return _pack_e4m3(w, block)
+    if format != "int8":
+        raise ValueError("w8a8.pack_weights: format %r; expected 'int8' or 'e4m3'" % (format,))
     if rule not in ("offset", "symmetric"):
         raise ValueError("w8a8.pack_weights: rule %r; expected 'offset' or 'symmetric'" % (rule,))
     if w.dim() != 2:
@@ -50,3 +66,20 @@ def pack_weights(w, block=128, rule="offset"):
     wq = q.reshape(n, k).contiguous()
     t = lambda v: v.t().contiguous()  # [N, K/block] -> block-major [K/block, N]
     return wq, t(scale), (t(offset) if offset is not None else None), t(sums).to(torch.int32)
+
+
+def _pack_e4m3(w, block):
+    import torch
+
+    if w.dim() != 2:
+        raise ValueError("w8a8.pack_weights: w has shape %s; expected [N, K]" % (list(w.shape),))
+    n, k = (int(s) for s in w.shape)
+    if block != 128 or n % 128 or k % 128:
+        raise ValueError("w8a8.pack_weights: format='e4m3' takes block=128 and N, K multiples of 128; "
+                         "got block=%d, [N, K] = [%d, %d]" % (block, n, k))
+    t = w.float().reshape(n // 128, 128, k // 128, 128)
+    amax = t.abs().amax(dim=(1, 3))  # [N/128, K/128]
+    scale = amax / torch.full_like(amax, 448.0)
+    scale = torch.where(scale == 0, torch.ones_like(scale), scale)
+    q = (t / scale[:, None, :, None]).to(torch.float8_e4m3fn)
+    return q.reshape(n, k).contiguous(), scale.t().contiguous(), None, None

@@ -46,7 +46,8 @@ Device = namedtuple("Device", "type index")
 Device.__str__ = lambda d: d.type if d.index is None else "%s:%d" % (d.type, d.index)
 
 _SIZES = {"torch.float16": 2, "torch.bfloat16": 2, "torch.float32": 4, "torch.float64": 8, "torch.int32": 4,
-          "torch.uint32": 4, "torch.uint8": 1, "torch.int8": 1, "torch.int64": 8}
+          "torch.uint32": 4, "torch.uint8": 1, "torch.int8": 1, "torch.int64": 8,
+          "torch.float8_e4m3fn": 1}
 _next_ptr = [0x7f0000000000]
 
 

@@ -160,6 +160,31 @@ class OpChecks(unittest.TestCase):
         self.refused(ValueError, ["w_offset is not contiguous"], f, **self.w8(w_offset=T("float32", 64, 2).t()))
         self.refused(ValueError, ["out has shape [3, 32]"], f, out=T("float16", 3, 32), **self.w8())
 
+    def test_w8a8_gemm_e4m3_from_the_codes_dtype_or_named(self):
+        a = dict(x=T("float16", 3, 256), wq=T("float8_e4m3fn", 128, 256), w_scale=T("float32", 2, 1))
+        y = qjit.w8a8_gemm(**a)
+        self.assertEqual((y.shape, y.dtype), ((3, 128), "torch.float16"))
+        s = self.rec.launches[0][2][0]
+        self.assertEqual((s.quant_a, s.quant_w, s.block, s.k, s.n, s.m), (b"e4m3", b"e4m3", 128, 256, 128, 3))
+        self.assertEqual((s.wq, s.w_scale, s.w_offset, s.w_sum), (a["wq"].data_ptr(), a["w_scale"].data_ptr(), None, None))
+        qjit.w8a8_gemm(a["x"], T("uint8", 128, 256), a["w_scale"], format="e4m3", quant_a="symmetric")
+        self.assertEqual(self.rec.launches[1][2][0].quant_a, b"e4m3")
+
+    def test_w8a8_gemm_e4m3_refusals(self):
+        f = qjit.w8a8_gemm
+        x, wq, ws = T("float16", 3, 256), T("float8_e4m3fn", 128, 256), T("float32", 2, 1)
+        self.refused(TypeError, ["wq", "torch.uint8", "int8"], f, x, T("uint8", 128, 256), ws)  # uint8: name the format
+        self.refused(TypeError, ["wq", "torch.int8", "e4m3 (torch.float8_e4m3fn) or uint8"], f, x,
+                     T("int8", 128, 256), ws, format="e4m3")
+        self.refused(ValueError, ["format 'fp8'"], f, x, wq, ws, format="fp8")
+        self.refused(ValueError, ["block=64", "format='e4m3' takes block=128"], f, x, wq, ws, block=64)
+        self.refused(ValueError, ["format='e4m3' needs N and K multiples of 128"], f, x,
+                     T("float8_e4m3fn", 96, 256), T("float32", 2, 1))
+        self.refused(ValueError, ["w_scale has shape [2, 128]", "[K/128, N/128] = [2, 1]"], f, x, wq,
+                     T("float32", 2, 128))
+        self.refused(ValueError, ["w_offset given", "format='e4m3' takes none"], f, x, wq, ws, T("float32", 2, 128))
+        self.refused(ValueError, ["w_sum given"], f, x, wq, ws, w_sum=T("int32", 2, 128))
+
     # ---- qconv2d ----
     def conv(self, **over):
         a = dict(x=T("float16", 1, 64, 14, 14), qweight=T("uint8", 32, 3, 3, 32), scales=T("float32", 32, 2),
@@ -411,6 +436,10 @@ class FastPath(unittest.TestCase):
                   bias=T("float16", 64), act="relu")
         self.same("w8a8_gemm", T("float32", 1, 256), **w8, quant_a="symmetric", out=T("float32", 1, 64))
         self.same("w8a8_gemm", T("float32", 1, 256), **w8, w_sum=T("int32", 2, 64), quant_a="symmetric")
+        self.same("w8a8_gemm", T("bfloat16", 2, 3, 256), T("float8_e4m3fn", 128, 256), T("float32", 2, 1),
+                  bias=T("bfloat16", 128), act="relu6")
+        self.same("w8a8_gemm", T("float16", 5, 256), T("uint8", 128, 256), T("float32", 2, 1), format="e4m3",
+                  out=T("float16", 5, 128))
         cv = (T("uint8", 32, 3, 3, 32), T("float32", 32, 2), T("float32", 32, 2))
         self.same("qconv2d", T("float16", 1, 64, 14, 14), *cv, padding=1, stride=(2, 1), bias=T("float32", 32))
         self.same("qconv2d", T("float32", 2, 9, 9, 16), T("int8", 8, 1, 1, 16), T("float32", 8, 1),

@@ -148,6 +148,37 @@ class GpuOps(unittest.TestCase):
         wd = (wq.float().view(n, k // block, block) * ws.t()[..., None] + wo.t()[..., None]).view(n, k)
         close(self, y, (x.float() @ wd.t() + bias.float()).clamp(0, 6), 3e-2, "w8a8_gemm bias+relu6")
 
+    def test_w8a8_gemm_e4m3_against_torch(self):
+        """format="e4m3" (sm_89+): codes from pack_weights(format="e4m3"), y against x @ W dequantized in float."""
+        from qjit import w8a8
+
+        if torch.cuda.get_device_capability() < (8, 9):
+            self.skipTest("format=e4m3 needs compute capability 8.9+")
+        n, k = 384, 1024
+        w = self.randn(n, k).float() / k ** 0.5
+        wq, ws, wo, wsum = w8a8.pack_weights(w, format="e4m3")
+        self.assertEqual((wq.dtype, tuple(wq.shape), tuple(ws.shape), wo, wsum),
+                         (torch.float8_e4m3fn, (n, k), (k // 128, n // 128), None, None))
+        # W as the kernel sees it: code · tile scale, in float32.
+        wd = (wq.float().view(n // 128, 128, k // 128, 128) * ws.t()[:, None, :, None]).view(n, k)
+        bias = self.randn(n)
+        for m in (1, 7, 300):
+            x = self.randn(m, k)
+            # x as the kernel quantizes it (per row and 128-block, scale amax/448), dequantized in float32:
+            # what remains is the tensor cores' accumulation and y's rounding.
+            b = x.float().view(m, k // 128, 128)
+            amax = b.abs().amax(-1, keepdim=True)
+            sx = torch.where(amax == 0, torch.ones_like(amax), amax / torch.full_like(amax, 448.0))
+            xd = ((b / sx).to(torch.float8_e4m3fn).float() * sx).view(m, k)
+            y = qjit.w8a8_gemm(x, wq, ws)
+            self.assertEqual((tuple(y.shape), y.dtype), ((m, n), x.dtype))
+            close(self, y, xd @ wd.t(), 1e-2, "w8a8_gemm e4m3 m=%d" % m)
+            # Against the unquantized x: e4m3's 3 mantissa bits (≤ 1/16 of each element) dominate.
+            close(self, y, x.float() @ wd.t(), 8e-2, "w8a8_gemm e4m3 m=%d vs float x" % m)
+            # The same codes as uint8 bytes, with format named, and bias + relu6.
+            y = qjit.w8a8_gemm(x, wq.view(torch.uint8), ws, format="e4m3", bias=bias, act="relu6")
+            close(self, y, (xd @ wd.t() + bias.float()).clamp(0, 6), 1e-2, "w8a8_gemm e4m3 bias+relu6")
+
     def test_qconv2d_against_torch(self):
         gen = torch.Generator().manual_seed(7)
         for layout, bits, block in (("nchw", 4, 32), ("nhwc", 8, 64)):

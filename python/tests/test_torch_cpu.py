@@ -10,6 +10,8 @@ machine, a developer's machine), skipped in CI, which has no torch.
   and launching what the checked paths launch,
 - QuantGRU's quantization of float input equals the C++ one: `qjit gru run
   --cpu` on the float input and on QuantGRU's codes gives the same states.
+- qjit.w8a8.pack_weights(format="e4m3") equals `qjit w8a8 pack --format
+  e4m3` (the C++ quantizer the tuner verifies against) bit for bit.
 """
 import os
 import sys
@@ -83,6 +85,32 @@ class TorchWithoutGpu(CliTest):
         self.assertTrue(torch.equal(test_gpu.load_npy_int32(p("x.npy")), test_gpu.load_npy_int32(p("xc.npy"))))
         with self.assertRaisesRegex(ValueError, "gru_quant: x is on cpu"):
             qg(x)
+
+    def test_w8a8_e4m3_packer_equals_the_cli(self):
+        from qjit import w8a8
+
+        gen = torch.Generator().manual_seed(5)
+        n, k = 256, 384
+        # Tiles of spread magnitudes, one all zero (scale 1), tiny values (subnormal and zero codes), and
+        # values at midpoints between e4m3 codes (448 in the tile: scale 1, so the midpoints are ties).
+        w = torch.randn(n, k, generator=gen) * torch.tensor([1e-3, 1.0, 30.0])[None, :].repeat_interleave(128, 1)
+        w[:128, 128:256] = 0
+        w[128:, :128] *= 2.0 ** -6  # with the 1.0 below: x/scale ~ 2^-8, subnormal codes
+        w[128:, :128][0, 0] = 1.0
+        mids = torch.tensor([0.5 * (a + b) for a, b in ((1.0, 1.125), (2.25, 2.5), (-6.5, -7.0), (0.015625, 0.017578125))])
+        w[:128, 256:] = mids.repeat(128 * 128 // 4).view(128, 128)
+        w[0, 256] = 448.0
+        p = self.file
+        st.write(p("w.safetensors"), {"w": st.from_torch(w)})
+        qjit._cli.run(["w8a8", "pack", "--weights", p("w.safetensors"), "--format", "e4m3", "-o", p("q.safetensors")])
+        cli = st.read(p("q.safetensors"))
+        wq, ws, wo, wsum = w8a8.pack_weights(w, format="e4m3")
+        self.assertEqual((wo, wsum), (None, None))
+        self.assertTrue(torch.equal(wq.view(torch.uint8), st.to_torch(cli["wq"])))
+        self.assertTrue(torch.equal(ws, st.to_torch(cli["w_scale"])))
+        self.assertEqual(ws[1, 0].item(), 1.0)  # the zero tile
+        with self.assertRaisesRegex(ValueError, "format='e4m3' takes block=128"):
+            w8a8.pack_weights(w, 64, format="e4m3")
 
 
 @unittest.skipUnless(torch, "needs torch")

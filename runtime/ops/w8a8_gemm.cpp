@@ -27,7 +27,9 @@ void w8a8_gemm(const W8a8GemmShape& s, const W8a8GemmArgs& args, CUstream_st* st
   const int bucket = codegen::w8a8_gemm_bucket(args.m);
   const auto describe = [&](runtime::SpecFields& f) {
     f.add("k", s.k).add("n", s.n).add("m", bucket).add("block", s.block).add("x", to_string(s.x));
-    f.add("quant_a", s.quant_a).add("quant_w", s.quant_w).add("bias", s.bias ? "yes" : "no").add("act", s.act);
+    f.add("format", s.format);
+    if (s.format != "e4m3") f.add("quant_a", s.quant_a).add("quant_w", s.quant_w);  // (e4m3: not applicable)
+    f.add("bias", s.bias ? "yes" : "no").add("act", s.act);
   };
   const size_t xb = s.x == DType::fp32 ? 4 : 2;
   for (int first = 0; first < args.m; first += bucket) {

@@ -8,6 +8,10 @@
 // that block. A symmetric side has no offsets and its terms vanish. |Cq| ≤
 // 2^23 (block ≤ 512), so the conversion to float is exact; the float32
 // roundings are what w8a8_tolerance bounds.
+//
+// e4m3 codes (kFp8) have no offsets: block i contributes sA·sB·P with P the
+// block's fp32 sum of products (w8a8_add_fp8_block), sB the scale of W's
+// 128 × 128 tile; w8a8_fp8_tolerance bounds P's and the promotion's roundings.
 
 struct W8a8RowParams {
   float scale, offset, sum;  // A's, for one row and block (sum as float: exact, |ΣA| ≤ 2^16)
@@ -46,6 +50,21 @@ __device__ __forceinline__ float w8a8_add_block(float acc, int cq, const W8a8Row
   acc = __fmaf_rn(a.scale, t, acc);
   if constexpr (kOffsetA) acc = __fmaf_rn(a.offset, w.c, acc);
   return acc;
+}
+
+// acc + one e4m3 block's contribution: (sA·sB)·P, P the block's fp32 sum of products.
+__device__ __forceinline__ float w8a8_add_fp8_block(float acc, float p, float sa, float sb) {
+  return __fmaf_rn(__fmul_rn(sa, sb), p, acc);
+}
+
+// The value of e4m3 code c, exactly: normal codes move their exponent
+// (bias 7) and 3 mantissa bits into a float's (bias 127); subnormals are
+// m·2^-9; S.1111.111 is NaN.
+__device__ __forceinline__ float e4m3_value(unsigned char c) {
+  const unsigned e = (c >> 3) & 15u, m = c & 7u;
+  float v = e == 0 ? static_cast<float>(m) * 0x1p-9f : __uint_as_float(((e + 120u) << 23) | (m << 20));
+  if (e == 15 && m == 7) v = __uint_as_float(0x7fc00000u);
+  return (c & 0x80) ? -v : v;
 }
 
 // y's value at column n: + bias[n], then the clamp.

@@ -1,5 +1,6 @@
 // w8a8_gemm, the obviously correct kernel: one thread per element y[m][n],
-// each block of k an int32 dot product of codes, promoted to float by
+// each block of k an int32 dot product of codes (e4m3: an fp32 sum of the
+// codes' exact products, in k order), promoted to float by
 // w8a8_combine.cuh. Any block size (not only multiples of 32); no tiling, no
 // tensor cores. The first kernel of the plan quantizes x
 // (w8a8_quant_a.cuh).
@@ -20,6 +21,13 @@ qjit_w8a8_gemm(const signed char* __restrict__ codes, const float* __restrict__ 
   const signed char* w = wq + static_cast<long long>(n) * kK;
   float acc = 0.0f;
   for (int b = 0; b < kBlocks; ++b) {
+    if constexpr (kFp8) {
+      float p = 0.0f;
+      for (int k = b * kBlock; k < (b + 1) * kBlock; ++k)  // each product is exact in float: one rounding per add
+        p = __fmaf_rn(e4m3_value(static_cast<unsigned char>(a[k])), e4m3_value(static_cast<unsigned char>(w[k])), p);
+      acc = w8a8_add_fp8_block(acc, p, a_scale[b * kParamRows + row], w_scale[b * kWScaleCols + n / 128]);
+      continue;
+    }
     int cq = 0;
     for (int k = b * kBlock; k < (b + 1) * kBlock; ++k) cq += static_cast<int>(a[k]) * static_cast<int>(w[k]);
     const int pa = b * kParamRows + row, pw = b * kN + n;

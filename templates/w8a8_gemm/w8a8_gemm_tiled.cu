@@ -1,6 +1,11 @@
-// w8a8_gemm on the int8 tensor cores (mma.sync m16n8k32 s8·s8 → s32, sm_80+):
+// w8a8_gemm on the int8 tensor cores (mma.sync m16n8k32 s8·s8 → s32, sm_80+),
+// or with kFp8 on the FP8 ones (m16n8k32 e4m3·e4m3 → f32, sm_89+):
 // y[m][n] = clamp(Σ_blocks promote(Cq) + bias[n]) with the codes of x from
-// the quantization kernel (w8a8_quant_a.cuh) and W's int8 codes [kN][kK].
+// the quantization kernel (w8a8_quant_a.cuh) and W's codes [kN][kK]. Both
+// codes are one byte and share the fragment layouts (PTX ISA, "Matrix
+// Fragments for mma.m16n8k32": one figure for .s8/.u8/.e4m3/.e5m2), so the
+// ring, the swizzle and the ldmatrix loads are the same; the accumulators
+// (int32, or fp32 per block) and the promotion differ.
 //
 // Block: kBM rows × kBN columns of y, kWarpsM × kWarpsN warps of kWM × kWN.
 // blockIdx.x runs over rows (fastest, so the blocks running together share
@@ -10,11 +15,15 @@
 // cp.async (16 bytes each); stage of k-tile kt holds
 //   A codes [kBM][kBK], B codes [kBN][kBK], rows of kBK bytes swizzled (below);
 //   then, when kt is the last k-tile of its quantization block, the block's
-//   parameters: A's scale, offset, sum for kBM rows, W's for kBN columns.
+//   parameters: A's scale, offset, sum for kBM rows, W's for kBN columns
+//   (e4m3: A's scales, and W's scales of the kWTiles 128-column tiles).
 // kBK divides kBlock, so a block ends with a k-tile: after multiplying that
 // tile every warp promotes its int32 sums to its float accumulators with the
 // parameters of the same stage (w8a8_combine.cuh) and clears them. No int32
-// matrix leaves the registers and nothing is added atomically.
+// matrix leaves the registers and nothing is added atomically. The e4m3
+// tensor cores accumulate with fewer bits than fp32 (docs/w8a8_gemm.md):
+// a block's 128 products go through 4 mma steps before the promotion, as
+// DeepGEMM promotes every 128 of k.
 using namespace qjit_spec;
 #include "qjit/w8a8_gemm/w8a8_quant_a.cuh"
 #include "qjit/w8a8_gemm/w8a8_combine.cuh"
@@ -31,6 +40,22 @@ constexpr int kTilesPerBlock = kBlock / kBK;
 constexpr int kKTiles = kK / kBK;
 static_assert(kBlock % kBK == 0 && kWM % 16 == 0 && kWN % 16 == 0, "tile legality (codegen/ops/w8a8_gemm.cpp)");
 static_assert(kStageBytes % 16 == 0, "stages stay 16-byte aligned");
+// e4m3: the 128-column tiles of W's scales a block's kBN columns span (n0 is a
+// multiple of kBN, and kBN of 128 or a divisor of it).
+constexpr int kWTiles = kBN > 128 ? kBN / 128 : 1;
+static_assert(!kFp8 || (kBlock == 128 && (kBN % 128 == 0 || 128 % kBN == 0)), "e4m3 tiles (codegen/ops/w8a8_gemm.cpp)");
+
+// A block's partial products: exact int32 sums of int8 codes, or the fp32
+// sums of the e4m3 tensor cores.
+template <bool kFloat>
+struct PartOf {
+  using T = int;
+};
+template <>
+struct PartOf<true> {
+  using T = float;
+};
+using Part = typename PartOf<kFp8>::T;
 
 // Swizzle: piece c of staged row r sits at piece c ^ f(r). ldmatrix reads
 // one piece of 8 consecutive rows; f spreads those 8 pieces over the 8
@@ -54,11 +79,19 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(p)));
 }
-__device__ __forceinline__ void mma_s8(int (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+// d += a·b over k32, by the accumulators' type: int8 codes into int32, e4m3 into fp32.
+__device__ __forceinline__ void mma_k32(int (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
       : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_k32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
@@ -70,6 +103,11 @@ struct Operands {
   const float *w_scale, *w_offset;
   const int* w_sum;
 };
+
+// 4 bytes global → shared.
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
 
 // `count` floats (a multiple of 4) from src to dst, 16 bytes per thread and pass.
 __device__ __forceinline__ void copy_floats(void* dst, const void* src, int count) {
@@ -89,6 +127,12 @@ __device__ __forceinline__ void load_stage_w(const Operands& op, int n0, int kt,
   }
   if ((kt + 1) % kTilesPerBlock == 0) {
     float* pb = reinterpret_cast<float*>(stage + kABytes + kBBytes) + 3 * kBM;
+    if constexpr (kFp8) {
+      if (threadIdx.x < kWTiles)
+        cp_async4(pb + threadIdx.x, op.w_scale + static_cast<long long>(kt / kTilesPerBlock) * kWScaleCols + n0 / 128 +
+                                        threadIdx.x);
+      return;
+    }
     const long long rw = static_cast<long long>(kt / kTilesPerBlock) * kN + n0;
     copy_floats(pb, op.w_scale + rw, kBN);
     if (kOffsetW) copy_floats(pb + kBN, op.w_offset + rw, kBN);
@@ -143,7 +187,7 @@ qjit_w8a8_gemm(const signed char* __restrict__ codes, const float* __restrict__ 
   for (int m0 = blockIdx.x * kBM; m0 < M; m0 += gridDim.x * kBM) {
     __syncthreads();  // the previous pass is done with the ring
     float acc[kMI][kNI][4];
-    int part[kMI][kNI][4];
+    Part part[kMI][kNI][4];
 #pragma unroll
     for (int i = 0; i < kMI; ++i)
 #pragma unroll
@@ -189,8 +233,8 @@ qjit_w8a8_gemm(const signed char* __restrict__ codes, const float* __restrict__ 
           ldmatrix_x4(b, sb + swizzled(wn * kWN + 8 * j + (lane / 16) * 8 + lane % 8, 2 * ks + (lane / 8) % 2));
 #pragma unroll
           for (int i = 0; i < kMI; ++i) {
-            mma_s8(part[i][j], a[i], b[0], b[1]);
-            mma_s8(part[i][j + 1], a[i], b[2], b[3]);
+            mma_k32(part[i][j], a[i], b[0], b[1]);
+            mma_k32(part[i][j + 1], a[i], b[2], b[3]);
           }
         }
       }
@@ -198,30 +242,50 @@ qjit_w8a8_gemm(const signed char* __restrict__ codes, const float* __restrict__ 
         // Promote: accumulator e of lane (g, t) is row g + 8(e / 2), column 2t + e % 2 of its tile.
         const float* pa = reinterpret_cast<const float*>(stage + kABytes + kBBytes);
         const float* pb = pa + 3 * kBM;
-        W8a8ColParams col[kNI][2];
+        if constexpr (kFp8) {
+          // An n8 tile's columns lie in one 128-column tile of W's scales.
 #pragma unroll
-        for (int j = 0; j < kNI; ++j)
+          for (int i = 0; i < kMI; ++i)
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int c = wn * kWN + 8 * j + 2 * t + h;
-            col[j][h] = w8a8_col_params(pb[c], kOffsetW ? pb[kBN + c] : 0.0f,
-                                        kOffsetA ? __float_as_int(pb[2 * kBN + c]) : 0);
-          }
+            for (int h = 0; h < 2; ++h) {
+              const float scale_a = pa[wm * kWM + 16 * i + gq + 8 * h];
 #pragma unroll
-        for (int i = 0; i < kMI; ++i)
+              for (int j = 0; j < kNI; ++j) {
+                const float scale_w = pb[(wn * kWN + 8 * j) / 128];
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int r = wm * kWM + 16 * i + gq + 8 * h;
-            const W8a8RowParams row{pa[r], kOffsetA ? pa[kBM + r] : 0.0f,
-                                    kOffsetW ? static_cast<float>(__float_as_int(pa[2 * kBM + r])) : 0.0f};
-#pragma unroll
-            for (int j = 0; j < kNI; ++j)
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                acc[i][j][2 * h + e] = w8a8_add_block(acc[i][j][2 * h + e], part[i][j][2 * h + e], row, col[j][e]);
-                part[i][j][2 * h + e] = 0;
+                for (int e = 0; e < 2; ++e) {
+                  float& c = acc[i][j][2 * h + e];
+                  c = w8a8_add_fp8_block(c, part[i][j][2 * h + e], scale_a, scale_w);
+                  part[i][j][2 * h + e] = 0;
+                }
               }
-          }
+            }
+        } else {
+          W8a8ColParams col[kNI][2];
+#pragma unroll
+          for (int j = 0; j < kNI; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int c = wn * kWN + 8 * j + 2 * t + h;
+              col[j][h] = w8a8_col_params(pb[c], kOffsetW ? pb[kBN + c] : 0.0f,
+                                          kOffsetA ? __float_as_int(pb[2 * kBN + c]) : 0);
+            }
+#pragma unroll
+          for (int i = 0; i < kMI; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int r = wm * kWM + 16 * i + gq + 8 * h;
+              const W8a8RowParams row{pa[r], kOffsetA ? pa[kBM + r] : 0.0f,
+                                      kOffsetW ? static_cast<float>(__float_as_int(pa[2 * kBM + r])) : 0.0f};
+#pragma unroll
+              for (int j = 0; j < kNI; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  acc[i][j][2 * h + e] = w8a8_add_block(acc[i][j][2 * h + e], part[i][j][2 * h + e], row, col[j][e]);
+                  part[i][j][2 * h + e] = 0;
+                }
+            }
+        }
       }
     }
     asm volatile("cp.async.wait_all;" ::: "memory");

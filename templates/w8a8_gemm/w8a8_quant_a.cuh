@@ -7,7 +7,10 @@
 //     multiply-subtract); |scale| ≤ 1e-5 → scale 1, offset max;
 //     q = roundf((x − offset) / scale) (half away from zero), saturated;
 //   symmetric: scale = amax / 127 (1 when that is 0); q = rint(x / scale)
-//     (half to even), saturated.
+//     (half to even), saturated;
+//   e4m3 (kFp8, tuner/reference/w8a8_fp8.h): scale = amax / 448 (1 when that
+//     is 0); q = the e4m3 code of x / scale, rounded to nearest even and
+//     saturated to ±448 by cvt.rn.satfinite.e4m3x2.f32. No sum.
 // Every rounding is spelled out (__fsub_rn, __fdiv_rn, __fmaf_rn) so that no
 // compiler flag or contraction can change it.
 //
@@ -32,6 +35,14 @@ __device__ __forceinline__ int warp_sum_int(int v) {
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
+}
+
+// v's e4m3 code: round to nearest even, ±448 past the range (sm_89+). The
+// instruction converts a pair: the first source goes to the high byte.
+__device__ __forceinline__ unsigned char e4m3_code(float v) {
+  unsigned short pair;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(v));
+  return static_cast<unsigned char>(pair & 0xFF);
 }
 
 // The float → int conversion of an out-of-range float is undefined: saturate first.
@@ -79,8 +90,15 @@ qjit_w8a8_quant_a(const TX* __restrict__ x, int M, signed char* __restrict__ cod
     for (int j = 0; j < kPerLane; ++j)
       if (in_block(j)) amax = fmaxf(amax, fabsf(v[j]));
     amax = warp_max(amax);
-    scale = __fdiv_rn(amax, 127.0f);
+    scale = __fdiv_rn(amax, kFp8 ? 448.0f : 127.0f);
     if (scale == 0.0f) scale = 1.0f;
+  }
+  if constexpr (kFp8) {
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j)
+      if (in_block(j)) reinterpret_cast<unsigned char*>(codes)[first + lane + 32 * j] = e4m3_code(__fdiv_rn(v[j], scale));
+    if (lane == 0) a_scale[block * kParamRows + row] = scale;
+    return;
   }
 
   int sum = 0;

@@ -1,9 +1,12 @@
 #include "tuner/reference/w8a8_fp8.h"
 
+#include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include "codegen/error.h"
 #include "tuner/reference/act_clamp.h"
+#include "tuner/reference/w8a8_gemm.h"
 
 namespace qjit::tuner {
 namespace {
@@ -100,7 +103,21 @@ Fp8Tiles quantize_fp8_tiles(const std::vector<float>& w, int64_t n, int64_t k, i
   return out;
 }
 
-std::vector<double> fp8_gemm_reference(const Fp8Rows& a, const Fp8Tiles& w, const std::vector<float>& bias,
+double fp8_tensor_core_bound(const double* p, int64_t count) {
+  double worst = 0;
+  for (int64_t step : {32, 16}) {
+    double t = 0, c = 0;
+    for (int64_t s = 0; s < count; s += step) {
+      double big = std::fabs(c);
+      for (int64_t i = s; i < std::min(count, s + step); ++i) big = std::fmax(big, std::fabs(p[i])), c += p[i];
+      t += static_cast<double>(step + 1) * big + std::fabs(c);
+    }
+    worst = std::fmax(worst, t);
+  }
+  return worst;
+}
+
+Fp8GemmResult fp8_gemm_check_reference(const Fp8Rows& a, const Fp8Tiles& w, const std::vector<float>& bias,
                                        const std::string& act, const std::vector<int64_t>& rows) {
   if (a.k != w.k || a.block != w.block_k)
     throw Error("spec", "fp8: x has k=" + std::to_string(a.k) + ", block " + std::to_string(a.block) + "; W k=" +
@@ -111,25 +128,56 @@ std::vector<double> fp8_gemm_reference(const Fp8Rows& a, const Fp8Tiles& w, cons
   std::vector<int64_t> which = rows;
   if (which.empty())
     for (int64_t r = 0; r < a.rows; ++r) which.push_back(r);
-  const int64_t blocks = a.k / a.block, tk = w.k / w.block_k;
-  std::vector<double> y(which.size() * w.n);
-  for (size_t i = 0; i < which.size(); ++i) {
-    const int64_t r = which[i];
+  for (int64_t r : which)
     if (r < 0 || r >= a.rows) throw Error("argument", "fp8: row " + std::to_string(r) + " out of range");
-    for (int64_t c = 0; c < w.n; ++c) {
-      double acc = bias.empty() ? 0.0 : bias[c];
-      for (int64_t b = 0; b < blocks; ++b) {
-        // Exact: a product of two e4m3 values has 8 significant bits within 2^-18 .. 2^17, so ≤ 512 of
-        // them sum in fewer than 53 bits.
-        double dot = 0;
-        for (int64_t k = b * a.block; k < (b + 1) * a.block; ++k)
-          dot += static_cast<double>(e4m3_to_float(a.q[r * a.k + k])) * e4m3_to_float(w.q[c * w.k + k]);
-        acc += static_cast<double>(a.scale[r * blocks + b]) * w.scale[(c / w.block_n) * tk + b] * dot;
+  const int64_t blocks = a.k / a.block, tk = w.k / w.block_k;
+  Fp8GemmResult out;
+  out.m = static_cast<int64_t>(which.size()), out.n = w.n;
+  out.y.resize(which.size() * w.n), out.magnitude.resize(out.y.size()), out.tc_magnitude.resize(out.y.size());
+  // Decoded once: the products below are exact in double (8 significant bits within 2^-18 .. 2^17), and so
+  // is any sum of up to 512 of them (fewer than 53 bits).
+  std::vector<double> wd(w.q.size()), xd(which.size() * a.k);
+  for (size_t i = 0; i < w.q.size(); ++i) wd[i] = e4m3_to_float(w.q[i]);
+  for (size_t i = 0; i < which.size(); ++i)
+    for (int64_t k = 0; k < a.k; ++k) xd[i * a.k + k] = e4m3_to_float(a.q[which[i] * a.k + k]);
+  auto cols = [&](int64_t begin, int64_t end) {
+    std::vector<double> p(a.block);
+    for (int64_t c = begin; c < end; ++c)
+      for (size_t i = 0; i < which.size(); ++i) {
+        double acc = bias.empty() ? 0.0 : bias[c], mag = std::fabs(acc), tc = 0;
+        for (int64_t b = 0; b < blocks; ++b) {
+          double dot = 0, abs_dot = 0;
+          for (int64_t k = 0; k < a.block; ++k) {
+            p[k] = xd[i * a.k + b * a.block + k] * wd[c * w.k + b * a.block + k];
+            dot += p[k], abs_dot += std::fabs(p[k]);
+          }
+          const double s = static_cast<double>(a.scale[which[i] * blocks + b]) * w.scale[(c / w.block_n) * tk + b];
+          acc += s * dot;
+          mag += std::fabs(s) * abs_dot;
+          tc += std::fabs(s) * fp8_tensor_core_bound(p.data(), a.block);
+        }
+        out.y[i * w.n + c] = apply_act(acc, act);
+        out.magnitude[i * w.n + c] = mag;
+        out.tc_magnitude[i * w.n + c] = tc;
       }
-      y[i * w.n + c] = apply_act(acc, act);
-    }
-  }
-  return y;
+  };
+  const int64_t threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 32);
+  const int64_t per = (w.n + threads - 1) / threads;
+  std::vector<std::thread> pool;
+  for (int64_t t = 0; t < threads; ++t) pool.emplace_back(cols, std::min(w.n, t * per), std::min(w.n, (t + 1) * per));
+  for (auto& th : pool) th.join();
+  return out;
+}
+
+std::vector<double> fp8_gemm_reference(const Fp8Rows& a, const Fp8Tiles& w, const std::vector<float>& bias,
+                                       const std::string& act, const std::vector<int64_t>& rows) {
+  return fp8_gemm_check_reference(a, w, bias, act, rows).y;
+}
+
+double w8a8_fp8_tolerance(double magnitude, double tc_magnitude, double y, int64_t blocks,
+                          const std::string& out_type) {
+  const double in_blocks = kFp8AccumulatorUnit * tc_magnitude;
+  return in_blocks * (1 + 0x1p-7) + w8a8_tolerance(magnitude + in_blocks, y, blocks, out_type);
 }
 
 }  // namespace qjit::tuner

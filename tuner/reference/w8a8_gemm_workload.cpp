@@ -7,6 +7,13 @@
 // its error, |qW|·sA·sB, is orders above the tolerance). Baselines, timed
 // only: cuBLAS fp16 on the same shape, and cuBLAS's int8 GEMM with no
 // scales at all (what torch._int_mm runs).
+//
+// format=e4m3: x's blocks and W's 128 × 128 tiles each get a power-of-two
+// factor of their own (2^-3 .. 2^3), so that a scale read from the wrong
+// block or tile is far off; W quantized by quantize_fp8_tiles; every
+// element within w8a8_fp8_tolerance of fp8_gemm_check_reference (the
+// tensor cores' 13-bit accumulation inside a block is a bounded error, not
+// an exact one). Baseline: cuBLAS fp16.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -15,6 +22,7 @@
 #include "codegen/numeric.h"
 #include "runtime/cublas.h"
 #include "runtime/driver.h"
+#include "tuner/reference/w8a8_fp8.h"
 #include "tuner/reference/w8a8_gemm.h"
 #include "tuner/timing.h"
 #include "tuner/workload.h"
@@ -29,8 +37,7 @@ class W8a8GemmWorkload final : public Workload {
     xt_ = spec.get_str("x");
     act_ = spec.get_str("act");
     xb_ = xt_ == "fp32" ? 4 : 2;
-    const BlockRule rule_a = spec.get_str("quant_a") == "offset" ? BlockRule::offset : BlockRule::symmetric;
-    const BlockRule rule_w = spec.get_str("quant_w") == "offset" ? BlockRule::offset : BlockRule::symmetric;
+    fp8_ = spec.get_str("format") == "e4m3";
     SplitMix64 rng{seed};
 
     // x in its own type, then widened exactly as the GPU reads it.
@@ -40,20 +47,23 @@ class W8a8GemmWorkload final : public Workload {
       const float shift = (rng.next() % 4 == 0) ? amp * rng.uniform() : 0.0f;  // some rows far from centred
       for (int64_t i = 0; i < k_; ++i) xf[r * k_ + i] = shift + amp * rng.uniform();
       if (k_ >= block_) xf[r * k_ + (rng.next() % k_)] = 8 * amp;  // an outlier
+      if (fp8_)
+        for (int64_t i = 0; i < k_; ++i) xf[r * k_ + i] *= tile_factor(r, i / block_);
     }
     if (m_ >= 3) {
       std::fill(xf.begin() + 1 * k_, xf.begin() + 2 * k_, 0.375f);  // constant: the degenerate block
       std::fill(xf.begin() + 2 * k_, xf.begin() + 3 * k_, 0.0f);
     }
     x_host_ = encode(xf);
-    const auto a = quantize_activations(widen_to_float(xt_, x_host_.data(), xf.size()), m_, k_, block_, rule_a);
+    const std::vector<float> xw = widen_to_float(xt_, x_host_.data(), xf.size());
 
     std::vector<float> wf(n_ * k_);
     for (int64_t c = 0; c < n_; ++c) {
       const float amp = 0.01f + 0.2f * static_cast<float>(rng.next() % 1000) / 1000.0f;
       for (int64_t i = 0; i < k_; ++i) wf[c * k_ + i] = amp * rng.uniform() + (c % 7 == 0 ? amp / 2 : 0.0f);
+      if (fp8_)
+        for (int64_t i = 0; i < k_; ++i) wf[c * k_ + i] *= tile_factor(c / 128 + 1, i / block_);
     }
-    const BlockQuantized w = pack_weights(wf, n_, k_, block_, rule_w);
     std::vector<float> bias;
     if (spec.get_str("bias") == "yes") {
       bias.resize(n_);
@@ -69,9 +79,27 @@ class W8a8GemmWorkload final : public Workload {
     } else {
       rows_ = {0, 1, 2, m_ / 3, m_ / 2, (2 * m_) / 3 + 1, m_ - 2, m_ - 1};
     }
-    ref_ = w8a8_gemm_reference(a, w, bias, act_, rows_);
+    x_ = DeviceBuffer(x_host_.size());
+    x_.upload(x_host_.data(), x_host_.size());
+    y_ = DeviceBuffer(m_ * n_ * xb_);
+    if (fp8_) {
+      fp8_weights(xw, wf, bias, l2_bytes);
+    } else {
+      int8_weights(spec, xw, wf, bias, l2_bytes);
+    }
+  }
 
-    // W's native tensors: codes [n][k]; scale, offset, sum block-major [k/block][n].
+  // format=e4m3: a power of two in 2^-3 .. 2^3 for block b of row (or tile row) r.
+  static float tile_factor(int64_t r, int64_t b) { return std::ldexp(1.0f, static_cast<int>((3 * r + 5 * b) % 7) - 3); }
+
+  // W's native tensors: codes [n][k]; scale, offset, sum block-major [k/block][n].
+  void int8_weights(const codegen::OpSpec& spec, const std::vector<float>& xw, const std::vector<float>& wf,
+                    const std::vector<float>& bias, size_t l2_bytes) {
+    const BlockRule rule_a = spec.get_str("quant_a") == "offset" ? BlockRule::offset : BlockRule::symmetric;
+    const BlockRule rule_w = spec.get_str("quant_w") == "offset" ? BlockRule::offset : BlockRule::symmetric;
+    const auto a = quantize_activations(xw, m_, k_, block_, rule_a);
+    const BlockQuantized w = pack_weights(wf, n_, k_, block_, rule_w);
+    ref_ = w8a8_gemm_reference(a, w, bias, act_, rows_);
     const int64_t nb = k_ / block_;
     auto block_major = [&](const auto& v) {
       std::vector<std::remove_cv_t<std::remove_reference_t<decltype(v[0])>>> out(v.size());
@@ -92,15 +120,39 @@ class W8a8GemmWorkload final : public Workload {
       cw.sum.upload(sum.data(), sum.size() * 4);
       weights_.push_back(std::move(cw));
     }
-    x_ = DeviceBuffer(x_host_.size());
-    x_.upload(x_host_.data(), x_host_.size());
-    y_ = DeviceBuffer(m_ * n_ * xb_);
     const bool offset_w = rule_w == BlockRule::offset, offset_a = rule_a == BlockRule::offset;
     for (const auto& cw : weights_) {
       W8a8GemmArgs args;
       args.x = dev(x_.ptr()), args.wq = dev(cw.q.ptr()), args.w_scale = dev(cw.scale.ptr());
       args.w_offset = offset_w ? dev(cw.offset.ptr()) : nullptr;
       args.w_sum = offset_a ? dev(cw.sum.ptr()) : nullptr;
+      args.bias = bias.empty() ? nullptr : dev(bias_.ptr());
+      args.y = dev(y_.ptr()), args.m = static_cast<int>(m_);
+      add_copy(args.pack());
+    }
+  }
+
+  // W's e4m3 tensors: codes [n][k]; tile scales [k/128][n/128] (fp8_gemm's are [n/128][k/128]).
+  void fp8_weights(const std::vector<float>& xw, const std::vector<float>& wf, const std::vector<float>& bias,
+                   size_t l2_bytes) {
+    const Fp8Rows a = quantize_fp8_rows(xw, m_, k_, block_);
+    const Fp8Tiles w = quantize_fp8_tiles(wf, n_, k_, 128, block_);
+    fp8_ref_ = fp8_gemm_check_reference(a, w, bias, act_, rows_);
+    const int64_t tn = n_ / 128, tk = k_ / block_;
+    std::vector<float> scale(w.scale.size());
+    for (int64_t i = 0; i < tn; ++i)
+      for (int64_t b = 0; b < tk; ++b) scale[b * tn + i] = w.scale[i * tk + b];
+    const size_t wbytes = w.q.size() + 4 * scale.size();
+    const int copies = static_cast<int>(std::clamp<size_t>(3 * l2_bytes / std::max<size_t>(wbytes, 1) + 1, 1, 16));
+    for (int c = 0; c < copies; ++c) {
+      Weights cw{DeviceBuffer(w.q.size()), DeviceBuffer(scale.size() * 4), {}, {}};
+      cw.q.upload(w.q.data(), w.q.size());
+      cw.scale.upload(scale.data(), scale.size() * 4);
+      weights_.push_back(std::move(cw));
+    }
+    for (const auto& cw : weights_) {
+      W8a8GemmArgs args;
+      args.x = dev(x_.ptr()), args.wq = dev(cw.q.ptr()), args.w_scale = dev(cw.scale.ptr());
       args.bias = bias.empty() ? nullptr : dev(bias_.ptr());
       args.y = dev(y_.ptr()), args.m = static_cast<int>(m_);
       add_copy(args.pack());
@@ -119,11 +171,14 @@ class W8a8GemmWorkload final : public Workload {
     double err2 = 0, ref2 = 0;
     int64_t bad = 0;
     const int64_t blocks = k_ / block_;
-    for (size_t i = 0; i < ref_.y.size(); ++i) {
+    const std::vector<double>& ys = fp8_ ? fp8_ref_.y : ref_.y;
+    for (size_t i = 0; i < ys.size(); ++i) {
       const int64_t r = rows_[i / n_], c = static_cast<int64_t>(i % n_);
       const double g = element_to_double(xt_, got.data(), static_cast<size_t>(r * n_ + c));
-      const double want = ref_.y[i], e = std::fabs(g - want);
-      const double tol = tolerance_scale * w8a8_tolerance(ref_.magnitude[i], want, blocks, xt_);
+      const double want = ys[i], e = std::fabs(g - want);
+      const double tol =
+          tolerance_scale * (fp8_ ? w8a8_fp8_tolerance(fp8_ref_.magnitude[i], fp8_ref_.tc_magnitude[i], want, blocks, xt_)
+                                  : w8a8_tolerance(ref_.magnitude[i], want, blocks, xt_));
       err2 += (g - want) * (g - want), ref2 += want * want;
       v.max_abs_error = std::max(v.max_abs_error, std::isfinite(e) ? e : INFINITY);
       if (!(e <= tol) && bad++ == 0) {
@@ -136,7 +191,7 @@ class W8a8GemmWorkload final : public Workload {
     v.rel_error = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
     if (bad) {
       v.ok = false;
-      v.message = std::to_string(bad) + " of " + std::to_string(ref_.y.size()) + " checked elements off; first " +
+      v.message = std::to_string(bad) + " of " + std::to_string(ys.size()) + " checked elements off; first " +
                   v.message;
     }
     return v;
@@ -161,8 +216,9 @@ class W8a8GemmWorkload final : public Workload {
             "fp16");
     };
     out.push_back(fp16);
-    // cuBLAS's integer GEMM takes the transposed-A ("TN") form with k a multiple of 4.
-    if (k_ % 4 == 0) {
+    // cuBLAS's integer GEMM takes the transposed-A ("TN") form with k a multiple of 4. (cublasGemmEx has no
+    // FP8 path: for format=e4m3, peers.py times torch._scaled_mm.)
+    if (k_ % 4 == 0 && !fp8_) {
       Baseline i8;
       i8.name = "cublas_int8_no_scales";
       i8.checked = false;
@@ -216,10 +272,12 @@ class W8a8GemmWorkload final : public Workload {
   }
 
   int64_t m_ = 0, n_ = 0, k_ = 0, block_ = 0, xb_ = 2;
+  bool fp8_ = false;
   std::string xt_, act_;
   std::vector<unsigned char> x_host_;
   std::vector<int64_t> rows_;
-  W8A8Result ref_;
+  W8A8Result ref_;       // int8
+  Fp8GemmResult fp8_ref_;  // format=e4m3
   std::vector<Weights> weights_;
   DeviceBuffer x_, y_, bias_;
   const runtime::Cublas* cublas_ = nullptr;

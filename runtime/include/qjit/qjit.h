@@ -236,12 +236,18 @@ void gru_quant(const GruQuantShape& shape, const GruQuantArgs& args, CUstream_st
 // quant_a "offset" (null otherwise); bias [N] and y [M][N] of x's type; act
 // "none", "relu", "relu6". Each M uses the kernels tuned for its bucket (next
 // power of two, at most 4096; 4096 serves any M, 4096 rows at a time).
+// format "e4m3" (compute capability 8.9+): x quantized to FP8 e4m3 per row
+// and block of 128 k (scale = amax/448), wq e4m3 codes [N][K] (bytes) and
+// w_scale float32 per 128 × 128 tile, block-major [K/128][N/128]
+// (tuner/reference/w8a8_fp8.h); block must be 128, N a multiple of 128;
+// quant_a and quant_w do not apply, w_offset and w_sum are not read (null).
 struct W8a8GemmShape {
   int k = 0, n = 0;
   int block = 128;
   DType x = DType::fp16;
-  std::string quant_a = "offset";  // "offset" | "symmetric"
-  std::string quant_w = "offset";  // "offset" | "symmetric"
+  std::string format = "int8";     // "int8" | "e4m3"
+  std::string quant_a = "offset";  // "offset" | "symmetric" (int8)
+  std::string quant_w = "offset";  // "offset" | "symmetric" (int8)
   bool bias = false;
   std::string act = "none";
 };

@@ -94,7 +94,10 @@ qjit_status qjit_gru_quant(const qjit_gru_quant_args* args, void* stream);
 /* Online-quantized int8 GEMM (qjit.h: W8a8GemmShape, W8a8GemmArgs). The
  * string fields may be NULL for their defaults: x_dtype "fp16" ("bf16",
  * "fp32"), quant_a and quant_w "offset" ("symmetric"), act "none"; bias is
- * 0 or 1 (whether the call passes bias_ptr). */
+ * 0 or 1 (whether the call passes bias_ptr). quant_a and quant_w "e4m3"
+ * (both, or one with the other NULL) select the FP8 format (W8a8GemmShape's
+ * format "e4m3"): wq e4m3 codes, w_scale per 128 x 128 tile [K/128][N/128],
+ * block 128, w_offset and w_sum NULL. */
 typedef struct {
   int k, n, block;
   const char* x_dtype;
