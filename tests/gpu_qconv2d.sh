@@ -49,7 +49,7 @@ for c in cases:
             show = json.load(open(f"{out}/show_{i}.json"))[0]
         except Exception:
             print(f"{nb:>2} {ci:>4} {hw:>3} {co:>4} {layout:<6} (no bench)"); continue
-        direct = min((t["median_us"] for t in show["trials"] if t["status"] == "ok"
+        direct = min((t["median_us"] for t in show["trials"] if t["status"] == "ok" and not t.get("screened")
                       and isinstance(t["config"], dict) and t["config"].get("family") == "direct"), default=float("nan"))
         us = q["median_us"]
         cfg = q.get("config")
