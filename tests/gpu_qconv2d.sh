@@ -23,7 +23,8 @@ for c in "${CASES[@]}"; do
   for layout in nchw nhwc; do
     i=$((i+1))
     shape="n=$1,ci=$2,h=$3,w=$3,co=$4,kh=3,kw=3,pad_h=1,pad_w=1,bits=4,block=32,x=fp16,layout=$layout"
-    tune_bench qconv2d "$shape" "$i" "$c $layout"
+    # --exhaustive: the table's direct column needs that family timed in full.
+    tune_bench qconv2d "$shape" "$i" "$c $layout" --exhaustive
   done
 done
 run_peers qconv2d 10
