@@ -91,8 +91,17 @@ CREATE TABLE imports(
   created TEXT NOT NULL
 );
 )sql",
+    // 1 -> 2: trials timed by the staged search's screen only (few launches,
+    // not verified): kept, so a later run need not screen them again, and
+    // never chosen as a winner. Rows from before read as full trials.
+    R"sql(
+ALTER TABLE trials ADD COLUMN screened INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 const int kSchemaVersion = static_cast<int>(kMigrations.size());
+// The oldest schema a read-only file may have: its kernels are read as they
+// are, its trials as full trials (the screened column came in version 2).
+const int kOldestReadOnly = 1;
 
 // Every table the current schema owns. Any other (non-sqlite_) table means the
 // file belongs to someone else, and we refuse to write into it.
@@ -369,8 +378,8 @@ void insert_trial(sqlite3* db, const std::string& path, const TrialRecord& t,
   // its earlier row instead of piling up duplicates.
   Stmt s(db, path,
          "INSERT OR REPLACE INTO trials(key, config_json, status, median_us, gbps, verify_error, "
-         "compile_ms, registers, spill_bytes, message, created) "
-         "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)");
+         "compile_ms, registers, spill_bytes, message, created, screened) "
+         "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)");
   s.bind(1, t.key)
       .bind(2, dump(t.config, "trial config"))
       .bind(3, to_string(t.status))
@@ -381,7 +390,8 @@ void insert_trial(sqlite3* db, const std::string& path, const TrialRecord& t,
       .bind(8, t.registers)
       .bind(9, t.spill_bytes)
       .bind(10, t.message)
-      .bind(11, now);
+      .bind(11, now)
+      .bind(12, t.screened ? 1 : 0);
   s.run();
 }
 
@@ -530,6 +540,7 @@ Store::Store(const std::string& path) : path_(path) {
       // No foreign keys yet; enforced so later migrations can rely on them.
       exec(db_, path_, "PRAGMA foreign_keys = ON");
       migrate(db_, path_);
+      version_ = kSchemaVersion;
     }
   } catch (...) {
     // The destructor does not run for a constructor that throws.
@@ -572,10 +583,11 @@ void Store::open_read_only(const std::string& reason) {
   if (!db_) throw Error("cache", failure);
   try {
     validate(db_, path_, version);
-    if (version < kSchemaVersion)
+    if (version < kOldestReadOnly)
       throw Error("cache", "cache database '" + path_ + "' is read-only (" + reason + ") and has schema version " +
                                std::to_string(version) + "; this qjit needs " + std::to_string(kSchemaVersion) +
                                " (open it once where it can be written, to upgrade it)");
+    version_ = version;
   } catch (...) {
     sqlite3_close_v2(db_);
     db_ = nullptr;
@@ -698,11 +710,14 @@ void Store::put_trials(const std::vector<TrialRecord>& trials) {
 }
 
 std::vector<TrialRecord> Store::trials(const std::string& key) {
-  // Working candidates fastest first, then failures grouped by kind.
+  // Working candidates fastest first (those timed in full and verified,
+  // then those only screened), then failures grouped by kind.
   Stmt s(db_, path_,
          "SELECT key, config_json, status, median_us, gbps, verify_error, compile_ms, registers, "
-         "spill_bytes, message, created, rowid FROM trials WHERE key = ?1 "
-         "ORDER BY status <> 'ok', CASE WHEN status = 'ok' THEN median_us END, status, created");
+         "spill_bytes, message, created, rowid, " +
+             std::string(version_ >= 2 ? "screened" : "0 AS screened") +
+             " FROM trials WHERE key = ?1 "
+         "ORDER BY status <> 'ok', screened, CASE WHEN status = 'ok' THEN median_us END, status, created");
   s.bind(1, key);
   std::vector<TrialRecord> out;
   std::vector<std::pair<int64_t, std::string>> damaged;
@@ -728,6 +743,7 @@ std::vector<TrialRecord> Store::trials(const std::string& key) {
     t.compile_ms = s.real(6);
     t.registers = s.integer(7);
     t.spill_bytes = s.integer(8);
+    t.screened = s.integer(12) != 0;
     out.push_back(std::move(t));
   }
   for (const auto& [rowid, why] : damaged)

@@ -59,6 +59,9 @@ struct TrialRecord {
   int registers = -1, spill_bytes = -1;
   std::string message;             // compile error excerpt, mismatch summary...
   std::string created;             // filled by the store
+  // Timed by the staged search's screen only (a few launches, not verified):
+  // never a winner; a run that times it in full and verifies it replaces it.
+  bool screened = false;
 };
 
 struct ImportRecord {
@@ -117,6 +120,7 @@ class Store {
   std::string path_;
   sqlite3* db_ = nullptr;
   std::string read_only_;  // why the file is open read-only; "" when writable
+  int version_ = 0;        // the file's schema: the current one unless an older file is open read-only
   int64_t corrupt_removed_ = 0;
 };
 

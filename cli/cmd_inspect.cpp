@@ -163,7 +163,8 @@ void add_show(CLI::App& app, int& rc) {
       if (o->json) {
         nlohmann::json t = nlohmann::json::array();
         for (auto& x : trials)
-          t.push_back({{"config", x.config}, {"status", cache::to_string(x.status)}, {"median_us", x.median_us},
+          t.push_back({{"config", x.config}, {"status", cache::to_string(x.status)}, {"screened", x.screened},
+                       {"median_us", x.median_us},
                        {"gbps", x.gbps},
                        {"verify_error", x.verify_error >= 0 ? nlohmann::json(x.verify_error) : nlohmann::json(nullptr)},
                        {"registers", x.registers},
@@ -188,7 +189,8 @@ void add_show(CLI::App& app, int& rc) {
       int rank = 0;
       for (auto& t : trials)
         std::cout << fmt("  %3d %-15s %9.2f us %7.0f GB/s  regs %3d  err %7s  %s%s%s\n", ++rank,
-                         cache::to_string(t.status).c_str(), t.median_us, t.gbps, t.registers,
+                         t.screened ? "ok (screened)" : cache::to_string(t.status).c_str(), t.median_us, t.gbps,
+                         t.registers,
                          t.verify_error >= 0 ? fmt("%.1e", t.verify_error).c_str() : "n/a",
                          t.config.dump().c_str(), t.message.empty() ? "" : "  ",
                          t.message.substr(0, t.message.find('\n')).c_str());

@@ -16,6 +16,7 @@
 #include "codegen/source.h"
 #include "runtime/device.h"
 #include "tuner/bench.h"
+#include "tuner/multi_device.h"
 #include "tuner/tuner.h"
 
 namespace qjit::cli {
@@ -115,9 +116,10 @@ void add_tune(CLI::App& app, int& rc) {
   struct Opts {
     SpecOptions spec;
     CacheOption cache;
-    std::string budget, only, arch = "sm_90", manifest;
-    bool retune = false, json = false, quiet = false;
+    std::string budget, only, arch = "sm_90", manifest, devices;
+    bool retune = false, json = false, quiet = false, exhaustive = false;
     int threads = 0;
+    uint64_t seed = 0;
   };
   auto o = std::make_shared<Opts>();
   o->spec.add_to(cmd, false);
@@ -125,15 +127,25 @@ void add_tune(CLI::App& app, int& rc) {
   cmd->add_option("--manifest", o->manifest,
                   "tune every spec of a manifest (qjit repack --checkpoint --manifest) instead of --op/--shape, "
                   "each with --m");
-  cmd->add_option("--budget", o->budget, "stop after this long (30s, 2m; past it, only until one candidate has verified) or this many new candidates (40)");
+  cmd->add_option("--budget", o->budget,
+                  "stop after this long (30s, 2m; past it, only until one candidate has verified) or this many new "
+                  "candidates (40; the staged search screens at most that many more)");
   cmd->add_flag("--retune", o->retune, "measure again candidates that already have trials");
   cmd->add_option("--only", o->only,
                   "tune only the candidates holding these keys, e.g. '{\"family\":\"wgmma\",\"ws\":1}' "
                   "(see qjit source --configs)");
+  cmd->add_flag("--exhaustive", o->exhaustive,
+                "compile, verify and time every candidate (default: the staged search, which screens part of "
+                "the space and verifies and times the best few in full; docs/tuning.md)");
+  cmd->add_option("--devices", o->devices,
+                  "tune on these GPUs of one kind, a spec at a time each: all, or numbers like 0,1 "
+                  "(default: one, QJIT_DEVICE or 0)");
+  cmd->add_option("--seed", o->seed,
+                  "fix the random inputs and the staged search's choices (default: fresh inputs, search seed 1)");
   cmd->add_option("--threads", o->threads, "compile threads (default: one per core)");
   cmd->add_option("--arch", o->arch, "without a GPU: target of the GPU-free compile")->capture_default_str();
   cmd->add_flag("--json", o->json, "print the result as JSON on stdout");
-  cmd->add_flag("-q,--quiet", o->quiet, "no progress output");
+  cmd->add_flag("-q,--quiet", o->quiet, "no progress output (on stderr: stage, candidates left, time left)");
   cmd->callback([o, &rc] {
     if (o->manifest.empty() && o->spec.shape.empty()) throw Error("argument", "tune needs --shape (or --manifest FILE)");
     if (!o->manifest.empty() && !o->spec.shape.empty())
@@ -144,6 +156,10 @@ void add_tune(CLI::App& app, int& rc) {
     topt.retune = o->retune;
     topt.compile_threads = o->threads;
     topt.progress = o->quiet ? nullptr : &std::cerr;
+    topt.exhaustive = o->exhaustive;
+    if (o->seed) topt.seed = o->seed, topt.search.seed = o->seed;
+    // The list's syntax is checked before any GPU work (or the GPU-free part).
+    if (!o->devices.empty()) tuner::parse_device_list(o->devices, -1);
     // The filter is checked against every spec's space before any GPU work (or the GPU-free part).
     std::vector<std::vector<nlohmann::json>> only(specs.size());
     if (!o->only.empty()) {
@@ -157,25 +173,55 @@ void add_tune(CLI::App& app, int& rc) {
       rc = gpu_free_part(specs, o->arch, o->cache.resolved(), why);
       return;
     }
-    cache::Store store(o->cache.resolved());
+    const std::string cache_path = o->cache.resolved();
+    const bool devices_named = !o->devices.empty();
     nlohmann::json all = nlohmann::json::array();
-    for (size_t i = 0; i < specs.size(); ++i) {
-      const auto& spec = specs[i];
-      topt.only_configs = only[i];
-      auto rep = tuner::tune(spec, store, topt);
-      if (o->json) all.push_back(rep.to_json());
-      else {
-        std::cout << fmt("%s: best %.2f us (%.0f GB/s, %.1f%% of the %.2f us floor) %s\n", spec.label().c_str(),
-                         rep.best.median_us, rep.best.gbps, 100 * rep.floor_us / rep.best.median_us, rep.floor_us,
-                         rep.best.config.dump().c_str());
-        for (auto& b : rep.baselines)
-          std::cout << fmt("  vs %s %.2f us: %.2fx\n", b.name.c_str(), b.median_us, b.median_us / rep.best.median_us);
-        std::cout << fmt("  %d measured now, %d known, %d failed; %.1f s wall (compile %.1f s)\n", rep.measured_now,
-                         rep.skipped_known, rep.failed_now, rep.wall_s, rep.compile_wall_s);
+    // One spec's result, as soon as it is known with one device.
+    const auto print = [&](const codegen::OpSpec& spec, const tuner::TuneReport& rep) {
+      if (o->json) {
+        all.push_back(rep.to_json());
+        return;
+      }
+      std::cout << fmt("%s: best %.2f us (%.0f GB/s, %.1f%% of the %.2f us floor) %s\n", spec.label().c_str(),
+                       rep.best.median_us, rep.best.gbps, 100 * rep.floor_us / rep.best.median_us, rep.floor_us,
+                       rep.best.config.dump().c_str());
+      for (auto& b : rep.baselines)
+        std::cout << fmt("  vs %s %.2f us: %.2fx\n", b.name.c_str(), b.median_us, b.median_us / rep.best.median_us);
+      const std::string on = devices_named ? fmt(" on GPU %d", rep.device_ordinal) : "";
+      if (rep.search == "staged")
+        std::cout << fmt("  staged search: %d screened, %d timed in full and verified now, %d known, %d failed; "
+                         "%.1f s wall (screen %.1f s, of which waiting on %d compiles %.1f s; confirm %.1f s)%s\n",
+                         rep.screened_now, rep.measured_now, rep.skipped_known, rep.failed_now, rep.wall_s,
+                         rep.screen_wall_s, rep.compiles, rep.compile_wall_s, rep.confirm_wall_s, on.c_str());
+      else
+        std::cout << fmt("  %d measured now, %d known, %d failed; %.1f s wall (compile %.1f s)%s\n", rep.measured_now,
+                         rep.skipped_known, rep.failed_now, rep.wall_s, rep.compile_wall_s, on.c_str());
+      std::cout << std::flush;
+    };
+    if (!o->devices.empty()) {
+      const auto visible = runtime::visible_devices();
+      const auto ordinals = tuner::parse_device_list(o->devices, static_cast<int>(visible.size()));
+      std::vector<runtime::VisibleDevice> chosen;
+      for (int d : ordinals) chosen.push_back(visible[static_cast<size_t>(d)]);
+      tuner::require_one_kind(chosen);
+      if (!o->quiet)
+        std::cerr << "tuning " << specs.size() << " spec(s) on " << chosen.size() << " x " << chosen.front().name
+                  << "\n";
+      // (opened here first: a read-only or foreign cache is refused before any worker starts)
+      if (cache::Store(cache_path).read_only())
+        throw Error("cache", "cache database '" + cache_path + "' is open read-only; tuning stores its results "
+                             "(point QJIT_CACHE at a writable file)");
+      const auto reports = tuner::tune_on_devices(specs, only, topt, ordinals, cache_path, topt.progress);
+      for (size_t i = 0; i < specs.size(); ++i) print(specs[i], reports[i]);
+    } else {
+      cache::Store store(cache_path);
+      for (size_t i = 0; i < specs.size(); ++i) {
+        topt.only_configs = only[i];
+        print(specs[i], tuner::tune(specs[i], store, topt));
       }
     }
     if (o->json) std::cout << all.dump(2) << "\n";
-    std::cerr << "cached in " << store.path() << "\n";
+    std::cerr << "cached in " << cache_path << "\n";
     rc = kOk;
   });
 }

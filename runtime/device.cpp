@@ -105,6 +105,45 @@ const Device& current_device() {
   return *d;
 }
 
+std::vector<VisibleDevice> visible_devices() {
+  driver();  // throws without a GPU
+  int count = 0;
+  QJIT_CU(cuDeviceGetCount(&count));
+  std::vector<VisibleDevice> out;
+  for (int i = 0; i < count; ++i) {
+    CUdevice h = 0;
+    QJIT_CU(cuDeviceGet(&h, i));
+    char name[256] = {};
+    QJIT_CU(cuDeviceGetName(name, sizeof(name), h));
+    int major = 0, minor = 0;
+    QJIT_CU(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, h));
+    QJIT_CU(cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, h));
+    out.push_back({i, name, std::to_string(major) + "." + std::to_string(minor)});
+  }
+  return out;
+}
+
+DeviceScope::DeviceScope(int ordinal) {
+  int count = 0;
+  QJIT_CU(cuDeviceGetCount(&count));
+  if (ordinal < 0 || ordinal >= count)
+    throw Error("driver", "device " + std::to_string(ordinal) + " but " + std::to_string(count) +
+                              " device(s) are visible");
+  QJIT_CU(cuDeviceGet(&handle_, ordinal));
+  QJIT_CU(cuCtxGetCurrent(&previous_));
+  CUcontext c = nullptr;
+  QJIT_CU(cuDevicePrimaryCtxRetain(&c, handle_));
+  if (const CUresult r = driver().cuCtxSetCurrent(c); r != CUDA_SUCCESS) {
+    driver().cuDevicePrimaryCtxRelease(handle_);
+    throw Error("driver", "cannot make device " + std::to_string(ordinal) + "'s context current: " + describe(r));
+  }
+}
+
+DeviceScope::~DeviceScope() {
+  driver().cuCtxSetCurrent(previous_);
+  driver().cuDevicePrimaryCtxRelease(handle_);
+}
+
 CallerContext::CallerContext() {
   if (!try_driver()) return;  // without a GPU the argument checks still run (and then current_device() throws)
   CUcontext cur = nullptr;

@@ -6,6 +6,7 @@
 #pragma once
 #include <cuda.h>
 #include <string>
+#include <vector>
 #include "cache/fingerprint.h"
 #include "codegen/op.h"
 
@@ -52,6 +53,31 @@ class CallerContext {
   CUcontext context_ = nullptr;
   bool restore_none_ = false;
 };
+// A device the driver sees, by ordinal (as QJIT_DEVICE and `qjit tune
+// --devices` count them).
+struct VisibleDevice {
+  int ordinal = 0;
+  std::string name;                // "NVIDIA H100 80GB HBM3"
+  std::string compute_capability;  // "9.0"
+};
+// Every device the driver sees. Throws qjit::Error("driver", ...) without a GPU.
+std::vector<VisibleDevice> visible_devices();
+
+// Device `ordinal`'s primary context, made current on this thread for the
+// object's life (a tuning worker per GPU); the thread's earlier context is
+// current again after it.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int ordinal);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  CUdevice handle_ = 0;
+  CUcontext previous_ = nullptr;
+};
+
 // The current device's limits that bound a config (codegen::DeviceLimits).
 codegen::DeviceLimits device_limits();
 // False (with the reason) when no usable GPU/driver is present.

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """The fastest ok trial of a cached kernel for each value of some config keys
-(an A/B from one tuner run): reads `qjit show --json` output on stdin.
+(an A/B from one tuner run; trials only screened by the staged search are
+left out: tune with --exhaustive for a full A/B): reads `qjit show --json`
+output on stdin.
 
     qjit show --op wq_gemm --shape k=4096,n=11008,m=256 --json | python3 tests/best_by_key.py ws groups
 
@@ -21,7 +23,7 @@ def main():
         best = {}
         for t in rec.get("trials", []):
             c = t["config"]
-            if t["status"] != "ok" or "baseline" in c:
+            if t["status"] != "ok" or t.get("screened") or "baseline" in c:
                 continue
             group = tuple(c.get(k, d) for k, d in keys)
             if group not in best or t["median_us"] < best[group]["median_us"]:

@@ -15,6 +15,7 @@ tuner::TuneReport expect_every_candidate_verifies(cache::Store& store, const cod
   tuner::TuneOptions opt;
   opt.seed = fresh_seed();
   opt.budget_candidates = budget_candidates;
+  opt.exhaustive = true;
   INFO(spec.label() << " seed " << opt.seed);
   auto rep = tuner::tune(spec, store, opt);
   int candidates = 0, pruned = 0;

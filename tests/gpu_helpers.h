@@ -17,12 +17,12 @@ uint64_t fresh_seed();
 // The element type named in a quantized spec (scales=, x=, dtype=): fp16, bf16, else fp32.
 DType wq_type(const std::string& s);
 
-// Tunes `spec` from scratch on fresh random inputs and checks that every
-// candidate has a trial and verified; with allow_pruned, a candidate pruned
-// for spilling is accepted too, but only as the exception. A launch refused
-// for resources is never accepted: the legality rules or the runtime are
-// wrong (a block of more than 48 KB of shared memory that did not opt in
-// once hid that way).
+// Tunes `spec` from scratch with the exhaustive search on fresh random
+// inputs and checks that every candidate has a trial and verified; with
+// allow_pruned, a candidate pruned for spilling is accepted too, but only
+// as the exception. A launch refused for resources is never accepted: the
+// legality rules or the runtime are wrong (a block of more than 48 KB of
+// shared memory that did not opt in once hid that way).
 tuner::TuneReport expect_every_candidate_verifies(cache::Store& store, const codegen::OpSpec& spec, bool allow_pruned,
                                                   int budget_candidates = 0, int max_pruned_percent = 10);
 

@@ -23,7 +23,8 @@ for c in "${CASES[@]}"; do
   for layout in nchw nhwc; do
     i=$((i+1))
     shape="n=$1,ci=$2,h=$3,w=$3,co=$4,kh=3,kw=3,pad_h=1,pad_w=1,bits=4,block=32,x=fp16,layout=$layout"
-    tune_bench qconv2d "$shape" "$i" "$c $layout"
+    # --exhaustive: the table's direct column needs that family timed in full.
+    tune_bench qconv2d "$shape" "$i" "$c $layout" --exhaustive
   done
 done
 run_peers qconv2d 10
@@ -49,7 +50,7 @@ for c in cases:
             show = json.load(open(f"{out}/show_{i}.json"))[0]
         except Exception:
             print(f"{nb:>2} {ci:>4} {hw:>3} {co:>4} {layout:<6} (no bench)"); continue
-        direct = min((t["median_us"] for t in show["trials"] if t["status"] == "ok"
+        direct = min((t["median_us"] for t in show["trials"] if t["status"] == "ok" and not t.get("screened")
                       and isinstance(t["config"], dict) and t["config"].get("family") == "direct"), default=float("nan"))
         us = q["median_us"]
         cfg = q.get("config")

@@ -13,6 +13,7 @@
 #include <functional>
 #include <random>
 #include <set>
+#include <thread>
 #include <string>
 #include <utility>
 #include <vector>
@@ -104,6 +105,19 @@ void raw_exec(const std::string& path, const std::string& sql) {
   sqlite3_close(db);
   INFO(msg);
   REQUIRE(rc == SQLITE_OK);
+}
+
+std::string raw_text(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  sqlite3_stmt* s = nullptr;
+  REQUIRE(sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr) == SQLITE_OK);
+  REQUIRE(sqlite3_step(s) == SQLITE_ROW);
+  const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s, 0));
+  std::string out = p ? p : "";
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  return out;
 }
 
 int64_t raw_count(const std::string& path, const std::string& sql) {
@@ -215,7 +229,7 @@ TEST_CASE("put then lookup returns every field", "[cache]") {
   const std::string path = dir.file("nested/folder/kernels.db");  // folders are created
   Store store(path);
   CHECK(store.path() == path);
-  CHECK(store.schema_version() == 1);
+  CHECK(store.schema_version() == 2);
 
   KernelRecord rec = sample_record();
   rec.fp.spec_json = R"({"dtype":"f16","m":128})";
@@ -549,14 +563,66 @@ TEST_CASE("schema migrations and foreign databases", "[cache]") {
     raw_exec(path, "PRAGMA user_version = 0");
     {
       Store s(path);
-      CHECK(s.schema_version() == 1);
+      CHECK(s.schema_version() == 2);
       s.put(sample_record());
     }
-    CHECK(raw_count(path, "PRAGMA user_version") == 1);
+    CHECK(raw_count(path, "PRAGMA user_version") == 2);
     CHECK(raw_count(path, "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN "
                           "('kernels', 'trials', 'devices', 'imports')") == 4);
     Store again(path);  // opening a current file is a no-op
     CHECK(again.list().size() == 1);
+  }
+
+  SECTION("a version 1 file (trials without the screened column) is migrated; its rows read as before") {
+    const std::string path = dir.file("v1.db");
+    const KernelRecord rec = sample_record();
+    {
+      Store s(path);
+      s.put(rec, {trial(rec.key(), 64, TrialStatus::ok, 3), trial(rec.key(), 128, TrialStatus::wrong_result, 0)});
+    }
+    // Back to version 1 as a qjit before the staged search wrote it.
+    raw_exec(path, "ALTER TABLE trials DROP COLUMN screened; PRAGMA user_version = 1");
+    SECTION("read-only, it serves lookups and trials without being changed") {
+      setenv("QJIT_CACHE_READ_ONLY", "1", 1);
+      {
+        Store ro(path);
+        unsetenv("QJIT_CACHE_READ_ONLY");
+        CHECK(ro.schema_version() == 1);
+        CHECK(ro.lookup(rec.key()).has_value());
+        const auto t = ro.trials(rec.key());
+        REQUIRE(t.size() == 2);
+        CHECK_FALSE(t[0].screened);
+        CHECK(t[0].status == TrialStatus::ok);
+      }
+      unsetenv("QJIT_CACHE_READ_ONLY");
+      CHECK(raw_count(path, "PRAGMA user_version") == 1);
+    }
+    SECTION("writable, it is migrated and keeps every row") {
+      Store s(path);
+      CHECK(s.schema_version() == 2);
+      CHECK(s.lookup(rec.key()).has_value());
+      auto t = s.trials(rec.key());
+      REQUIRE(t.size() == 2);
+      CHECK_FALSE(t[0].screened);
+      CHECK(t[0].median_us == 3);
+      // A screened trial is stored as such, ordered after the full ok ones, and replaced by its full trial.
+      TrialRecord screened = trial(rec.key(), 32, TrialStatus::ok, 1);
+      screened.screened = true;
+      s.put_trials({screened});
+      t = s.trials(rec.key());
+      REQUIRE(t.size() == 3);
+      CHECK_FALSE(t[0].screened);
+      CHECK(t[1].screened);
+      CHECK(t[1].config == screened.config);
+      screened.screened = false;
+      screened.median_us = 1.5;
+      s.put_trials({screened});
+      t = s.trials(rec.key());
+      REQUIRE(t.size() == 3);
+      CHECK(t[0].config == screened.config);
+      CHECK_FALSE(t[0].screened);
+      CHECK(t[0].median_us == 1.5);
+    }
   }
 
   SECTION("a newer schema is refused clearly") {
@@ -612,6 +678,38 @@ TEST_CASE("device bandwidth and imports", "[cache]") {
   store.remove_import(ida);
   CHECK(store.imports("softmax", R"({"n":1024})").empty());
   CHECK(store.all_imports().size() == 1);
+}
+
+TEST_CASE("two threads with their own connections (a tune on two GPUs) lose nothing", "[cache]") {
+  TempDir dir;
+  const std::string path = dir.file("threads.db");  // not created yet: both race to create and migrate it
+  constexpr int kPerThread = 150;
+  std::atomic<int> failures{0};
+  auto writer = [&](int id) {
+    try {
+      Store store(path);
+      for (int i = 0; i < kPerThread; ++i) {
+        KernelRecord rec = sample_record("t" + std::to_string(id) + "_" + std::to_string(i));
+        TrialRecord screened = trial(rec.key(), 32, TrialStatus::ok, 1);
+        screened.screened = true;
+        store.put_trials({screened});  // as the screen stores them, one at a time
+        store.put(rec, {trial(rec.key(), 64, TrialStatus::ok, 2)});
+        (void)store.trials(rec.key());  // reads between the other's writes
+      }
+    } catch (const std::exception& e) {
+      UNSCOPED_INFO("thread " << id << ": " << e.what());
+      ++failures;
+    }
+  };
+  std::thread a(writer, 0), b(writer, 1);
+  a.join();
+  b.join();
+  CHECK(failures == 0);
+  Store store(path);
+  CHECK(store.list().size() == 2 * kPerThread);
+  CHECK(raw_count(path, "SELECT COUNT(*) FROM trials") == 2 * 2 * kPerThread);
+  CHECK(raw_count(path, "SELECT COUNT(*) FROM trials WHERE screened = 1") == 2 * kPerThread);
+  CHECK(raw_text(path, "PRAGMA journal_mode") == "wal");
 }
 
 TEST_CASE("two processes writing one fresh file lose nothing", "[cache]") {

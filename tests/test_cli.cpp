@@ -25,6 +25,7 @@
 #include "tuner/reference/w8a8_fp8.h"
 #include "tuner/reference/w8a8_quant.h"
 #include "tuner/reference/wq_gemm.h"
+#include "tuner/multi_device.h"
 #include "tuner/tuner.h"
 
 using qjit::test::TempDir;
@@ -143,6 +144,11 @@ TEST_CASE("cli: bad arguments exit 2 and name the bad value", "[cli]") {
       {"tune --op fused_ffn --shape d=4096,h=64 --dtype fp8", "dtype=fp8"},
       {"tune --op fused_ffn --shape d=0,h=64", "d=0"},
       {"tune --op fused_ffn", "--shape"},
+      {"tune --op fused_ffn --shape d=4096,h=64 --devices x", "'x' is not a device number"},
+      {"tune --op fused_ffn --shape d=4096,h=64 --devices 0,1,0", "device 0 is named twice"},
+      {"tune --op fused_ffn --shape d=4096,h=64 --devices 0,,1", "'' is not a device number"},
+      {"tune --op fused_ffn --shape d=4096,h=64 --devices -1", "'-1' is not a device number"},
+      {"tune --op fused_ffn --shape d=4096,h=64 --seed minus", "--seed"},
       {"source --op fused_ffn --shape d=256,h=64,zz=1", "'zz'"},
       {"source --op fused_ffn --shape d=256,h=64 --m 1,2", "one spec"},
       {"source --op fused_ffn --shape d=256,h=64 --config '{bad'", "{bad"},
@@ -191,6 +197,34 @@ TEST_CASE("cli: tune without a GPU does the GPU-free part and exits 3", "[cli]")
   for (auto& e : fs::directory_iterator(td.path / "sources"))
     files += contains(e.path().filename().string(), "bf16");
   CHECK(files == 3);
+}
+
+TEST_CASE("cli: tune --exhaustive, --devices and --seed are accepted; without a GPU the GPU-free part runs", "[cli]") {
+  TempDir td;
+  const std::string cache = td.file("kernels.db");
+  for (const char* args : {"--exhaustive --devices all --seed 3", "--devices 0,1 -q"}) {
+    auto r = run_qjit(std::string("tune --op fp_lut --shape n=4096,fn=exp ") + args, cache);
+    INFO(args << "\n" << describe(r));
+    CHECK(r.exit_code == 3);
+    CHECK(contains(r.out, "No usable GPU"));
+  }
+}
+
+TEST_CASE("tune --devices: the list of GPUs", "[cli]") {
+  using qjit::tuner::parse_device_list;
+  CHECK(parse_device_list("all", 3) == std::vector<int>{0, 1, 2});
+  CHECK(parse_device_list("all", -1).empty());  // the count is not known without a GPU
+  CHECK(parse_device_list("1,0", 2) == std::vector<int>{1, 0});
+  CHECK(parse_device_list("7", -1) == std::vector<int>{7});
+  CHECK_THROWS_WITH(parse_device_list("2", 2), Catch::Contains("there is no device 2; 2 visible (0 to 1)"));
+  CHECK_THROWS_WITH(parse_device_list("", 2), Catch::Contains("empty"));
+  CHECK_THROWS_WITH(parse_device_list("0 1", 2), Catch::Contains("'0 1' is not a device number"));
+  CHECK_THROWS_WITH(parse_device_list("99999", -1), Catch::Contains("not a device number"));
+  using qjit::runtime::VisibleDevice;
+  CHECK_NOTHROW(
+      qjit::tuner::require_one_kind({{0, "NVIDIA H100 80GB HBM3", "9.0"}, {1, "NVIDIA H100 80GB HBM3", "9.0"}}));
+  CHECK_THROWS_WITH(qjit::tuner::require_one_kind({{0, "NVIDIA H100 80GB HBM3", "9.0"}, {1, "NVIDIA H200", "9.0"}}),
+                    Catch::Contains("1: NVIDIA H200 (cc 9.0)"));
 }
 
 TEST_CASE("cli: source prints code, PTX, logs and the tunable space without a GPU", "[cli]") {
@@ -702,5 +736,27 @@ TEST_CASE("tuner: the winner is the fastest ok trial, or a simpler one within 1%
   REQUIRE(w != nullptr);
   CHECK(w->median_us == 10.20);
   trials[2].status = cache::TrialStatus::wrong_result;
+  CHECK(tuner::choose_winner(trials) == nullptr);
+}
+
+TEST_CASE("tuner: screened trials are never the winner; the rule picks among confirmed ones", "[cli]") {
+  using namespace qjit;
+  const auto trial = [](nlohmann::json config, double us, bool screened) {
+    cache::TrialRecord t;
+    t.config = std::move(config);
+    t.median_us = us;
+    t.status = cache::TrialStatus::ok;
+    t.screened = screened;
+    return t;
+  };
+  std::vector<cache::TrialRecord> trials = {
+      trial({{"warps", 2}}, 9.0, true),    // fastest, screened only: not verified
+      trial({{"warps", 8}}, 10.0, false),  // confirmed
+      trial({{"warps", 4}}, 10.05, false), // confirmed, simpler, within 1%
+  };
+  const cache::TrialRecord* w = tuner::choose_winner(trials);
+  REQUIRE(w != nullptr);
+  CHECK(w->config == nlohmann::json{{"warps", 4}});
+  trials.resize(1);
   CHECK(tuner::choose_winner(trials) == nullptr);
 }

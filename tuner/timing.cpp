@@ -1,6 +1,8 @@
 #include "tuner/timing.h"
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <mutex>
 #include <utility>
 #include <vector>
 #include "runtime/device.h"
@@ -54,16 +56,21 @@ SPIN:
 }
 )";
 
-// The spin kernel of the current context (tuning runs on one device).
+// The spin kernel of the current context: one module per context (a tune
+// on several GPUs times on each from its own thread), loaded once, never
+// unloaded.
 CUfunction spin_kernel() {
-  static CUfunction f = [] {
-    CUmodule m = nullptr;
-    QJIT_CU(cuModuleLoadData(&m, kSpinPtx));
-    CUfunction fn = nullptr;
-    QJIT_CU(cuModuleGetFunction(&fn, m, "timing_gate_spin"));
-    return fn;
-  }();
-  return f;
+  CUcontext ctx = nullptr;
+  QJIT_CU(cuCtxGetCurrent(&ctx));
+  static std::mutex mu;
+  static std::map<CUcontext, CUfunction> loaded;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = loaded.find(ctx); it != loaded.end()) return it->second;
+  CUmodule m = nullptr;
+  QJIT_CU(cuModuleLoadData(&m, kSpinPtx));
+  CUfunction fn = nullptr;
+  QJIT_CU(cuModuleGetFunction(&fn, m, "timing_gate_spin"));
+  return loaded[ctx] = fn;
 }
 
 void spin(CUstream stream, double us) {

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -18,6 +19,7 @@
 #include "runtime/device.h"
 #include "runtime/driver.h"
 #include "runtime/kernel_cache.h"
+#include "tuner/compile_queue.h"
 #include "tuner/ops.h"
 #include "tuner/timing.h"
 #include "tuner/workload.h"
@@ -32,40 +34,27 @@ struct Candidate {
   nlohmann::json config;
   codegen::GeneratedSource source;
   codegen::CompileResult compiled;
+  bool reused = false;  // its source compiled once for an earlier candidate
 };
 
-// Compiles every candidate on a small thread pool (NVRTC is thread-safe).
-// Stops handing out work once `deadline_hit` says so and one compile has
-// finished; unstarted ones stay !ok with an empty log and are dropped by the caller.
-void compile_all(std::vector<Candidate>& cands, const std::string& arch, int threads,
-                 const std::function<bool()>& deadline_hit, std::ostream* progress) {
-  std::atomic<size_t> next{0}, done{0};
-  std::mutex print;
-  auto worker = [&] {
-    for (size_t i; (i = next++) < cands.size();) {
-      if (deadline_hit() && done > 0) return;  // (the first compile always finishes: something to measure)
-      try {
-        cands[i].compiled = codegen::compile(cands[i].source, arch);
-      } catch (const Error& e) {
-        cands[i].compiled.log = e.what();
-      }
-      size_t n = ++done;
-      if (progress && (n % 16 == 0 || n == cands.size())) {
-        std::lock_guard<std::mutex> lock(print);
-        *progress << "\r  compiled " << n << "/" << cands.size() << std::flush;
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
-  for (auto& t : pool) t.join();
-  if (progress) *progress << "\n";
-}
+// The screen's timing: a few samples, enough to rank candidates within a
+// few percent; the contenders are then timed in full (time_launches'
+// defaults) and verified.
+constexpr int kScreenWarmup = 2, kScreenSamples = 7;
 
 std::string first_lines(const std::string& s, int n) {
   size_t pos = 0;
   for (int i = 0; i < n && pos != std::string::npos; ++i) pos = s.find('\n', pos + 1);
   return s.substr(0, pos);
+}
+
+// "~12 s left", "~3 min left"
+std::string time_left(double s) {
+  char b[48];
+  if (!std::isfinite(s) || s < 0) return "";
+  if (s < 90) std::snprintf(b, sizeof b, "~%.0f s left", std::max(1.0, s));
+  else std::snprintf(b, sizeof b, "~%.1f min left", s / 60);
+  return b;
 }
 
 // One call of the candidate's plan on copy 0 of the inputs, its output poisoned first, waited for.
@@ -105,7 +94,7 @@ double config_complexity(const nlohmann::json& config) {
 
 const cache::TrialRecord* choose_winner(const std::vector<cache::TrialRecord>& trials) {
   const auto eligible = [](const cache::TrialRecord& t) {
-    return t.status == cache::TrialStatus::ok && !t.config.contains("baseline");
+    return t.status == cache::TrialStatus::ok && !t.screened && !t.config.contains("baseline");
   };
   double fastest = INFINITY;
   for (const auto& t : trials)
@@ -139,7 +128,8 @@ std::vector<nlohmann::json> select_configs(const std::vector<nlohmann::json>& sp
 namespace {
 
 // One tuning run of one spec, in named steps (tune() below calls them in
-// order): the floor, the candidates, their compiles, their measurement, the
+// order): the floor, the candidates, then either the exhaustive search
+// (compile all, measure each) or the staged search (screen, confirm), the
 // baselines, and the winner's confirmation.
 class Tuning {
  public:
@@ -156,8 +146,10 @@ class Tuning {
     rep_.spec_label = spec.label();
     rep_.key = key_;
     rep_.device = dev_.identity.name;
+    rep_.device_ordinal = dev_.ordinal;
     rep_.arch = dev_.arch;
     rep_.bytes = op_.traffic(spec).bytes;
+    rep_.search = opt.exhaustive ? "exhaustive" : "staged";
   }
 
   // Copy bandwidth: measured once per device, then read from the store.
@@ -173,25 +165,35 @@ class Tuning {
     rep_.floor_us = rep_.bytes / (rep_.copy_gbps * 1e3);
   }
 
-  // Imported configs first, then the op's space (or --only's configs);
-  // those already measured for this key are skipped unless --retune.
+  // Imported configs first, then the op's space (or --only's configs),
+  // with what earlier runs stored for each.
   void select_candidates() {
-    std::vector<nlohmann::json> configs;
     std::set<std::string> seen;
     if (opt_.only_configs.empty()) {
       for (const auto& imp : store_.imports(spec_.op, spec_.canonical_json()))
-        if (seen.insert(imp.config.dump()).second) configs.push_back(imp.config);
+        if (seen.insert(imp.config.dump()).second) {
+          configs_.push_back(imp.config);
+          imported_.push_back(imp.config);
+        }
       for (auto& c : op_.tunable_space(spec_, runtime::device_limits()))
-        if (seen.insert(c.dump()).second) configs.push_back(c);
+        if (seen.insert(c.dump()).second) configs_.push_back(c);
     } else {
-      configs = opt_.only_configs;
+      configs_ = opt_.only_configs;
     }
-    rep_.candidates_total = static_cast<int>(configs.size());
-    std::set<std::string> known;
+    rep_.candidates_total = static_cast<int>(configs_.size());
     if (!opt_.retune)
-      for (const auto& t : store_.trials(key_)) known.insert(t.config.dump());
-    for (auto& c : configs) {
-      if (known.count(c.dump())) {
+      for (const auto& t : store_.trials(key_)) known_[t.config.dump()] = t;
+    if (opt_.exhaustive) select_all_unknown();
+  }
+
+  // ---- the exhaustive search: every candidate not measured before ----
+
+  // Those already measured for this key are skipped unless --retune (a
+  // screened-only trial is not a measurement: it is timed in full now).
+  void select_all_unknown() {
+    for (auto& c : configs_) {
+      const auto it = known_.find(c.dump());
+      if (it != known_.end() && !(it->second.status == cache::TrialStatus::ok && it->second.screened)) {
         ++rep_.skipped_known;
         continue;
       }
@@ -204,64 +206,112 @@ class Tuning {
     }
     if (out_)
       *out_ << "tuning " << spec_.label() << " on " << dev_.identity.name << " (" << dev_.arch
-            << "): " << rep_.candidates_total << " candidates, " << rep_.skipped_known << " already measured, "
-            << cands_.size() << " to run\n";
+            << "), exhaustive search: " << rep_.candidates_total << " candidates, " << rep_.skipped_known
+            << " already measured, " << cands_.size() << " to run\n";
   }
 
-  void compile() {
-    const int threads = opt_.compile_threads > 0 ? opt_.compile_threads
-                                                 : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  void compile_all() {
     const auto compile_start = Clock::now();
     if (!cands_.empty()) {
-      if (out_) *out_ << "compiling " << cands_.size() << " candidates on " << threads << " threads\n";
-      compile_all(cands_, dev_.arch, threads, [this] { return deadline_hit(); }, out_);
+      if (out_) *out_ << "compiling " << cands_.size() << " candidates on " << threads() << " threads\n";
+      CompileQueue queue(dev_.arch, threads(), codegen::compile, [this] { return deadline_hit(); });
+      for (size_t i = 0; i < cands_.size(); ++i) queue.add(i, cands_[i].source);
+      size_t n = 0;
+      while (const auto id = queue.next()) {
+        Candidate& c = cands_[*id];
+        // Unstarted (deadline): !ok with an empty log, dropped by measure_all.
+        if (queue.started(*id)) c.compiled = queue.result(*id), c.reused = queue.reused(*id);
+        ++n;
+        if (out_ && (n % 16 == 0 || n == cands_.size())) {
+          const double s = seconds_since(compile_start);
+          *out_ << "\r  compile: " << n << "/" << cands_.size() << " "
+                << time_left(s / static_cast<double>(n) * static_cast<double>(cands_.size() - n)) << "   "
+                << std::flush;
+        }
+      }
+      if (out_) *out_ << "\n";
+      rep_.compiles = static_cast<int>(queue.compiles());
     }
     rep_.compile_wall_s = seconds_since(compile_start);
-    for (auto& c : cands_) rep_.compile_cpu_ms += c.compiled.compile_ms;
-  }
-
-  // Inputs are needed even when every candidate is known: the baselines run each time.
-  void prepare_inputs() {
-    const uint64_t seed = opt_.seed ? opt_.seed : std::random_device{}() * 0x100000001ull + std::random_device{}();
-    if (out_) *out_ << "preparing inputs and the CPU reference ... " << std::flush;
-    work_ = make_workload(spec_, seed, dev_.l2_bytes);
-    if (out_) *out_ << work_->copies() << " weight copies rotated\n";
-    QJIT_CU(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
+    for (auto& c : cands_) count_compile(c);
   }
 
   // Each candidate's plan: loaded, called once on poisoned output and
   // verified, then timed. Every candidate's trials reach the store when its
   // turn ends, however it ends (continue, or a driver error unwinding): a run
   // that stops loses nothing it measured.
-  void measure_candidates() {
-    struct FlushAtEnd {
-      Tuning& t;
-      ~FlushAtEnd() {
-        try {
-          t.flush();
-        } catch (...) {  // unwinding already: the error in flight is the one to report
-        }
-      }
-    };
+  void measure_all() {
+    const auto measure_start = Clock::now();
+    if (out_ && !cands_.empty()) *out_ << "measure: each candidate verified, then timed\n";
+    size_t turn = 0;
     for (auto& c : cands_) {
+      ++turn;
       const FlushAtEnd flush_at_end{*this};
       if (c.compiled.log.empty() && !c.compiled.ok) continue;  // never started (deadline)
-      if (!c.compiled.ok) {
-        fail(c, cache::TrialStatus::compile_error, first_lines(c.compiled.log, 6));
-        continue;
-      }
-      if (c.compiled.spill_bytes > 0) {
-        fail(c, cache::TrialStatus::resource_error,
-             "spills " + std::to_string(c.compiled.spill_bytes) + " bytes to local memory");
-        continue;
-      }
       // A time budget that ran out while compiling still measures candidates
       // until one verifies (in the space's order: the library path and the
       // simple kernels first), so a short --budget never ends with nothing.
-      if (deadline_hit() && (measured_ > 0 || rep_.skipped_known > 0)) break;
-      measure(c);
+      if (c.compiled.ok && c.compiled.spill_bytes <= 0 && deadline_hit() && (measured_ > 0 || rep_.skipped_known > 0))
+        break;
+      const MeasuredUs us = measure(c, /*screen=*/false);
+      if (us && out_) {
+        const double per = seconds_since(measure_start) / static_cast<double>(turn);
+        char line[256];
+        std::snprintf(line, sizeof line, "  [%3d/%zu] %8.2f us %7.0f GB/s %5.1f%% of floor  best %.2f us  %s  %s\n",
+                      measured_, cands_.size(), *us, rep_.bytes / (*us * 1e3), 100 * rep_.floor_us / *us, best_us_,
+                      time_left(per * static_cast<double>(cands_.size() - turn)).c_str(), c.config.dump().c_str());
+        *out_ << line;
+      }
     }
     rep_.measured_now = measured_;
+  }
+
+  // ---- the staged search ----
+
+  void staged_search() {
+    SearchSettings set = opt_.search;
+    std::vector<nlohmann::json> seeds = imported_;
+    seeds.push_back(op_.default_config(spec_));
+    if (opt_.seed_from_neighbours)
+      for (auto& c : neighbour_seeds()) seeds.push_back(std::move(c));
+    // What earlier runs measured: a full ok trial is a screen result and a
+    // confirmation (verified already); a screened one a screen result; a
+    // failure, a failed screen. --budget N screens N more.
+    std::vector<std::pair<size_t, const cache::TrialRecord*>> known;
+    for (size_t i = 0; i < configs_.size(); ++i)
+      if (const auto it = known_.find(configs_[i].dump()); it != known_.end()) known.push_back({i, &it->second});
+    rep_.skipped_known = static_cast<int>(known.size());
+    if (opt_.budget_candidates > 0) set.max_screened = static_cast<int>(known.size()) + opt_.budget_candidates;
+    StagedSearch search(configs_, seeds, set);
+    for (const auto& [i, t] : known) {
+      if (t->status != cache::TrialStatus::ok) {
+        search.record(i, std::nullopt);
+        continue;
+      }
+      search.record(i, t->median_us);
+      if (!t->screened) confirmed_before_[i] = t->median_us;
+    }
+    if (out_)
+      *out_ << "tuning " << spec_.label() << " on " << dev_.identity.name << " (" << dev_.arch
+            << "), staged search (seed " << set.seed << "): " << rep_.candidates_total << " candidates, "
+            << rep_.skipped_known << " already measured\n";
+
+    CompileQueue queue(dev_.arch, threads(), codegen::compile, [this] { return deadline_hit(); });
+    SearchHooks hooks;
+    hooks.screen = [&](const std::vector<size_t>& batch) { return screen_batch(search, queue, batch); };
+    hooks.confirm = [&](size_t i) { return confirm(i); };
+    hooks.stop = [this] { return deadline_hit(); };
+    size_t dropped_shown = 0;
+    hooks.progress = [&](const StagedSearch& s) {
+      if (!out_) return;
+      for (; dropped_shown < s.dropped().size(); ++dropped_shown)
+        *out_ << "  family dropped: " << s.dropped()[dropped_shown] << "\n";
+    };
+    run_staged_search(search, hooks);
+    rep_.families_dropped = search.dropped();
+    rep_.compiles += static_cast<int>(queue.compiles());
+    rep_.measured_now = measured_;
+    rep_.screened_now = screened_;
   }
 
   void measure_baselines() {
@@ -286,6 +336,15 @@ class Tuning {
     flush();
   }
 
+  // Inputs are needed even when every candidate is known: the baselines run each time.
+  void prepare_inputs() {
+    const uint64_t seed = opt_.seed ? opt_.seed : std::random_device{}() * 0x100000001ull + std::random_device{}();
+    if (out_) *out_ << "preparing inputs and the CPU reference ... " << std::flush;
+    work_ = make_workload(spec_, seed, dev_.l2_bytes);
+    if (out_) *out_ << work_->copies() << " weight copies rotated\n";
+    QJIT_CU(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
+  }
+
   // The winner over every ok trial of this key, this run's and earlier
   // ones', called kWinnerLaunches more times, each verified: one that fails
   // any is stored as wrong_result with the count (replacing its ok trial),
@@ -298,15 +357,15 @@ class Tuning {
       if (!best)
         throw Error("tuner", "no candidate of " + spec_.label() + " compiled, ran and verified; see `qjit show`");
       // The winner was usually compiled in this run; one measured in an earlier run is compiled again.
-      const auto it = verified_now_.find(best->config.dump());
-      rec = it != verified_now_.end()
-                ? cache::make_record(fp_, best->config, cands_[it->second].source, cands_[it->second].compiled, true)
+      const auto it = compiled_now_.find(best->config.dump());
+      rec = it != compiled_now_.end()
+                ? cache::make_record(fp_, best->config, it->second->source, it->second->compiled, true)
                 : cache::build_record(fp_, spec_, best->config, dev_.arch, /*tuned=*/true);
       rec.median_us = best->median_us;
       rec.gbps = best->gbps;
       rec.pct_copy_bw = 100.0 * best->gbps / rep_.copy_gbps;
       rec.verify_error = best->verify_error;
-      if (out_) *out_ << "verifying the winner on " << kWinnerLaunches << " more launches ... " << std::flush;
+      if (out_) *out_ << "verify: the winner on " << kWinnerLaunches << " more launches ... " << std::flush;
       const std::string wrong = verify_repeatedly(rec, spec_, run_, *work_, stream_);
       if (wrong.empty()) {
         if (out_) *out_ << "ok\n";
@@ -342,7 +401,177 @@ class Tuning {
   }
 
  private:
+  struct FlushAtEnd {
+    Tuning& t;
+    ~FlushAtEnd() {
+      try {
+        t.flush();
+      } catch (...) {  // unwinding already: the error in flight is the one to report
+      }
+    }
+  };
+
+  int threads() const {
+    return opt_.compile_threads > 0 ? opt_.compile_threads
+                                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
   bool deadline_hit() const { return opt_.budget_seconds > 0 && seconds_since(start_) > opt_.budget_seconds; }
+
+  void count_compile(const Candidate& c) {
+    if (c.reused) ++rep_.compiles_reused;
+    else rep_.compile_cpu_ms += c.compiled.compile_ms;
+  }
+
+  // The cached winners, and the two best full trials, of the same op and
+  // device whose spec differs from this one only in m: the nearest two m
+  // (by ratio). Neighbouring buckets of wq_gemm usually share a family and
+  // most of a config.
+  std::vector<nlohmann::json> neighbour_seeds() {
+    nlohmann::json mine = nlohmann::json::parse(spec_.canonical_json(), nullptr, false);
+    if (!mine.is_object() || !mine.contains("m") || !mine["m"].is_number() || mine["m"].get<double>() <= 0) return {};
+    const double m = mine["m"].get<double>();
+    mine.erase("m");
+    std::vector<std::pair<double, cache::KernelRecord>> near;
+    for (auto& r : store_.list(false)) {
+      if (r.fp.op != spec_.op || r.fp.device.name != dev_.identity.name || !r.tuned || r.key() == key_) continue;
+      nlohmann::json theirs = nlohmann::json::parse(r.fp.spec_json, nullptr, false);
+      if (!theirs.is_object() || !theirs.contains("m") || !theirs["m"].is_number()) continue;
+      const double their_m = theirs["m"].get<double>();
+      theirs.erase("m");
+      if (their_m <= 0 || theirs != mine) continue;
+      near.push_back({std::abs(std::log2(their_m / m)), std::move(r)});
+    }
+    std::stable_sort(near.begin(), near.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<nlohmann::json> out;
+    for (size_t j = 0; j < near.size() && j < 2; ++j) {
+      out.push_back(near[j].second.config);
+      int runners_up = 0;
+      for (const auto& t : store_.trials(near[j].second.key()))
+        if (t.status == cache::TrialStatus::ok && !t.screened && !t.config.contains("baseline") && runners_up++ < 3)
+          out.push_back(t.config);
+    }
+    return out;
+  }
+
+  Candidate& candidate(size_t i) {
+    if (auto it = staged_.find(i); it != staged_.end()) return *it->second;
+    cands_.push_back({configs_[i], {}, {}});
+    Candidate& c = cands_.back();
+    staged_[i] = &c;
+    return c;
+  }
+
+  // Compiles the batch's candidates and screens each as its compile ends
+  // (the GPU works while the pool compiles the rest). Every screen result
+  // is stored when its candidate's turn ends.
+  ScreenResults screen_batch(StagedSearch& search, CompileQueue& queue, const std::vector<size_t>& batch) {
+    const auto batch_start = Clock::now();
+    if (out_)
+      *out_ << "  " << search.stage() << ": " << batch.size() << " candidates (" << search.screened()
+            << " screened so far)\n";
+    ScreenResults results;
+    size_t queued = 0;
+    for (size_t i : batch) {
+      Candidate& c = candidate(i);
+      try {
+        c.source = codegen::generate_source(spec_, c.config);
+      } catch (const Error& e) {  // an imported config that is illegal here
+        if (out_) *out_ << "  skipping config " << c.config.dump() << ": " << e.what() << "\n";
+        results.push_back({i, std::nullopt});
+        continue;
+      }
+      queue.add(i, c.source);
+      ++queued;
+    }
+    double compile_wait = 0;
+    const double best_before = best_screen_;
+    for (size_t n = 0; n < queued; ++n) {
+      const auto wait_start = Clock::now();
+      const auto id = queue.next();
+      compile_wait += seconds_since(wait_start);
+      if (!id) break;
+      Candidate& c = candidate(*id);
+      if (!queue.started(*id)) continue;  // the budget ran out before its compile: unscreened
+      c.compiled = queue.result(*id);
+      c.reused = queue.reused(*id);
+      count_compile(c);
+      const FlushAtEnd flush_at_end{*this};
+      const MeasuredUs us = measure(c, /*screen=*/true);
+      results.push_back({*id, us});
+      if (us) {
+        ++screened_;
+        if (*us < best_screen_) best_screen_ = *us, best_screen_config_ = c.config.dump();
+      }
+    }
+    rep_.compile_wall_s += compile_wait;
+    const double took = seconds_since(batch_start);
+    rep_.screen_wall_s += took;
+    screen_per_candidate_ = rep_.screen_wall_s / std::max<double>(1, screened_ + rep_.failed_now);
+    if (out_) {
+      char line[512];
+      std::snprintf(line, sizeof line, "  %s: %zu screened in %.1f s (waiting on compiles %.1f s); best %.2f us%s %s\n",
+                    search.stage().c_str(), results.size(), took, compile_wait, best_screen_,
+                    best_screen_ < best_before ? " (new)" : "", best_screen_config_.c_str());
+      *out_ << line;
+      // What is left: the search's guess of configs still to screen, the
+      // contenders' full timing and verification, the winner's 16 launches.
+      search_eta_line(search);
+    }
+    return results;
+  }
+
+  void search_eta_line(const StagedSearch& search) {
+    const double per_confirm = measured_ > 0 ? rep_.confirm_wall_s / measured_ : 3 * screen_per_candidate_;
+    const size_t left = search.expected_left();
+    const double eta = static_cast<double>(left) * screen_per_candidate_ +
+                       static_cast<double>(opt_.search.contenders) * per_confirm + per_confirm;
+    *out_ << "  ~" << left << " more to screen, " << opt_.search.contenders << "+ to confirm; " << time_left(eta)
+          << "\n";
+  }
+
+  // A contender: timed in full and verified now, or its full trial from an
+  // earlier run (verified then).
+  MeasuredUs confirm(size_t i) {
+    if (auto it = confirmed_before_.find(i); it != confirmed_before_.end()) {
+      if (out_) *out_ << "  confirm: " << configs_[i].dump() << " measured before: " << it->second << " us\n";
+      return it->second;
+    }
+    const auto start = Clock::now();
+    Candidate& c = candidate(i);
+    if (c.compiled.cubin.empty() && c.compiled.log.empty()) {
+      // Screened by an earlier run: compiled now, here (a budget that ran
+      // out stops the queue's compiles, not a contender's).
+      try {
+        c.source = codegen::generate_source(spec_, c.config);
+        c.compiled = codegen::compile(c.source, dev_.arch);
+      } catch (const Error& e) {
+        c.compiled.ok = false;
+        c.compiled.log = e.what();
+      }
+      count_compile(c);
+      ++rep_.compiles;
+    }
+    const FlushAtEnd flush_at_end{*this};
+    const MeasuredUs us = measure(c, /*screen=*/false);
+    rep_.confirm_wall_s += seconds_since(start);
+    if (out_) {
+      char line[512];
+      if (us)
+        std::snprintf(line, sizeof line, "  confirm: %8.2f us %5.1f%% of floor, verified (screen %.2f us)  %s\n", *us,
+                      100 * rep_.floor_us / *us, known_screen(i), c.config.dump().c_str());
+      else
+        std::snprintf(line, sizeof line, "  confirm: failed  %s\n", c.config.dump().c_str());
+      *out_ << line;
+    }
+    return us;
+  }
+
+  double known_screen(size_t i) const {
+    const auto it = screen_us_.find(configs_[i].dump());
+    if (it != screen_us_.end()) return it->second;
+    const auto k = known_.find(configs_[i].dump());
+    return k != known_.end() ? k->second.median_us : 0;
+  }
 
   cache::TrialRecord* record(const nlohmann::json& config, cache::TrialStatus st, const std::string& msg,
                              const codegen::CompileResult* cr) {
@@ -364,7 +593,20 @@ class Tuning {
     stored_ = new_trials_.size();
   }
 
-  void measure(Candidate& c) {
+  // A compiled candidate's plan, loaded and called once on poisoned output;
+  // then, in full, verified and timed (time_launches' defaults), or, as a
+  // screen, timed on a few samples without verification. Its time, or
+  // nullopt when it failed (stored as such).
+  MeasuredUs measure(Candidate& c, bool screen) {
+    if (!c.compiled.ok) {
+      fail(c, cache::TrialStatus::compile_error, first_lines(c.compiled.log, 6));
+      return std::nullopt;
+    }
+    if (c.compiled.spill_bytes > 0) {
+      fail(c, cache::TrialStatus::resource_error,
+           "spills " + std::to_string(c.compiled.spill_bytes) + " bytes to local memory");
+      return std::nullopt;
+    }
     cache::KernelRecord rec;
     rec.fp = fp_;
     rec.config = c.config;
@@ -375,14 +617,14 @@ class Tuning {
       p = runtime::load_record(rec, spec_);
     } catch (const Error& e) {
       fail(c, cache::TrialStatus::resource_error, e.what());
-      return;
+      return std::nullopt;
     }
     const runtime::PlanGuard guard{p};
     // A plan with a library step (wq_gemm's cublas family) cannot run
     // without the library: a resource error, as a kernel too big for this GPU.
     if (const std::string why = runtime::plan_unavailable(p, stream_); !why.empty()) {
       fail(c, cache::TrialStatus::resource_error, "needs cuBLAS: " + why);
-      return;
+      return std::nullopt;
     }
     // Stored before the GPU runs the candidate, replaced by its result at
     // the end: if the process dies on it (a fault that poisons the context,
@@ -402,21 +644,22 @@ class Tuning {
       const CUresult r = call_on_poisoned_output(p, run_, *work_, stream_);
       if (r == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES || r == CUDA_ERROR_INVALID_VALUE) {
         fail(c, cache::TrialStatus::resource_error, runtime::describe(r));
-        return;
+        return std::nullopt;
       }
       if (r != CUDA_SUCCESS) throw Error("driver", "candidate " + c.config.dump() + " failed: " + runtime::describe(r));
-      v = work_->verify();
-      if (!v.ok) {
-        fail(c, cache::TrialStatus::wrong_result, v.message)->verify_error = v.rel_error;
-        if (out_) *out_ << "  WRONG " << c.config.dump() << ": " << v.message << "\n";
-        return;
+      if (!screen) {
+        v = work_->verify();
+        if (!v.ok) {
+          fail(c, cache::TrialStatus::wrong_result, v.message)->verify_error = v.rel_error;
+          if (out_) *out_ << "  WRONG " << c.config.dump() << ": " << v.message << "\n";
+          return std::nullopt;
+        }
       }
-      tm = time_launches(
-          [&](int i) {
-            const CUresult rr = run_(p, work_->args(i % work_->copies()), stream_);
-            if (rr != CUDA_SUCCESS) throw Error("driver", "candidate launch failed: " + runtime::describe(rr));
-          },
-          stream_);
+      const auto launch = [&](int i) {
+        const CUresult rr = run_(p, work_->args(i % work_->copies()), stream_);
+        if (rr != CUDA_SUCCESS) throw Error("driver", "candidate launch failed: " + runtime::describe(rr));
+      };
+      tm = screen ? time_launches(launch, stream_, kScreenWarmup, kScreenSamples) : time_launches(launch, stream_);
     } catch (const Error& e) {
       // The context is unusable after most launch failures: record the
       // culprit with the driver's words (stored with the rest), then stop.
@@ -426,17 +669,17 @@ class Tuning {
     auto* t = record(c.config, cache::TrialStatus::ok, "", &c.compiled);
     t->median_us = tm.median_us;
     t->gbps = rep_.bytes / (tm.median_us * 1e3);
+    compiled_now_[c.config.dump()] = &c;
+    if (screen) {
+      t->screened = true;
+      t->verify_error = -1;  // not verified (TrialRecord::screened)
+      screen_us_[c.config.dump()] = tm.median_us;
+      return tm.median_us;
+    }
     t->verify_error = v.rel_error;
-    verified_now_[c.config.dump()] = static_cast<size_t>(&c - cands_.data());
     ++measured_;
     best_us_ = std::min(best_us_, tm.median_us);
-    if (out_) {
-      char line[256];
-      std::snprintf(line, sizeof line, "  [%3d/%zu] %8.2f us %7.0f GB/s %5.1f%% of floor  best %.2f us  %s\n",
-                    measured_, cands_.size(), tm.median_us, t->gbps, 100 * rep_.floor_us / tm.median_us, best_us_,
-                    c.config.dump().c_str());
-      *out_ << line;
-    }
+    return tm.median_us;
   }
 
   const Clock::time_point start_ = Clock::now();
@@ -450,14 +693,20 @@ class Tuning {
   const cache::Fingerprint fp_;
   const std::string key_;
   TuneReport rep_;
-  std::vector<Candidate> cands_;
+  std::vector<nlohmann::json> configs_, imported_;
+  std::map<std::string, cache::TrialRecord> known_;  // config -> its stored trial (none with --retune)
+  std::deque<Candidate> cands_;                      // a deque: references stay valid as it grows
+  std::map<size_t, Candidate*> staged_;              // staged search: config index -> its candidate
+  std::map<size_t, double> confirmed_before_;        // staged search: full ok trials of earlier runs
+  std::map<std::string, double> screen_us_;          // this run's screen times
   std::unique_ptr<Workload> work_;
   CUstream stream_ = nullptr;
   std::vector<cache::TrialRecord> new_trials_;
   size_t stored_ = 0;  // new_trials_[0, stored_) are in the store
-  std::map<std::string, size_t> verified_now_;  // config -> index in cands_: the winner need not compile again
-  int measured_ = 0;
-  double best_us_ = INFINITY;
+  std::map<std::string, Candidate*> compiled_now_;  // config -> its candidate: the winner need not compile again
+  int measured_ = 0, screened_ = 0;
+  double best_us_ = INFINITY, best_screen_ = INFINITY, screen_per_candidate_ = 0;
+  std::string best_screen_config_;
 };
 
 }  // namespace
@@ -470,9 +719,14 @@ TuneReport tune(const codegen::OpSpec& spec, cache::Store& store, const TuneOpti
   Tuning t(spec, store, opt);
   t.measure_floor();
   t.select_candidates();
-  t.compile();
-  t.prepare_inputs();
-  t.measure_candidates();
+  if (opt.exhaustive) {
+    t.compile_all();
+    t.prepare_inputs();
+    t.measure_all();
+  } else {
+    t.prepare_inputs();
+    t.staged_search();
+  }
   t.measure_baselines();
   t.confirm_winner();
   return t.finish();
@@ -483,6 +737,7 @@ nlohmann::json TuneReport::to_json() const {
   j["spec"] = spec_label;
   j["key"] = key;
   j["device"] = device;
+  j["device_ordinal"] = device_ordinal;
   j["arch"] = arch;
   j["best"] = {{"config", best.config},     {"median_us", best.median_us}, {"gbps", best.gbps},
                {"pct_of_floor", best.median_us > 0 ? 100 * floor_us / best.median_us : 0},
@@ -494,8 +749,16 @@ nlohmann::json TuneReport::to_json() const {
   j["measured_now"] = measured_now;
   j["skipped_known"] = skipped_known;
   j["failed_now"] = failed_now;
+  j["search"] = search;
+  j["screened_now"] = screened_now;
+  j["compiles"] = compiles;
+  j["compiles_reused"] = compiles_reused;
+  j["families_dropped"] = families_dropped;
   j["wall_s"] = wall_s;
   j["compile_wall_s"] = compile_wall_s;
+  j["compile_cpu_s"] = compile_cpu_ms / 1e3;
+  j["screen_wall_s"] = screen_wall_s;
+  j["confirm_wall_s"] = confirm_wall_s;
   j["baselines"] = nlohmann::json::array();
   for (auto& b : baselines)
     j["baselines"].push_back({{"name", b.name}, {"median_us", b.median_us}, {"rel_error", b.rel_error},

@@ -5,6 +5,12 @@
 // fastest verified candidate (ties within noise → the simpler config),
 // verified again on kWinnerLaunches more launches, becomes the cached
 // kernel. Library baselines are measured in the same run.
+//
+// Two searches pick the candidates (docs/tuning.md). The staged search (the
+// default) compiles and screens a part of the space chosen by
+// tuner/search.h (a few launches each, not verified; stored as screened
+// trials), then times in full and verifies the best few; only those can
+// win. The exhaustive search compiles, verifies and times every candidate.
 #pragma once
 #include <cstdint>
 #include <iosfwd>
@@ -13,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include "cache/store.h"
 #include "codegen/spec.h"
+#include "tuner/search.h"
 
 namespace qjit::tuner {
 
@@ -25,6 +32,13 @@ struct TuneOptions {
   std::ostream* progress = nullptr;  // human-readable progress (stderr in the CLI)
   // When non-empty: measure only these configs (e.g. imported ones), not the space.
   std::vector<nlohmann::json> only_configs;
+  // Every candidate compiled, verified and timed in full, instead of the staged search.
+  bool exhaustive = false;
+  // The staged search's settings; search.seed makes its choices repeatable.
+  SearchSettings search;
+  // The staged search starts from the winners (and runners-up) cached for
+  // the nearest values of the spec's m with every other key equal.
+  bool seed_from_neighbours = true;
 };
 
 // The configs of `space` holding every key of `filter` with its value (a key
@@ -42,11 +56,21 @@ struct BaselineResult {
 
 struct TuneReport {
   std::string spec_label, key, device, arch;
+  int device_ordinal = 0;
   cache::KernelRecord best;            // without blobs needed by callers
   std::vector<cache::TrialRecord> trials;  // every trial for the key, leaderboard order
   std::vector<BaselineResult> baselines;
-  int candidates_total = 0, measured_now = 0, skipped_known = 0, failed_now = 0;
-  double wall_s = 0, compile_wall_s = 0, compile_cpu_ms = 0;
+  std::string search;                  // "staged" or "exhaustive"
+  // measured_now: timed in full and verified in this run; screened_now:
+  // screened only (staged search); compiles: distinct sources compiled,
+  // compiles_reused: candidates that shared one of them.
+  int candidates_total = 0, measured_now = 0, screened_now = 0, skipped_known = 0, failed_now = 0;
+  int compiles = 0, compiles_reused = 0;
+  std::vector<std::string> families_dropped;  // by the staged search, with why
+  // compile_wall_s: the exhaustive search's compile step, or the staged
+  // search's time waiting on compiles; screen_wall_s, confirm_wall_s: the
+  // staged search's screen (compiles included) and full timing of its contenders.
+  double wall_s = 0, compile_wall_s = 0, compile_cpu_ms = 0, screen_wall_s = 0, confirm_wall_s = 0;
   double copy_gbps = 0, bytes = 0, floor_us = 0;
   nlohmann::json to_json() const;
 };
@@ -64,9 +88,10 @@ inline constexpr const char* kUnfinishedTrial =
 double config_complexity(const nlohmann::json& config);
 
 // The winner among a key's trials: the fastest ok trial that is not a
-// baseline, except that any within 1% of it (the noise) that is simpler
+// baseline and was timed in full and verified (not only screened), except
+// that any such within 1% of it (the noise) that is simpler
 // (config_complexity, then the config's text) wins instead. Null when no
-// ok trial is left.
+// such trial is left.
 const cache::TrialRecord* choose_winner(const std::vector<cache::TrialRecord>& trials);
 
 // Launches of the winner, each verified, before it is cached: a race that
