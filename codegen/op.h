@@ -107,10 +107,13 @@ struct LaunchGeometry {
 // rows_arg set, the outermost dimension is that int argument (e.g. m) and its
 // pitch is dims[0] elements (a row-major matrix). The kernel copies boxes of
 // box[0] × box[1] (× box[2]) elements; elements outside the tensor arrive as
-// zeros.
+// zeros. With in_workspace, the tensor is the call's workspace at
+// workspace_offset bytes (written by an earlier step) and source is empty.
 struct TensorMap {
   enum class Element { f16, bf16, u32, u8 };
   std::string source;
+  bool in_workspace = false;
+  size_t workspace_offset = 0;
   std::string rows_arg;
   int rank = 2;
   Element element = Element::f16;
@@ -230,6 +233,9 @@ struct DeviceLimits {
   int sm_count = 132;
   int smem_per_sm = 228 * 1024;         // shared memory of one SM, bytes
   int smem_reserved_per_block = 1024;   // what the system keeps of it per block
+  // The target its kernels compile for ("sm_80", "sm_90"): a family of sm_90a
+  // instructions (needs_sm90a) is offered only where this is "sm_90".
+  std::string arch = "sm_90";
 };
 
 // Bytes a kernel must move at least (each input read once, output written

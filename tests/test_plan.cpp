@@ -39,7 +39,9 @@ void check_plan(const codegen::OpDef& op, const codegen::OpSpec& spec, const nlo
       if (p.kind == codegen::KernelParam::Kind::arg)
         CHECK((has_arg(args, p.arg, Kind::pointer) || has_arg(args, p.arg, Kind::int32)));
     for (const auto& m : k.tensor_maps) {
-      CHECK(has_arg(args, m.source, Kind::pointer));
+      // A map over the workspace names no argument; it must lie inside the plan's workspace.
+      if (m.in_workspace) CHECK((m.source.empty() && m.workspace_offset < plan.workspace_fixed));
+      else CHECK(has_arg(args, m.source, Kind::pointer));
       if (!m.rows_arg.empty()) CHECK(has_arg(args, m.rows_arg, Kind::int32));
     }
     CHECK(k.tensor_maps.size() <= codegen::KernelDef::kMaxTensorMaps);
