@@ -244,6 +244,7 @@ TEST_CASE("w8a8_gemm wgmma family: each accumulator width and form compiles for 
           std::string::npos);
     CHECK(j.result.ptx.find("mbarrier.arrive.expect_tx") != std::string::npos);
     CHECK(j.result.ptx.find("setmaxnreg.inc.sync.aligned.u32 232") != std::string::npos);
+    CHECK(j.result.ptx.find("trap;") != std::string::npos);  // a barrier wait that never completes fails the launch
     CHECK(j.result.ptx.find(".entry qjit_w8a8_quant_a") != std::string::npos);
     // ptxas's performance advisories on wgmma (C7510 and up: serialised wgmma, ignored setmaxnreg).
     CHECK(j.result.log.find("C75") == std::string::npos);

@@ -299,8 +299,8 @@ std::vector<Constant> W8a8GemmOp::constants(const OpSpec& spec, const nlohmann::
   } else if (is_wgmma(config)) {
     const WgmmaConfig w = WgmmaConfig::from(config);
     c.push_back({"int", "kBM", num(w.bm), "tunable: rows of y per block (wgmma n)"});
+    // (persistent changes only the grid: the kernel takes tiles b, b + grid, ... either way)
     c.push_back({"int", "kStages", num(w.stages), "tunable: slots of the ring (stages of 128 codes of k)"});
-    c.push_back({"int", "kPersistent", num(w.persistent), "tunable: 1 = one block per SM taking tiles in turn"});
   } else {
     const TiledConfig t = TiledConfig::from(config);
     c.push_back({"int", "kBM", num(t.bm), "tunable: rows of y per block"});

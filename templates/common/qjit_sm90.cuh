@@ -17,17 +17,22 @@ __device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
 
-// Blocks until the phase of parity `parity` of the barrier has completed
-// (try_wait suspends the thread for a while before it answers no).
-__device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
+// Whether the phase of parity `parity` has completed: try_wait suspends
+// the thread for a while before it answers no.
+__device__ __forceinline__ bool mbarrier_try_wait(unsigned bar, unsigned parity) {
   unsigned done;
-  do {
-    asm volatile(
-        "{.reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
+  asm volatile(
+      "{.reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+// Blocks until the phase of parity `parity` of the barrier has completed.
+__device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
+  while (!mbarrier_try_wait(bar, parity)) {
+  }
 }
 
 // One arrival (release: this thread's earlier reads of the slot are done).

@@ -53,7 +53,7 @@ using qjit::descriptor_at;
 using qjit::mbarrier_arrive;
 using qjit::mbarrier_arrive_expect_bytes;
 using qjit::mbarrier_init;
-using qjit::mbarrier_wait;
+using qjit::mbarrier_try_wait;
 using qjit::smem_address;
 using qjit::smem_descriptor_lo;
 using qjit::tma_load_box;
@@ -104,6 +104,20 @@ struct Ring {
   __device__ __forceinline__ unsigned empty_of(unsigned q) const { return empty + 8 * (q % kStages); }
   static __device__ __forceinline__ unsigned phase_of(unsigned q) { return (q / kStages) & 1; }
 };
+
+// Waits for the phase of parity `parity` of the barrier, and stops the
+// kernel (a trap: a launch error the caller sees) if it has not completed
+// after 4 s, far beyond any legitimate wait: a byte count that never lands
+// or a miscounted arrival then fails the launch instead of hanging the GPU.
+__device__ __forceinline__ void wait_or_trap(unsigned bar, unsigned parity) {
+  if (mbarrier_try_wait(bar, parity)) return;
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  while (!mbarrier_try_wait(bar, parity)) {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (now - start > 4000000000ull) __trap();
+  }
+}
 
 struct Operands {
   const float *a_scale, *a_offset;
@@ -182,7 +196,7 @@ __device__ __forceinline__ void produce(const Operands& op, int m_tiles, int til
   for (unsigned q = head; q < total; ++q) {
     const Tile t = tile_of(static_cast<int>(q / kKStages), m_tiles);
     const int kt = static_cast<int>(q % kKStages);
-    mbarrier_wait(ring.empty_of(q), Ring::phase_of(q - kStages));
+    wait_or_trap(ring.empty_of(q), Ring::phase_of(q - kStages));
     // The consumers read the slot's parameters with ordinary loads (the
     // generic proxy) before their arrival; the copies below write through
     // the async proxy, which only a proxy fence orders after those reads
@@ -243,7 +257,7 @@ __device__ __forceinline__ void consume_block(const Ring& ring, unsigned q, int 
                                               float (&acc)[kAcc]) {
   qjit::static_for<kStagesPerBlock>([&](auto s_) {
     constexpr int s = decltype(s_)::value;
-    mbarrier_wait(ring.full_of(q + s), Ring::phase_of(q + s));
+    wait_or_trap(ring.full_of(q + s), Ring::phase_of(q + s));
     multiply_stage<s == 0>(ring.slot(q + s), g, part);
     if constexpr (s + 1 < kStagesPerBlock) {
       // The previous stage's wgmma are done: its slot is free (its
