@@ -34,7 +34,8 @@ std::string Plan::describe() const {
             << (k.params[p].kind == KernelParam::Kind::arg         ? k.params[p].arg
                 : k.params[p].kind == KernelParam::Kind::iteration ? std::string("step")
                                                                    : "workspace+" + std::to_string(k.params[p].offset));
-      for (const auto& m : k.tensor_maps) out << ", map(" << m.source << ")";
+      for (const auto& m : k.tensor_maps)
+        out << ", map(" << (m.in_workspace ? "workspace+" + std::to_string(m.workspace_offset) : m.source) << ")";
       out << ") on ";
       if (g.grid_per_sm) out << g.grid_per_sm << " blocks per SM";
       else out << g.grid[0] << "x" << g.grid[1] << "x" << g.grid[2] << " blocks";

@@ -107,10 +107,13 @@ struct LaunchGeometry {
 // rows_arg set, the outermost dimension is that int argument (e.g. m) and its
 // pitch is dims[0] elements (a row-major matrix). The kernel copies boxes of
 // box[0] × box[1] (× box[2]) elements; elements outside the tensor arrive as
-// zeros.
+// zeros. With in_workspace, the tensor is the call's workspace at
+// workspace_offset bytes (written by an earlier step) and source is empty.
 struct TensorMap {
   enum class Element { f16, bf16, u32, u8 };
   std::string source;
+  bool in_workspace = false;
+  size_t workspace_offset = 0;
   std::string rows_arg;
   int rank = 2;
   Element element = Element::f16;
@@ -231,6 +234,9 @@ struct DeviceLimits {
   int smem_per_sm = 228 * 1024;         // shared memory of one SM, bytes
   int smem_reserved_per_block = 1024;   // what the system keeps of it per block
   int compute_capability = 90;          // major·10 + minor
+  // The target its kernels compile for ("sm_80", "sm_90"): a family of sm_90a
+  // instructions (needs_sm90a) is offered only where this is "sm_90".
+  std::string arch = "sm_90";
 };
 
 // The lowest compute capability (major·10 + minor) a spec's kernels run on,

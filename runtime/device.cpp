@@ -16,7 +16,7 @@ bool gpu_available(std::string* why) { return try_driver(why) != nullptr; }
 
 codegen::DeviceLimits device_limits() {
   const Device& d = current_device();
-  return {d.identity.sm_count, d.smem_per_sm, d.smem_reserved_per_block, std::stoi(d.arch.substr(3))};  // "sm_90" -> 90
+  return {d.identity.sm_count, d.smem_per_sm, d.smem_reserved_per_block, std::stoi(d.arch.substr(3)), d.arch};  // "sm_90" -> 90
 }
 
 namespace {

@@ -131,7 +131,7 @@ LoadedPlan load_plan(const std::string& op, const codegen::Plan& plan, const std
       for (const auto& prm : kd.params)
         k.params.push_back({prm.kind, prm.kind == codegen::KernelParam::Kind::arg ? position(prm.arg) : -1, prm.offset});
       for (const auto& m : kd.tensor_maps)
-        k.maps.push_back({m, position(m.source), m.rows_arg.empty() ? -1 : position(m.rows_arg)});
+        k.maps.push_back({m, m.in_workspace ? -1 : position(m.source), m.rows_arg.empty() ? -1 : position(m.rows_arg)});
       resolve_for_device(k);
       const auto& g = k.def.geometry;
       workspace += g.workspace_per_block * (size_t{g.grid[0]} * g.grid[1] * g.grid[2]);
@@ -190,13 +190,15 @@ void check_pointers(const std::vector<codegen::ArgDef>& args, const codegen::Pla
 
 namespace {
 
-// A tensor map over the tensor the call passes (a host-side encoding, no
-// device work; codegen::TensorMap says what each field means).
-CUresult encode_tensor_map(const ResolvedMap& rm, const ArgPack& a, CUtensorMap* map) {
+// A tensor map over the tensor the call passes, or over the call's
+// workspace (a host-side encoding, no device work; codegen::TensorMap says
+// what each field means).
+CUresult encode_tensor_map(const ResolvedMap& rm, const ArgPack& a, CUdeviceptr workspace, CUtensorMap* map) {
   const codegen::TensorMap& t = rm.map;
   using Element = codegen::TensorMap::Element;
   if (t.rank < 2 || t.rank > 3) return CUDA_ERROR_INVALID_VALUE;
-  const CUdeviceptr base = a.values[rm.source].ptr;
+  if (t.in_workspace && !workspace) return CUDA_ERROR_INVALID_VALUE;
+  const CUdeviceptr base = t.in_workspace ? workspace + t.workspace_offset : a.values[rm.source].ptr;
   const int element_bytes = t.element == Element::u32 ? 4 : t.element == Element::u8 ? 1 : 2;
   cuuint64_t dims[3], pitches[2];
   cuuint32_t box[3], strides[3] = {1, 1, 1};
@@ -320,7 +322,11 @@ CUresult launch_kernel(const LoadedPlan& p, int kernel, const ArgPack& a, CUstre
     ++i;
   }
   for (size_t m = 0; m < k.maps.size(); ++m) {
-    const CUresult r = encode_tensor_map(k.maps[m], a, &maps[m]);
+    if (k.maps[m].map.in_workspace && !workspace) {
+      const CUresult r = workspace_of(p, stream, &workspace);
+      if (r != CUDA_SUCCESS) return r;
+    }
+    const CUresult r = encode_tensor_map(k.maps[m], a, workspace, &maps[m]);
     if (r != CUDA_SUCCESS) return r;
     params[i++] = &maps[m];
   }

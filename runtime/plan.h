@@ -51,7 +51,7 @@ struct ResolvedParam {
 };
 struct ResolvedMap {
   codegen::TensorMap map;
-  int source = -1, rows = -1;  // positions in the ArgPack
+  int source = -1, rows = -1;  // positions in the ArgPack (source -1: the map is in the workspace)
 };
 // A cuBLAS step's arguments as positions (-1: none).
 // A cuBLAS step's argument positions; -1 where the step does not use one

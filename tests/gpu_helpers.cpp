@@ -32,4 +32,15 @@ tuner::TuneReport expect_every_candidate_verifies(cache::Store& store, const cod
   return rep;
 }
 
+void tune_one_config(const std::string& db, const codegen::OpSpec& spec, const nlohmann::json& config) {
+  cache::Store store(db);
+  set_cache_path(db);
+  tuner::TuneOptions opt;
+  opt.seed = fresh_seed();
+  opt.only_configs = {config};
+  const auto rep = tuner::tune(spec, store, opt);
+  INFO(spec.label() << " " << config.dump() << " seed " << opt.seed);
+  REQUIRE(rep.best.config == config);
+}
+
 }  // namespace qjit::test

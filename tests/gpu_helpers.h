@@ -26,4 +26,10 @@ DType wq_type(const std::string& s);
 tuner::TuneReport expect_every_candidate_verifies(cache::Store& store, const codegen::OpSpec& spec, bool allow_pruned,
                                                   int budget_candidates = 0, int max_pruned_percent = 10);
 
+// Tunes `config` alone for `spec` on fresh random inputs into a new cache
+// file `db` (so cases that share a spec do not share a row), makes it the
+// runtime's cache, and requires the config to win (it verified): the typed
+// API then launches exactly that kernel.
+void tune_one_config(const std::string& db, const codegen::OpSpec& spec, const nlohmann::json& config);
+
 }  // namespace qjit::test

@@ -1,7 +1,9 @@
 // w8a8_gemm on the GPU: the quantization kernel equals the CPU quantizer
 // bit for bit (codes, scales, offsets, sums) on edge-case rows; every
 // candidate of a spread of specs verifies (the tuner checks each against the
-// float64 reference within w8a8_tolerance); the typed API, including a call
+// float64 reference within w8a8_tolerance; from m = 128 on compute
+// capability 9.0 that includes the wgmma family); the wgmma family at M
+// and N that are not multiples of its tile; the typed API, including a call
 // of more rows than the top bucket (run chunk by chunk), and the C API.
 // format=e4m3 (sm_89+; refused on older GPUs) the same: its quantization
 // kernel bit for bit against quantize_fp8_rows, every candidate within
@@ -28,6 +30,8 @@
 #include "tuner/reference/w8a8_fp8.h"
 #include "tuner/reference/w8a8_gemm.h"
 #include "tuner/timing.h"
+#include "tuner/tuner.h"
+#include "tuner/workload.h"
 
 using namespace qjit;
 
@@ -144,9 +148,68 @@ TEST_CASE("w8a8_gemm: every candidate verifies (tuner)", "[gpu]") {
   for (const char* s : {"k=512,n=256,m=1,block=128", "k=1024,n=192,m=16,block=64,x=bf16,quant_a=symmetric,bias=yes",
                         "k=768,n=128,m=64,block=256,x=fp32,quant_w=symmetric,act=relu6,bias=yes",
                         "k=2048,n=512,m=256,block=128,quant_a=symmetric,quant_w=symmetric,act=relu",
-                        "k=1024,n=256,m=128,block=32", "k=96,n=40,m=8,block=48,bias=yes"}) {
+                        "k=1024,n=256,m=128,block=32", "k=96,n=40,m=8,block=48,bias=yes",
+                        // the wgmma family's (sm_90): n not a multiple of its 128 columns, 2 stages a block
+                        "k=1024,n=1008,m=512,block=128,x=bf16,bias=yes,act=relu6",
+                        "k=1536,n=400,m=256,block=256,x=fp32,quant_w=symmetric"}) {
     INFO(s);
     test::expect_every_candidate_verifies(store, codegen::parse_spec("w8a8_gemm", s), /*allow_pruned=*/false);
+  }
+}
+
+TEST_CASE("w8a8_gemm wgmma family: M and N not multiples of the tile, every form and stage count (typed API)",
+          "[gpu]") {
+  if (runtime::current_device().arch != "sm_90") {
+    WARN("not run: the wgmma family runs on compute capability 9.0 only");
+    return;
+  }
+  // Each case's config alone is tuned (and verified) at the bucket of its first M into its own cache,
+  // then the cached kernel runs through the typed API at every M of the case: the last tile of rows
+  // partly past M (its rows of x arrive as zeros and are not stored), the last tile of columns
+  // partly past n (W's rows likewise; its parameter copies cut at n), persistent grids taking
+  // several tiles a block, and a call of more rows than the top bucket (two chunks, the second short).
+  struct Case {
+    const char* shape;  // without m
+    nlohmann::json config;
+    std::vector<int> rows;
+  };
+  const auto wgmma = [](int bm, int stages, int persistent) {
+    return nlohmann::json{{"family", "wgmma"}, {"bm", bm}, {"stages", stages}, {"persistent", persistent}};
+  };
+  const Case cases[] = {
+      {"k=1024,n=1008,block=128,bias=yes,act=relu", wgmma(128, 4, 0), {300, 257}},
+      {"k=1536,n=400,block=256,x=bf16,quant_a=symmetric,quant_w=symmetric", wgmma(192, 3, 1), {200, 129}},
+      {"k=1536,n=144,block=384,x=fp32", wgmma(128, 5, 0), {128, 100}},
+      {"k=2048,n=272,block=512,quant_w=symmetric,act=relu6,bias=yes", wgmma(64, 6, 1), {1000, 513}},
+      {"k=512,n=1024,block=128,x=bf16,quant_a=symmetric", wgmma(64, 4, 1), {4133}},
+  };
+  test::TempDir dir;
+  int index = 0;
+  for (const Case& c : cases) {
+    const auto spec = codegen::parse_spec(
+        "w8a8_gemm", std::string(c.shape) + ",m=" + std::to_string(codegen::w8a8_gemm_bucket(c.rows.front())));
+    test::tune_one_config(dir.file("kernels_" + std::to_string(index++) + ".db"), spec, c.config);
+    INFO(spec.label() << " " << c.config.dump());
+    for (int rows : c.rows) {
+      const uint64_t seed = test::fresh_seed();
+      INFO("M=" << rows << " seed " << seed);
+      auto work = tuner::make_w8a8_gemm_workload(spec, seed, 0, rows);
+      work->poison_output(nullptr);
+      QJIT_CU(cuCtxSynchronize());
+      const ArgPack& a = work->args(0);
+      auto ptr = [&](int i) { return reinterpret_cast<void*>(a.values[i].ptr); };
+      W8a8GemmShape shape;
+      shape.k = static_cast<int>(spec.get_int("k")), shape.n = static_cast<int>(spec.get_int("n"));
+      shape.block = static_cast<int>(spec.get_int("block"));
+      const std::string xt = spec.get_str("x");
+      shape.x = xt == "fp32" ? DType::fp32 : xt == "bf16" ? DType::bf16 : DType::fp16;
+      shape.quant_a = spec.get_str("quant_a"), shape.quant_w = spec.get_str("quant_w");
+      shape.bias = spec.get_str("bias") == "yes", shape.act = spec.get_str("act");
+      w8a8_gemm(shape, {ptr(0), ptr(1), ptr(2), ptr(3), ptr(4), ptr(5), ptr(6), rows});
+      const auto v = work->verify(1.0);
+      INFO(v.message);
+      CHECK(v.ok);
+    }
   }
 }
 

@@ -197,18 +197,9 @@ void run_inside_bucket(const BucketCase (&cases)[N]) {
   test::TempDir dir;
   int n = 0;
   for (const BucketCase& c : cases) {
-    const std::string db = dir.file("kernels_" + std::to_string(n++) + ".db");
-    cache::Store store(db);
-    set_cache_path(db);
     nlohmann::json p = c.params;
     p["m"] = codegen::wq_gemm_bucket(c.rows.front());
-    const auto spec = codegen::make_spec("wq_gemm", p);
-    tuner::TuneOptions opt;
-    opt.seed = fresh_seed();
-    opt.only_configs = {c.config};
-    const auto rep = tuner::tune(spec, store, opt);
-    INFO(spec.label() << " " << c.config.dump());
-    REQUIRE(rep.best.config == c.config);
+    test::tune_one_config(dir.file("kernels_" + std::to_string(n++) + ".db"), codegen::make_spec("wq_gemm", p), c.config);
     for (int rows : c.rows) check_wq_gemm(c.params, rows);
   }
 }

@@ -1,8 +1,11 @@
 // w8a8_gemm without a GPU: spec and config errors name the value, the
 // buckets, the plan's pointer rules and workspace, and NVRTC compiles of the
-// candidates for sm_80 and sm_90 without spills. The CPU reference and its
+// candidates for sm_80 and sm_90 without spills; the wgmma family's space,
+// plan and tensor maps, and its sm_90a compiles. The CPU reference and its
 // quantizers are tested in test_w8a8_reference.cpp.
 #include <catch2/catch.hpp>
+
+#include <algorithm>
 
 #include "codegen/nvrtc.h"
 #include "codegen/ops/w8a8_gemm.h"
@@ -32,15 +35,17 @@ std::vector<test::CompileJob> w8a8_jobs(std::initializer_list<std::pair<const ch
     const auto spec = parse_spec("w8a8_gemm", s);
     const auto space = op.tunable_space(spec);
     const auto sample = test::compile_sample(stride, std::string("w8a8_gemm ") + s);
+    // (The wgmma family, sm_90a only, has its own compile test.)
     for (size_t i = 0; i < space.size(); ++i)
-      if (sample.takes(i)) jobs.push_back({spec, space[i]});
+      if (sample.takes(i) && space[i].value("family", "") != "wgmma") jobs.push_back({spec, space[i]});
     jobs.push_back({spec, op.default_config(spec)});
   }
   for (const char* s : few) {
     const auto spec = parse_spec("w8a8_gemm", s);
     const auto space = op.tunable_space(spec);
     jobs.push_back({spec, op.default_config(spec)});
-    for (size_t i = 0; i < space.size(); i += few_stride) jobs.push_back({spec, space[i]});
+    for (size_t i = 0; i < space.size(); i += few_stride)
+      if (space[i].value("family", "") != "wgmma") jobs.push_back({spec, space[i]});
   }
   return jobs;
 }
@@ -70,7 +75,7 @@ TEST_CASE("w8a8_gemm configs: legality, families, defaults", "[w8a8]") {
   // Every candidate is legal; the simple kernel leads a small-M list and is left out of large M.
   const auto space = op.tunable_space(spec);
   REQUIRE(space.size() > 20);
-  for (const auto& c : space) CHECK(c.value("family", "") == "tiled");
+  for (const auto& c : space) CHECK((c.value("family", "") == "tiled" || c.value("family", "") == "wgmma"));
   CHECK(op.tunable_space(parse_spec("w8a8_gemm", "k=4096,n=11008,m=16"))[0].value("family", "") == "simple");
   for (const auto& c : space) CHECK_NOTHROW(op.validate_config(spec, c));
   CHECK_NOTHROW(op.validate_config(spec, op.default_config(spec)));
@@ -84,7 +89,7 @@ TEST_CASE("w8a8_gemm configs: legality, families, defaults", "[w8a8]") {
                     Catch::Contains("bk=64 does not divide block=32"));
   CHECK_THROWS_WITH(op.validate_config(parse_spec("w8a8_gemm", "k=4096,n=11008,m=1"), tiled(64, 64, 64, 2, 2, 4)),
                     Catch::Contains("bm=64 exceeds the bucket's rows m=1"));
-  CHECK_THROWS_WITH(op.validate_config(spec, nlohmann::json{{"family", "wgmma"}}), Catch::Contains("unknown family 'wgmma'"));
+  CHECK_THROWS_WITH(op.validate_config(spec, nlohmann::json{{"family", "wmma"}}), Catch::Contains("unknown family 'wmma'"));
   // A block that is not a multiple of 32 and an n no tile divides leave the simple kernel alone.
   for (const char* s : {"k=96,n=32,block=48", "k=128,n=40,block=64"}) {
     const auto odd = parse_spec("w8a8_gemm", s);
@@ -221,4 +226,131 @@ TEST_CASE("w8a8_gemm format=e4m3: candidates compile for sm_90a and sm_89 withou
   const auto r = codegen::compile(codegen::generate_source(int8, op.default_config(int8)), "sm_80");
   REQUIRE(r.ok);
   CHECK(r.ptx.find("e4m3") == std::string::npos);
+}
+
+namespace {
+
+nlohmann::json wgmma(int bm, int stages, int persistent) {
+  return {{"family", "wgmma"}, {"bm", bm}, {"stages", stages}, {"persistent", persistent}};
+}
+
+}  // namespace
+
+TEST_CASE("w8a8_gemm wgmma family: space, legality, plan and tensor maps, compute capability 9.0 only", "[w8a8]") {
+  const auto& op = codegen::find_op("w8a8_gemm");
+  const auto spec = parse_spec("w8a8_gemm", "k=4096,n=11008,m=4096");
+  auto family_count = [&](const codegen::OpSpec& sp, const codegen::DeviceLimits& d = {}) {
+    const auto space = op.tunable_space(sp, d);
+    return std::count_if(space.begin(), space.end(), [](const nlohmann::json& c) { return c.value("family", "") == "wgmma"; });
+  };
+  // A small space of sane configs on an H100/H200; none on another target, below 128 rows, for
+  // blocks that are not whole stages of 128 codes, or for n not a multiple of 16.
+  const auto count = family_count(spec);
+  CHECK(count >= 10);
+  CHECK(count <= 40);
+  codegen::DeviceLimits ampere;
+  ampere.arch = "sm_80";
+  ampere.compute_capability = 80;
+  CHECK(family_count(spec, ampere) == 0);
+  CHECK(family_count(parse_spec("w8a8_gemm", "k=4096,n=11008,m=64")) == 0);
+  CHECK(family_count(parse_spec("w8a8_gemm", "k=4096,n=11008,m=4096,block=64")) == 0);
+  CHECK(family_count(parse_spec("w8a8_gemm", "k=4096,n=11008,m=4096,block=256")) > 0);
+  CHECK(family_count(parse_spec("w8a8_gemm", "k=4096,n=11016,m=4096")) == 0);
+  for (const auto& c : op.tunable_space(spec))
+    if (c.value("family", "") == "wgmma") {
+      CHECK_NOTHROW(op.validate_config(spec, c));
+      CHECK(op.needs_sm90a(c));
+    }
+  // bm of 192 only from the 256 bucket; the untuned default never needs sm_90a.
+  for (const auto& c : op.tunable_space(parse_spec("w8a8_gemm", "k=4096,n=11008,m=128")))
+    if (c.value("family", "") == "wgmma") CHECK(c.at("bm").get<int>() <= 128);
+  CHECK_FALSE(op.needs_sm90a(op.default_config(spec)));
+
+  CHECK_THROWS_WITH(op.validate_config(spec, wgmma(96, 4, 0)), Catch::Contains("bm must be 64, 128 or 192"));
+  CHECK_THROWS_WITH(op.validate_config(spec, wgmma(128, 9, 0)), Catch::Contains("stages must be 2..8"));
+  CHECK_THROWS_WITH(op.validate_config(spec, wgmma(128, 4, 2)), Catch::Contains("persistent must be 0 or 1"));
+  CHECK_THROWS_WITH(op.validate_config(spec, wgmma(192, 6, 0)), Catch::Contains("shared memory"));
+  CHECK_THROWS_WITH(op.validate_config(parse_spec("w8a8_gemm", "k=4096,n=11008,m=128"), wgmma(192, 4, 0)),
+                    Catch::Contains("bm=192 exceeds the bucket's rows m=128"));
+  CHECK_THROWS_WITH(op.validate_config(parse_spec("w8a8_gemm", "k=4096,n=11008,m=4096,block=64"), wgmma(128, 4, 0)),
+                    Catch::Contains("block=64 is not a multiple of 128"));
+  CHECK_THROWS_WITH(op.validate_config(spec, nlohmann::json{{"family", "wgmma"}, {"bm", 128}, {"stages", 4}}),
+                    Catch::Contains("needs family, bm, stages, persistent"));
+
+  // The plan: the quantization kernel, then 384 threads on a ring of stages (W's 128 rows and x's bm
+  // rows of 128 codes, the parameters padded to 1 KB) plus 1 KB of alignment; a block per tile of
+  // bm × 128 (m fastest), or a persistent grid capped at the tiles.
+  const auto plan = op.plan(spec, wgmma(128, 4, 0));
+  REQUIRE(plan.kernels.size() == 2);
+  const auto& gemm = plan.kernels[1];
+  CHECK(gemm.geometry.block[0] == 384);
+  CHECK(gemm.geometry.dynamic_smem == 4 * (128 * 128 + 128 * 128 + 3072) + 1024);
+  CHECK(gemm.geometry.grid[0] == 32 * 86);
+  CHECK(gemm.geometry.grid_per_sm == 0);
+  CHECK(gemm.geometry.programmatic);
+  const auto persistent = op.plan(spec, wgmma(192, 5, 1)).kernels[1].geometry;
+  CHECK(persistent.grid_per_sm == 1);
+  CHECK(persistent.max_grid == 22 * 86);
+  CHECK(persistent.dynamic_smem == 5 * (128 * 128 + 192 * 128 + 4096) + 1024);
+  // Tensor maps: W's codes [n][k] from the argument, x's codes [m][k] from the workspace (rows: the
+  // call's m), boxes of one 128-byte row of k, swizzled as wgmma reads them.
+  REQUIRE(gemm.tensor_maps.size() == 2);
+  const auto& w = gemm.tensor_maps[0];
+  CHECK((w.source == "wq" && !w.in_workspace && w.element == codegen::TensorMap::Element::u8 && w.rank == 2));
+  CHECK((w.dims[0] == 4096 && w.dims[1] == 11008 && w.pitches[0] == 4096 && w.box[0] == 128 && w.box[1] == 128));
+  CHECK(w.swizzle_128);
+  const auto& x = gemm.tensor_maps[1];
+  const auto ws = codegen::w8a8_workspace(4096, 4096, 128);
+  CHECK((x.source.empty() && x.in_workspace && x.workspace_offset == ws.codes && x.rows_arg == "m"));
+  CHECK((x.dims[0] == 4096 && x.box[0] == 128 && x.box[1] == 128 && x.swizzle_128));
+  CHECK(op.plan(spec, wgmma(64, 4, 0)).kernels[1].tensor_maps[1].box[1] == 64);
+  // The parameters come by 16-byte bulk copies; y two 16-bit columns at a time.
+  for (const auto& r : plan.pointers) {
+    if (r.name == "w_scale" || r.name == "wq") CHECK(r.align == 16);
+    if (r.name == "y") CHECK(r.align == 4);
+  }
+  const auto src = codegen::generate_source(spec, wgmma(128, 4, 0));
+  CHECK(src.needs_sm90a);
+  CHECK(src.template_path == "templates/w8a8_gemm/w8a8_gemm_wgmma.cu");
+  CHECK_THROWS_WITH(codegen::compile(src, "sm_80"), Catch::Contains("compute capability 9.0 only, not sm_80"));
+}
+
+TEST_CASE("w8a8_gemm wgmma family: each accumulator width and form compiles for sm_90a, no spills or serialised wgmma",
+          "[w8a8][nvrtc]") {
+  // stages and persistent change only constants of the ring and the grid; the code differs with bm
+  // (the wgmma's n and the accumulators), the forms' promotion, the stages per block and y's type.
+  const std::pair<const char*, nlohmann::json> cases[] = {
+      {"k=4096,n=11008,m=4096", wgmma(192, 5, 1)},
+      {"k=4096,n=11008,m=4096,x=bf16,quant_a=symmetric,quant_w=symmetric,bias=yes,act=relu", wgmma(128, 4, 0)},
+      {"k=1024,n=1008,m=256,block=256,x=fp32,quant_w=symmetric,act=relu6,bias=yes", wgmma(64, 6, 1)},
+      {"k=2048,n=512,m=512,block=512,quant_a=symmetric", wgmma(192, 3, 0)},
+  };
+  std::vector<test::CompileJob> jobs;
+  for (const auto& [s, c] : cases) jobs.push_back({parse_spec("w8a8_gemm", s), c});
+  test::compile_jobs(jobs, "sm_90", "w8a8_gemm wgmma");
+  for (const auto& j : jobs) {
+    INFO(j.spec.label() << " " << j.config.dump() << "\n" << j.error << j.result.log);
+    REQUIRE(j.error.empty());
+    REQUIRE(j.result.ok);
+    const int bm = j.config.at("bm").get<int>();
+    CHECK(j.result.ptx.find(".target sm_90a") != std::string::npos);
+    CHECK(j.result.ptx.find("wgmma.mma_async.sync.aligned.m64n" + std::to_string(bm) + "k32.s32.s8.s8") !=
+          std::string::npos);
+    CHECK(j.result.ptx.find("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes") !=
+          std::string::npos);
+    CHECK(j.result.ptx.find("mbarrier.arrive.expect_tx") != std::string::npos);
+    CHECK(j.result.ptx.find("setmaxnreg.inc.sync.aligned.u32 232") != std::string::npos);
+    CHECK(j.result.ptx.find("trap;") != std::string::npos);  // a barrier wait that never completes fails the launch
+    CHECK(j.result.ptx.find(".entry qjit_w8a8_quant_a") != std::string::npos);
+    // ptxas's performance advisories on wgmma (C7510 and up: serialised wgmma, ignored setmaxnreg).
+    CHECK(j.result.log.find("C75") == std::string::npos);
+    // No kernel of the module spills (the report has a line per kernel).
+    size_t at = 0, lines = 0;
+    while ((at = j.result.log.find(" bytes spill stores", at)) != std::string::npos) {
+      const size_t start = j.result.log.rfind(',', at) + 1;
+      CHECK(std::stoi(j.result.log.substr(start, at - start)) == 0);
+      ++at, ++lines;
+    }
+    CHECK(lines >= 2);
+  }
 }

@@ -88,5 +88,8 @@ std::unique_ptr<Workload> make_workload(const codegen::OpSpec& spec, uint64_t se
 // wq_gemm with `rows` rows of x (0: the bucket m), for tests of M inside a bucket.
 std::unique_ptr<Workload> make_wq_gemm_workload(const codegen::OpSpec& spec, uint64_t seed, size_t l2_bytes,
                                                 int64_t rows);
+// w8a8_gemm with `rows` rows of x (0: the bucket m); given rows, up to 1024 of them are all checked.
+std::unique_ptr<Workload> make_w8a8_gemm_workload(const codegen::OpSpec& spec, uint64_t seed, size_t l2_bytes,
+                                                  int64_t rows);
 
 }  // namespace qjit::tuner

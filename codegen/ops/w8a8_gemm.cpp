@@ -36,6 +36,36 @@ struct TiledConfig {
   int smem() const { return stages * stage_bytes(); }
 };
 
+// The Hopper family (sm_90a): one producer warpgroup and two consumer
+// warpgroups; a block owns bm rows × 128 columns of y and streams stages of
+// 128 codes of k through a ring of `stages` slots by tensor copies; with
+// `persistent` 1 the grid is one block per SM taking tiles in turn (the next
+// tile's copies overlap the current one's epilogue).
+struct WgmmaConfig {
+  int bm, stages, persistent;
+  static constexpr const char* kFamily = "wgmma";
+  static constexpr int kTileN = 128;  // 64 columns of y per consumer warpgroup
+  static constexpr int kStageK = 128;  // codes of k per stage: one 128-byte row of each operand
+  static WgmmaConfig from(const nlohmann::json& j) {
+    auto get = [&](const char* k) { return config_int(j, k, "w8a8_gemm wgmma config"); };
+    if (!j.is_object() || j.size() != 4)
+      throw Error("config", "w8a8_gemm wgmma config needs family, bm, stages, persistent: " + j.dump());
+    return {get("bm"), get("stages"), get("persistent")};
+  }
+  nlohmann::json to_json() const {
+    return {{"family", kFamily}, {"bm", bm}, {"stages", stages}, {"persistent", persistent}};
+  }
+  // One slot: W's codes (128 rows × 128 bytes), x's (bm rows), then the
+  // block parameters of both (3 floats a row or column), up to the next
+  // 1024 bytes so that every slot's boxes stay aligned for the swizzle.
+  int slot_bytes() const { return kTileN * kStageK + bm * kStageK + (12 * (bm + kTileN) + 1023) / 1024 * 1024; }
+  // The ring, and 1024 bytes to align it (templates/w8a8_gemm/w8a8_gemm_wgmma.cu).
+  int smem() const { return stages * slot_bytes() + 1024; }
+  // With the ring's barriers (static shared memory: two of 8 bytes a slot; ptxas reports 128
+  // bytes for up to 8 slots).
+  int smem_total() const { return smem() + 128; }
+};
+
 // The obviously correct family: one thread per output element, any block.
 struct SimpleConfig {
   int threads;
@@ -104,17 +134,45 @@ std::string tiled_problem(const Shape& s, const TiledConfig& c) {
   return "";
 }
 
+// Why the wgmma family cannot run a spec, "" when it can (any device).
+std::string wgmma_applies(const Shape& s) {
+  if (s.fp8) return "format=e4m3 has no wgmma kernel yet (the family multiplies s8 codes)";
+  if (s.block % WgmmaConfig::kStageK)
+    return "block=" + num(s.block) + " is not a multiple of 128 (a stage is 128 codes of k, one swizzled row)";
+  if (s.n % 16) return "n=" + num(s.n) + " is not a multiple of 16";
+  return "";
+}
+
+std::string wgmma_problem(const Shape& s, const WgmmaConfig& c) {
+  const std::string why = wgmma_applies(s);
+  if (!why.empty()) return why;
+  // wgmma n = bm; the consumers hold bm / 2 int32 and bm / 2 float accumulators a thread (232 registers).
+  if (c.bm != 64 && c.bm != 128 && c.bm != 192) return "bm must be 64, 128 or 192";
+  if (c.stages < 2 || c.stages > 8) return "stages must be 2..8";
+  if (c.persistent != 0 && c.persistent != 1) return "persistent must be 0 or 1";
+  if (c.bm > s.m) return "bm=" + num(c.bm) + " exceeds the bucket's rows m=" + num(s.m);
+  if (c.smem_total() > kMaxSmem) return "shared memory " + num(c.smem_total()) + " bytes exceeds " + num(kMaxSmem);
+  return "";
+}
+
 std::string simple_problem(const SimpleConfig& c) {
   if (c.threads != 64 && c.threads != 128 && c.threads != 256) return "threads must be 64, 128 or 256";
   return "";
 }
 
 bool is_simple(const nlohmann::json& config) { return config_family(config) == SimpleConfig::kFamily; }
+bool is_wgmma(const nlohmann::json& config) { return config_family(config) == WgmmaConfig::kFamily; }
 
 void check_family(const nlohmann::json& config) {
   const std::string f = config_family(config);
-  if (f != TiledConfig::kFamily && f != SimpleConfig::kFamily)
-    throw Error("config", "w8a8_gemm config " + config.dump() + ": unknown family '" + f + "' (expected tiled or simple)");
+  if (f != TiledConfig::kFamily && f != SimpleConfig::kFamily && f != WgmmaConfig::kFamily)
+    throw Error("config",
+                "w8a8_gemm config " + config.dump() + ": unknown family '" + f + "' (expected tiled, wgmma or simple)");
+}
+
+// Output tiles of the wgmma family for m rows of x.
+int64_t wgmma_tiles(const Shape& s, const WgmmaConfig& c, int64_t m) {
+  return (m + c.bm - 1) / c.bm * ((s.n + WgmmaConfig::kTileN - 1) / WgmmaConfig::kTileN);
 }
 
 }  // namespace
@@ -186,10 +244,14 @@ std::vector<ArgDef> W8a8GemmOp::args() const {
 }
 
 std::string W8a8GemmOp::template_path(const nlohmann::json& config) const {
-  return is_simple(config) ? "templates/w8a8_gemm/w8a8_gemm_simple.cu" : "templates/w8a8_gemm/w8a8_gemm_tiled.cu";
+  if (is_simple(config)) return "templates/w8a8_gemm/w8a8_gemm_simple.cu";
+  if (is_wgmma(config)) return "templates/w8a8_gemm/w8a8_gemm_wgmma.cu";
+  return "templates/w8a8_gemm/w8a8_gemm_tiled.cu";
 }
 
-std::vector<nlohmann::json> W8a8GemmOp::candidates(const OpSpec& spec, const DeviceLimits&) const {
+bool W8a8GemmOp::needs_sm90a(const nlohmann::json& config) const { return is_wgmma(config); }
+
+std::vector<nlohmann::json> W8a8GemmOp::candidates(const OpSpec& spec, const DeviceLimits& device) const {
   const Shape s = shape_of(spec);
   std::vector<nlohmann::json> out;
   if (!tiled_applies(s).empty()) return {SimpleConfig{128}.to_json(), SimpleConfig{256}.to_json()};
@@ -220,6 +282,15 @@ std::vector<nlohmann::json> W8a8GemmOp::candidates(const OpSpec& spec, const Dev
             }
       }
   }
+  // The wgmma family on compute capability 9.0, for the large-M buckets it is for (below 128 rows
+  // a block's tensor work is too short for a ring of tensor copies to pay).
+  if (device.arch == "sm_90" && s.m >= 128 && wgmma_applies(s).empty())
+    for (int bm : {64, 128, 192})
+      for (int stages : {3, 4, 5, 6})
+        for (int persistent : {0, 1}) {
+          const WgmmaConfig c{bm, stages, persistent};
+          if (wgmma_problem(s, c).empty()) out.push_back(c.to_json());
+        }
   return out;
 }
 
@@ -238,8 +309,9 @@ nlohmann::json W8a8GemmOp::default_config(const OpSpec& spec) const {
 
 void W8a8GemmOp::validate_config(const OpSpec& spec, const nlohmann::json& config) const {
   check_family(config);
-  const std::string p =
-      is_simple(config) ? simple_problem(SimpleConfig::from(config)) : tiled_problem(shape_of(spec), TiledConfig::from(config));
+  const std::string p = is_simple(config)  ? simple_problem(SimpleConfig::from(config))
+                        : is_wgmma(config) ? wgmma_problem(shape_of(spec), WgmmaConfig::from(config))
+                                           : tiled_problem(shape_of(spec), TiledConfig::from(config));
   if (!p.empty()) throw Error("config", "w8a8_gemm config " + config.dump() + " is illegal for " + spec.label() + ": " + p);
 }
 
@@ -265,6 +337,11 @@ std::vector<Constant> W8a8GemmOp::constants(const OpSpec& spec, const nlohmann::
   };
   if (is_simple(config)) {
     c.push_back({"int", "kThreads", num(SimpleConfig::from(config).threads), "tunable: threads per block"});
+  } else if (is_wgmma(config)) {
+    const WgmmaConfig w = WgmmaConfig::from(config);
+    c.push_back({"int", "kBM", num(w.bm), "tunable: rows of y per block (wgmma n)"});
+    // (persistent changes only the grid: the kernel takes tiles b, b + grid, ... either way)
+    c.push_back({"int", "kStages", num(w.stages), "tunable: slots of the ring (stages of 128 codes of k)"});
   } else {
     const TiledConfig t = TiledConfig::from(config);
     c.push_back({"int", "kBM", num(t.bm), "tunable: rows of y per block"});
@@ -302,6 +379,31 @@ Plan W8a8GemmOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
     gemm.geometry.block[0] = static_cast<unsigned>(c.threads);
     gemm.geometry.grid[0] = static_cast<unsigned>((s.n + c.threads - 1) / c.threads);
     gemm.geometry.grid[1] = static_cast<unsigned>(s.m);
+  } else if (is_wgmma(config)) {
+    const WgmmaConfig c = WgmmaConfig::from(config);
+    gemm.geometry.block[0] = 384;  // two consumer warpgroups and the producer
+    gemm.geometry.dynamic_smem = static_cast<unsigned>(c.smem());
+    const unsigned tiles = static_cast<unsigned>(wgmma_tiles(s, c, s.m));
+    if (c.persistent) {
+      gemm.geometry.grid_per_sm = 1;
+      gemm.geometry.max_grid = tiles;
+    } else {
+      gemm.geometry.grid[0] = tiles;  // m fastest: the blocks running together share W's tile in L2
+    }
+    // W's codes [n][k] and x's codes [rows][k] (the workspace, rows = the call's m) as 8-bit
+    // tensors: boxes of one stage (128 bytes of k) × 128 rows of W or bm rows of x, in the 128-byte
+    // swizzle wgmma reads; rows past n or m arrive as zeros.
+    TensorMap w;
+    w.source = "wq", w.rank = 2, w.element = TensorMap::Element::u8;
+    w.dims[0] = s.k, w.dims[1] = s.n, w.pitches[0] = s.k;
+    w.box[0] = WgmmaConfig::kStageK, w.box[1] = WgmmaConfig::kTileN;
+    w.swizzle_128 = true;
+    TensorMap x = w;
+    x.source = "", x.in_workspace = true, x.workspace_offset = ws.codes, x.rows_arg = "m";
+    x.dims[1] = 0, x.box[1] = static_cast<unsigned>(c.bm);
+    gemm.tensor_maps = {w, x};
+    param_align = 16;  // the block parameters arrive by bulk copies of 16-byte pieces
+    y_align = 4;       // 16-bit y: two adjacent columns per store; fp32 one
   } else {
     const TiledConfig c = TiledConfig::from(config);
     gemm.geometry.block[0] = static_cast<unsigned>(32 * c.warps());
@@ -316,7 +418,7 @@ Plan W8a8GemmOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
   p.steps = {{PlanStep::Kind::kernel, 0, {}}, {PlanStep::Kind::kernel, 1, {}}};
   // x is read one element per lane; W's codes by 16-byte cp.async (tiled) or 4 bytes (simple).
   p.pointers = {{"x", xb},
-                {"wq", is_simple(config) ? 4 : 16},
+                {"wq", is_simple(config) ? 4 : 16},  // (wgmma: a tensor map's base, 16-byte aligned)
                 {"w_scale", param_align},
                 {"w_offset", param_align, !s.offset_w},
                 {"w_sum", param_align, !s.offset_a},

@@ -12,7 +12,10 @@
 //   qjit_w8a8_gemm     int8 block products (exact int32), each block's
 //                      promoted to fp32 in registers with the seed's
 //                      DequantAndAcc formula (e4m3: fp32 block products
-//                      promoted with sA·sB); bias, clamp, y.
+//                      promoted with sA·sB); bias, clamp, y. Families:
+//                      tiled (mma.sync, sm_80+), wgmma (sm_90a, tuned on
+//                      compute capability 9.0 only, buckets of 128 rows
+//                      and more) and simple (one thread per element).
 // The workspace holds one chunk of `m` rows (the spec's bucket); the runtime
 // runs a call of more rows chunk by chunk (only bucket 4096 serves M > m).
 #pragma once
@@ -32,6 +35,7 @@ class W8a8GemmOp final : public OpDef {
   std::vector<int64_t> m_values_for_rows(int64_t lo, int64_t hi) const override;
   std::vector<ArgDef> args() const override;
   std::string template_path(const nlohmann::json& config) const override;
+  bool needs_sm90a(const nlohmann::json& config) const override;
   std::vector<nlohmann::json> candidates(const OpSpec& spec, const DeviceLimits& device) const override;
   nlohmann::json default_config(const OpSpec& spec) const override;
   void validate_config(const OpSpec& spec, const nlohmann::json& config) const override;

@@ -67,10 +67,16 @@ __device__ __forceinline__ float e4m3_value(unsigned char c) {
   return (c & 0x80) ? -v : v;
 }
 
-// y's value at column n: + bias[n], then the clamp.
-__device__ __forceinline__ float w8a8_finish(float v, const TX* __restrict__ bias, int n) {
-  if constexpr (kBias) v += qjit::to_f32(bias[n]);
+// y's value from v and its column's bias value b (read only with kBias):
+// + b, then the clamp.
+__device__ __forceinline__ float w8a8_finish_value(float v, float b) {
+  if constexpr (kBias) v += b;
   if constexpr (kAct >= 1) v = fmaxf(v, 0.0f);
   if constexpr (kAct == 2) v = fminf(v, 6.0f);
   return v;
+}
+
+// y's value at column n: + bias[n], then the clamp.
+__device__ __forceinline__ float w8a8_finish(float v, const TX* __restrict__ bias, int n) {
+  return w8a8_finish_value(v, kBias ? qjit::to_f32(bias[n]) : 0.0f);
 }

@@ -3,28 +3,15 @@
 // shared memory) and its shared-memory matrix descriptors, for the wgmma
 // kernel: wq_gemm_wgmma.cu includes this once kAcc is defined.
 
-// Shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"):
-// start address >> 4 (bits 0-13), leading dimension byte offset (unused by
-// swizzled K-major layouts; 1), stride dimension byte offset 1024 >> 4 (bits
-// 32-45), swizzle mode 1 = 128 bytes (bits 62-63). The atom is 1024-byte
-// aligned, so the matrix base offset (bits 49-51) is 0.
-//
-// A stage's 4·kChunksPerStage wgmma read B (and, with kASmem, A) at constant
-// offsets from its slot, so the low word is formed once per slot (smem_descriptor_lo) and each
-// step adds its offset >> 4 to it (descriptor_at): no carry leaves bits 0-13,
-// since every shared address is below 2^18 (228 KB). Formed from scratch for
-// every step, the descriptor was a chain of five uniform instructions before
-// each wgmma: 80 of the ~600 instructions of the 64-row consumers' loop of
-// two stages (Nsight Compute's SASS of the M = 64 winner, H100).
-constexpr unsigned kDescriptorHigh = (1024u >> 4) | 1u << 30;  // bits 32-63: stride 1024 bytes, 128-byte swizzle
-__device__ __forceinline__ unsigned smem_descriptor_lo(const unsigned char* base) {
-  return ((static_cast<unsigned>(__cvta_generic_to_shared(base)) & 0x3ffff) >> 4) | 1u << 16;
-}
-template <int kOffset>
-__device__ __forceinline__ unsigned long long descriptor_at(unsigned lo) {
-  static_assert(kOffset % 16 == 0, "a step starts on a 16-byte boundary");
-  return static_cast<unsigned long long>(kDescriptorHigh) << 32 | (lo + kOffset / 16);
-}
+// Shared-memory matrix descriptors: qjit_sm90.cuh (128-byte swizzle,
+// K-major). A stage's 4·kChunksPerStage wgmma read B (and, with kASmem, A)
+// at constant offsets from its slot: the low word is formed once per slot.
+// Formed from scratch for every step, the descriptor was a chain of five
+// uniform instructions before each wgmma: 80 of the ~600 instructions of the
+// 64-row consumers' loop of two stages (Nsight Compute's SASS of the M = 64
+// winner, H100).
+using qjit::descriptor_at;
+using qjit::smem_descriptor_lo;
 
 // d += A · B for one step of 16 k, B at desc_b in shared memory, A either
 // the warp's 4 registers (a) or at desc_a in shared memory.

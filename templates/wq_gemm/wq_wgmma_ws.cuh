@@ -94,31 +94,15 @@ static_assert(!kWsMovesRegisters ||
                   128 * kWsProducerRegs + 128 * kGroups * kWsConsumerRegs <= kThreads * kWsEntryRegs,
               "the consumers ask for no more registers than the producer gives back (or setmaxnreg waits forever)");
 
-__device__ __forceinline__ unsigned smem_address(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-
-// Blocks until the phase of parity `parity` of the barrier has completed
-// (try_wait suspends the thread for a while before it answers no).
-__device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
-  unsigned done;
-  do {
-    asm volatile(
-        "{.reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-
-// One arrival (release: this thread's earlier reads of the slot are done).
-__device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
-  asm volatile("{.reg .b64 state;\n mbarrier.arrive.shared::cta.b64 state, [%0];\n}" ::"r"(bar) : "memory");
-}
+// The ring's barriers and copies (qjit_sm90.cuh, shared with w8a8_gemm's wgmma family).
+using qjit::bulk_load;
+using qjit::mbarrier_arrive;
+using qjit::mbarrier_expect_bytes;
+using qjit::mbarrier_init;
+using qjit::mbarrier_wait;
+using qjit::smem_address;
+using qjit::tma_load_box;
+using qjit::TensorMapParam;
 
 // An arrival that the hardware makes once every cp.async this thread has
 // issued so far has landed (noinc: the arrival is one of the init count).
@@ -174,36 +158,12 @@ __device__ __forceinline__ void arrive_full(unsigned bar) {
 // The probe marks (QJIT_WS_CLOCK and the rest) are in wq_ws_marks.cuh, which the includer
 // includes first: the stream schedule's finish marks its steps too.
 
-// The kernel parameter that holds a tensor map (CUtensorMap: 128 opaque
-// bytes, 64-byte aligned), passed by value (__grid_constant__).
-struct alignas(64) TensorMapParam {
-  unsigned long long words[16];
-};
-
-// The copies of stage q will bring `bytes` more through the async proxy.
-__device__ __forceinline__ void mbarrier_expect_bytes(unsigned bar, unsigned bytes) {
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-
 // Thread 0's announcement of its bulk copies' bytes on a full barrier: with
 // one producer thread the bytes alone (its plain arrival follows, arrive_full);
 // with 128, the bytes and thread 0's own arrival at once (kBulkArrival).
 __device__ __forceinline__ void announce_bytes(unsigned bar, unsigned bytes) {
-  if constexpr (kBulkArrival)
-    asm volatile("{.reg .b64 state;\n mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 state, [%0], %1;\n}" ::"r"(bar),
-                 "r"(bytes)
-                 : "memory");
-  else
-    mbarrier_expect_bytes(bar, bytes);
-}
-
-// The box at (column k, row) of the tensor map into dst (1024-byte aligned
-// for the swizzle), completing its bytes on the barrier.
-__device__ __forceinline__ void tma_load_box(unsigned dst, const TensorMapParam* map, int k, int row, unsigned bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
-      "l"(reinterpret_cast<unsigned long long>(map)), "r"(k), "r"(row), "r"(bar)
-      : "memory");
+  if constexpr (kBulkArrival) qjit::mbarrier_arrive_expect_bytes(bar, bytes);
+  else mbarrier_expect_bytes(bar, bytes);
 }
 
 // The tensor maps a warp-specialised kernel copies from (null where the config has none).
@@ -408,13 +368,6 @@ constexpr int kPartSlotQuads = kAcc / 4 / kPartSlots;
 static_assert(kPartSlots * kPartSlotBytes == kPartBytes && kPartSlots * kPartSlotQuads == kAcc / 4 &&
                   kPartSlotBytes <= kSbStage && kPartSlotBytes % 16 == 0,
               "a part fills whole sB slots");
-
-// One bulk copy of `bytes` from global src to shared dst, completing its bytes on the barrier.
-__device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
 
 // The producer, after its last piece: if that piece completes a split tile,
 // the other parts into the ring as the block's stages seq, seq + 1, ...

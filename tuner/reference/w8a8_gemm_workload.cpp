@@ -32,8 +32,9 @@ namespace {
 
 class W8a8GemmWorkload final : public Workload {
  public:
-  W8a8GemmWorkload(const codegen::OpSpec& spec, uint64_t seed, size_t l2_bytes) {
-    m_ = spec.get_int("m"), n_ = spec.get_int("n"), k_ = spec.get_int("k"), block_ = spec.get_int("block");
+  W8a8GemmWorkload(const codegen::OpSpec& spec, uint64_t seed, size_t l2_bytes, int64_t rows) {
+    m_ = rows > 0 ? rows : spec.get_int("m");
+    n_ = spec.get_int("n"), k_ = spec.get_int("k"), block_ = spec.get_int("block");
     xt_ = spec.get_str("x");
     act_ = spec.get_str("act");
     xb_ = xt_ == "fp32" ? 4 : 2;
@@ -73,8 +74,9 @@ class W8a8GemmWorkload final : public Workload {
       bias_.upload(bytes.data(), bytes.size());
     }
 
-    // Rows checked: all up to 16, else the edge rows, the last two and a spread.
-    if (m_ <= 16) {
+    // Rows checked: all up to 16 (and up to 1024 when a test asks for a number of rows), else the
+    // edge rows, the last two and a spread.
+    if (m_ <= 16 || (rows > 0 && m_ <= 1024)) {
       for (int64_t r = 0; r < m_; ++r) rows_.push_back(r);
     } else {
       rows_ = {0, 1, 2, m_ / 3, m_ / 2, (2 * m_) / 3 + 1, m_ - 2, m_ - 1};
@@ -287,8 +289,13 @@ class W8a8GemmWorkload final : public Workload {
 
 }  // namespace
 
+std::unique_ptr<Workload> make_w8a8_gemm_workload(const codegen::OpSpec& spec, uint64_t seed, size_t l2_bytes,
+                                                  int64_t rows) {
+  return std::make_unique<W8a8GemmWorkload>(spec, seed, l2_bytes, rows);
+}
+
 std::unique_ptr<Workload> make_w8a8_gemm_workload(const codegen::OpSpec& spec, uint64_t seed, size_t l2_bytes) {
-  return std::make_unique<W8a8GemmWorkload>(spec, seed, l2_bytes);
+  return make_w8a8_gemm_workload(spec, seed, l2_bytes, 0);
 }
 
 }  // namespace qjit::tuner
