@@ -9,7 +9,7 @@ cache (or compiles the default one): make one call of every shape before
 capturing a graph, so that capture never compiles.
 
 Two paths per op, because a cache hit must cost only a few µs more from
-Python than from C++ (test_gpu's test_launch_overhead_python_vs_cpp):
+Python than from C++ (test_gpu.measure_launch_overhead):
 
 - the fast path, first: plain comparisons of the cheap tensor attributes,
   each read once (`dtype` looked up by identity in _check's map, `is_cuda`,
@@ -23,7 +23,7 @@ Python than from C++ (test_gpu's test_launch_overhead_python_vs_cpp):
   launch as the fast path would have. test_checks.py runs both on the same
   arguments and compares what they launch.
 
-Adding an op: a Structure and an ENTRIES line in qjit/_lib.py, and here the
+Adding an op: a Structure and a STRUCT_ENTRIES line in qjit/_lib.py, and here the
 checked function (tensors checked with a Checker, output from _output,
 launched with _launch) and the public one, whose fast path accepts only
 arguments the checked one accepts.
@@ -156,8 +156,11 @@ _BITS = (2, 3, 4, 8)
 _ZEROS = ("sym", "int", "float")
 _ACTS = ("none", "relu", "relu6")
 _FFN_ACTS = ("silu", "silu_lut", "silu_lut_seed")
-# Packed structs (_lib.packer): 3x cheaper than Structure(*fields). gru_quant's params are a new string
-# each call, whose address costs more than the constructor saves: it keeps _lib.GruQuantArgs.
+# Packed structs (_lib.packer): bytes of the C struct, 4x cheaper than Structure(*fields). gru_quant's
+# params are a new string each call, whose address costs more than the constructor saves: it builds a
+# _lib.GruQuantArgs and passes bytes(a), as the checked paths do (`a` keeping alive the strings its char*
+# fields point to until the call returns).
+_dense_args = _lib.packer(_lib.DenseFfnArgs)
 _wq_args = _lib.packer(_lib.WqGemmArgs)
 _awq_args = _lib.packer(_lib.AwqDequantArgs)
 _qffn_args = _lib.packer(_lib.QuantFfnArgs)
@@ -274,7 +277,7 @@ def _wq_gemm_checked(x, qweight, scales, zeros=None, *, bits=4, g=128, zero="int
                         zeros.data_ptr() if zeros is not None else None,
                         bias.data_ptr() if bias is not None else None,
                         residual.data_ptr() if residual is not None else None, y.data_ptr(), m)
-    _launch(c.index, "qjit_wq_gemm", a)
+    _launch(c.index, "qjit_wq_gemm", bytes(a))
     return y
 
 
@@ -334,7 +337,7 @@ def _awq_dequant_checked(qweight, qzeros, scales, *, layout="awq", symmetric=Fal
     a = _lib.AwqDequantArgs(k, n, k // groups, _b(layout), int(bool(symmetric)), _b(sd), _b(od),
                             qweight.data_ptr(), qzeros.data_ptr() if qzeros is not None else None,
                             scales.data_ptr(), y.data_ptr())
-    _launch(c.index, "qjit_awq_dequant", a)
+    _launch(c.index, "qjit_awq_dequant", bytes(a))
     return y
 
 
@@ -348,23 +351,25 @@ def fused_ffn(x, w1, w3, *, scales1=None, zeros1=None, scales3=None, zeros3=None
     "silu_lut_seed". Returns y [..., H] of x's type.
     """
     try:
-        # The dense branch is the path of test_launch_overhead_python_vs_cpp (and of a decoder's FFN): its
-        # checks of x and w3 are written out, as _dt(x, dev) and _is(w3, dev, wd, ws) would make them, to
-        # save the calls and x's second get_device().
+        # The dense branch is the path of test_gpu.measure_launch_overhead (and of a decoder's FFN): its
+        # checks are written out, as _dt(w1, dev) and _is(w3, dev, wd, ws) would make them, each attribute
+        # read once, to save the calls. (torch's dtypes are singletons: `is` compares them.)
         xs = x.shape
         d = xs[-1]
-        xd = _DT.get(x.dtype) if x.is_cuda and x.is_contiguous() else None
+        xt = x.dtype
+        xd = _DT.get(xt) if x.is_cuda and x.is_contiguous() else None
         dev = x.get_device()
         m = xs[0] if len(xs) == 2 else numel(xs[:-1])  # rows (torch.Size slices are slow: 2-D x needs none)
         ok = xd in FLOAT and 1 <= m <= 8 and act in _FFN_ACTS
         if ok and scales1 is None:  # dense
             ws = w1.shape
             h = ws[0]
-            wd = _dt(w1, dev)
+            wt = w1.dtype
+            wd = _DT.get(wt) if w1.is_cuda and w1.get_device() == dev and w1.is_contiguous() else None
             dtype = xd if wd == xd else "mixed" if xd == "fp32" and wd == "fp16" else None
             ok = (dtype is not None and scales3 is None and zeros1 is None and zeros3 is None
                   and len(ws) == 2 and ws[1] == d
-                  and w3.shape == ws and w3.dtype == w1.dtype and w3.is_cuda and w3.get_device() == dev
+                  and w3.shape == ws and w3.dtype is wt and w3.is_cuda and w3.get_device() == dev
                   and w3.is_contiguous())
         elif ok:  # quantized
             ss = scales1.shape
@@ -380,7 +385,7 @@ def fused_ffn(x, w1, w3, *, scales1=None, zeros1=None, scales3=None, zeros3=None
                        else _is(zeros1, dev, zd, ss) and _is(zeros3, dev, zd, ss)))
         if ok:
             ys = (m, h) if len(xs) == 2 else (*xs[:-1], h)
-            ok = out is None or (out.shape == ys and out.dtype == x.dtype and out.is_cuda and out.get_device() == dev
+            ok = out is None or (out.shape == ys and out.dtype is xt and out.is_cuda and out.get_device() == dev
                                  and out.is_contiguous())  # _is(out, dev, xd, ys), written out
     except _FALLBACK:
         ok = False
@@ -389,8 +394,8 @@ def fused_ffn(x, w1, w3, *, scales1=None, zeros1=None, scales3=None, zeros3=None
                                   bits=bits, g=g, zero=zero, act=act, out=out)
     y = out if out is not None else _empty(ys, xd, x)
     if scales1 is None:
-        _launch(dev, "qjit_fused_ffn", d, h, m, _B[dtype], _B[act], x.data_ptr(), w1.data_ptr(),
-                w3.data_ptr(), y.data_ptr())
+        _launch(dev, "qjit_dense_ffn", _dense_args(d, h, m, _A[dtype], _A[act], x.data_ptr(), w1.data_ptr(),
+                                                   w3.data_ptr(), y.data_ptr()))
     else:
         _launch(dev, "qjit_quant_ffn", _qffn_args(d, h, m, bits, g, _A[zero], _A[sd], _A[xd], _A[act], x.data_ptr(),
                                                   w1.data_ptr(), scales1.data_ptr(), _ptr(zeros1), w3.data_ptr(),
@@ -427,8 +432,8 @@ def _fused_ffn_checked(x, w1, w3, *, scales1=None, zeros1=None, scales3=None, ze
             c.fail("x is %s and w1 is %s; expected the same type, or fp32 x with fp16 weights"
                    % (TORCH_NAMES[xd], TORCH_NAMES[wd]), TypeError)
         y = _output(c, out, xd, lead + (h,))
-        _launch(c.index, "qjit_fused_ffn", d, h, m, _b(dtype), _b(act), x.data_ptr(), w1.data_ptr(),
-                w3.data_ptr(), y.data_ptr())
+        a = _lib.DenseFfnArgs(d, h, m, _b(dtype), _b(act), x.data_ptr(), w1.data_ptr(), w3.data_ptr(), y.data_ptr())
+        _launch(c.index, "qjit_dense_ffn", bytes(a))
         return y
     c.choice("zero", zero, ("sym", "int", "float"))
     if bits not in (2, 3, 4, 8):
@@ -445,7 +450,7 @@ def _fused_ffn_checked(x, w1, w3, *, scales1=None, zeros1=None, scales3=None, ze
                           w1.data_ptr(), scales1.data_ptr(), zeros1.data_ptr() if zeros1 is not None else None,
                           w3.data_ptr(), scales3.data_ptr(), zeros3.data_ptr() if zeros3 is not None else None,
                           y.data_ptr())
-    _launch(c.index, "qjit_quant_ffn", a)
+    _launch(c.index, "qjit_quant_ffn", bytes(a))
     return y
 
 
@@ -519,9 +524,9 @@ def gru_quant(x, h0, W, R, bw, br, params, *, float_out=False, out=None, out_flo
     if want_float:
         yf = out_float if out_float is not None else _empty(ys, "fp32", x)
     text = params.encode()  # held until the call returns: the struct holds its address
-    _launch(dev, "qjit_gru_quant", _lib.GruQuantArgs(t, n, ci, h, text, x.data_ptr(), h0.data_ptr(), W.data_ptr(),
-                                                     R.data_ptr(), bw.data_ptr(), br.data_ptr(), y.data_ptr(),
-                                                     yf.data_ptr() if yf is not None else None))
+    a = _lib.GruQuantArgs(t, n, ci, h, text, x.data_ptr(), h0.data_ptr(), W.data_ptr(), R.data_ptr(), bw.data_ptr(),
+                          br.data_ptr(), y.data_ptr(), yf.data_ptr() if yf is not None else None)
+    _launch(dev, "qjit_gru_quant", bytes(a))
     return (y, yf) if yf is not None else y
 
 
@@ -547,7 +552,7 @@ def _gru_quant_checked(x, h0, W, R, bw, br, params, *, float_out=False, out=None
         yf = _output(c, out_float, "fp32", (t, n, h), "out_float")
     a = _lib.GruQuantArgs(t, n, ci, h, params.encode(), x.data_ptr(), h0.data_ptr(), W.data_ptr(), R.data_ptr(),
                           bw.data_ptr(), br.data_ptr(), y.data_ptr(), yf.data_ptr() if yf is not None else None)
-    _launch(c.index, "qjit_gru_quant", a)
+    _launch(c.index, "qjit_gru_quant", bytes(a))
     return (y, yf) if yf is not None else y
 
 
@@ -625,7 +630,7 @@ def _w8a8_gemm_checked(x, wq, w_scale, w_offset=None, w_sum=None, *, block=128, 
                           w_offset.data_ptr() if w_offset is not None else None,
                           w_sum.data_ptr() if (w_sum is not None and quant_a == "offset") else None,
                           bias.data_ptr() if bias is not None else None, y.data_ptr(), m)
-    _launch(c.index, "qjit_w8a8_gemm", a)
+    _launch(c.index, "qjit_w8a8_gemm", bytes(a))
     return y
 
 
@@ -714,5 +719,5 @@ def _qconv2d_checked(x, qweight, scales, offsets, *, bits=4, block=32, kernel=(3
     a = _lib.QConv2dArgs(nb, ci, h, w, co, kh, kw, sh, sw, ph, pw, dh, dw, _b(layout), bits, block, _b(xd),
                          bias is not None, _b(act), x.data_ptr(), qweight.data_ptr(), scales.data_ptr(),
                          offsets.data_ptr(), bias.data_ptr() if bias is not None else None, y.data_ptr())
-    _launch(c.index, "qjit_qconv2d", a)
+    _launch(c.index, "qjit_qconv2d", bytes(a))
     return y

@@ -16,17 +16,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import qjit  # noqa: E402
 from qjit import ops  # noqa: E402
-from support import StandIn, T  # noqa: E402
+from support import StandIn, T, decoded  # noqa: E402
 
 
 class Recorder:
-    """Replaces qjit.ops._launch and _empty: records each launch (device index, entry, args), allocates stand-ins."""
+    """Replaces qjit.ops._launch and _empty: records each launch (device index, entry, args, a struct as
+    support.Fields), allocates stand-ins."""
 
     def __init__(self):
         self.launches = []
 
     def launch(self, index, entry, *args):
-        self.launches.append((index, entry, args))
+        self.launches.append((index, entry, decoded(entry, args)))
 
     @staticmethod
     def empty(shape, dtype, like):
@@ -231,13 +232,14 @@ class OpChecks(unittest.TestCase):
         x, w1, w3 = T("float16", 1, 256), T("float16", 512, 256), T("float16", 512, 256)
         y = qjit.fused_ffn(x, w1, w3)
         self.assertEqual(y.shape, (1, 512))
-        _, entry, args = self.rec.launches[0]
-        self.assertEqual(entry, "qjit_fused_ffn")
-        self.assertEqual(args, (256, 512, 1, b"fp16", b"silu", x.data_ptr(), w1.data_ptr(), w3.data_ptr(),
-                                y.data_ptr()))
+        _, entry, (s,) = self.rec.launches[0]
+        self.assertEqual(entry, "qjit_dense_ffn")
+        self.assertEqual(s.values(), (256, 512, 1, b"fp16", b"silu", x.data_ptr(), w1.data_ptr(), w3.data_ptr(),
+                                      y.data_ptr()))
         self.rec.launches.clear()
         qjit.fused_ffn(T("float32", 4, 256), w1, w3, act="silu_lut")
-        self.assertEqual(self.rec.launches[0][2][2:5], (4, b"mixed", b"silu_lut"))
+        s = self.rec.launches[0][2][0]
+        self.assertEqual((s.m, s.dtype, s.act), (4, b"mixed", b"silu_lut"))
         self.rec.launches.clear()
         f = qjit.fused_ffn
         self.refused(ValueError, ["M = 9 rows", "1..8"], f, T("float16", 9, 256), w1, w3)
