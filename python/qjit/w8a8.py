@@ -50,3 +50,15 @@ def pack_weights(w, block=128, rule="offset"):
     wq = q.reshape(n, k).contiguous()
     t = lambda v: v.t().contiguous()  # [N, K/block] -> block-major [K/block, N]
     return wq, t(scale), (t(offset) if offset is not None else None), t(sums).to(torch.int32)
+
+
+def dequantize(wq, w_scale, w_offset=None):
+    """The weights w8a8_gemm multiplies: float32 W [N, K] = q·scale (+ offset) of each code's block
+    (w_scale, w_offset block-major [K/block, N] as pack_weights returns them; None: symmetric)."""
+    n, k = (int(s) for s in wq.shape)
+    blocks = int(w_scale.shape[0])
+    q = wq.float().reshape(n, blocks, k // blocks)
+    w = q * w_scale.float().t()[..., None]
+    if w_offset is not None:
+        w = w + w_offset.float().t()[..., None]
+    return w.reshape(n, k)
