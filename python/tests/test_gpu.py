@@ -363,7 +363,8 @@ class GpuModules(unittest.TestCase):
 
 def measure_launch_overhead():
     """The host time of one cache-hit call (enqueue only, median of 7 batches of 1000) of dense fused_ffn,
-    d=4096, h=11008, M=1, from Python (with out=, allocating, the bare ctypes call) and from C++
+    d=4096, h=11008, M=1, from Python (with out=, allocating, the bare ctypes call of the positional entry
+    and of the struct one, qjit_dense_ffn, the package's) and from C++
     (qjit_launch_probe), in one process run. A benchmark, not a test: tests/gpu_python.sh runs it after
     the tests and the result line goes to $QJIT_PY_RESULTS."""
     probe = os.environ.get("QJIT_LAUNCH_PROBE") or os.path.join(REPO, ".dist", "bin", "qjit_launch_probe")
@@ -390,14 +391,20 @@ def measure_launch_overhead():
     bare = qjit._lib.function("qjit_fused_ffn")
     stream = torch.cuda.current_stream().cuda_stream
     args = (d, h, m, b"fp16", b"silu", x.data_ptr(), w1.data_ptr(), w3.data_ptr(), y.data_ptr(), stream)
+    # The struct form the package calls (qjit_dense_ffn, packed once here).
+    dense = qjit._lib.function("qjit_dense_ffn")
+    packed = qjit._lib.packer(qjit._lib.DenseFfnArgs)(d, h, m, qjit.ops._p("fp16"), qjit.ops._p("silu"), x.data_ptr(),
+                                                        w1.data_ptr(), w3.data_ptr(), y.data_ptr())
     py_out = per_call(lambda: qjit.fused_ffn(x, w1, w3, out=y))
     py_alloc = per_call(lambda: qjit.fused_ffn(x, w1, w3))
     py_ctypes = per_call(lambda: bare(*args))
+    py_ctypes_struct = per_call(lambda: dense(packed, stream))
     cpp = json.loads(subprocess.run([probe, str(d), str(h), str(m), "fp16"], stdout=subprocess.PIPE,
                                     universal_newlines=True, check=True).stdout.strip().splitlines()[-1])
     result = {"test": "launch_overhead", "device": torch.cuda.get_device_name(), "d": d, "h": h, "m": m,
               "cpp_hit_us": cpp["hit_overhead_us"], "cpp_bare_launch_us": cpp["bare_launch_us"],
               "py_out_us": round(py_out, 2), "py_alloc_us": round(py_alloc, 2), "py_ctypes_us": round(py_ctypes, 2),
+              "py_ctypes_struct_us": round(py_ctypes_struct, 2),
               "py_minus_cpp_us": round(py_out - cpp["hit_overhead_us"], 2)}
     record(result)
     return result
