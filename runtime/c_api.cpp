@@ -62,16 +62,27 @@ const A& required(const A* a, const char* op) {
   if (!a) throw qjit::Error("argument", std::string(op) + ": args is null");
   return *a;
 }
+
+void dense_ffn(int d, int h, int m, const char* dtype, const char* act, const void* x, const void* w1, const void* w3,
+               void* y, void* stream) {
+  qjit::DType t;
+  if (!parse_dtype(dtype, &t))
+    throw qjit::Error("argument", std::string("fused_ffn: dtype '") + (dtype ? dtype : "(null)") +
+                                      "' (expected fp16, bf16, fp32 or mixed)");
+  qjit::fused_ffn({d, h, m, t, activation(act, "fused_ffn")}, x, w1, w3, y, static_cast<CUstream_st*>(stream));
+}
+
 }  // namespace
 
 extern "C" qjit_status qjit_fused_ffn(int d, int h, int m, const char* dtype, const char* act, const void* x,
                                       const void* w1, const void* w3, void* y, void* stream) {
+  return guarded([&] { dense_ffn(d, h, m, dtype, act, x, w1, w3, y, stream); });
+}
+
+extern "C" qjit_status qjit_dense_ffn(const qjit_dense_ffn_args* args, void* stream) {
   return guarded([&] {
-    qjit::DType t;
-    if (!parse_dtype(dtype, &t))
-      throw qjit::Error("argument", std::string("fused_ffn: dtype '") + (dtype ? dtype : "(null)") +
-                                        "' (expected fp16, bf16, fp32 or mixed)");
-    qjit::fused_ffn({d, h, m, t, activation(act, "fused_ffn")}, x, w1, w3, y, static_cast<CUstream_st*>(stream));
+    const auto& a = required(args, "fused_ffn");
+    dense_ffn(a.d, a.h, a.m, a.dtype, a.act, a.x, a.w1, a.w3, a.y, stream);
   });
 }
 

@@ -1,12 +1,17 @@
 // Helpers of the GPU test files (test_gpu*.cpp): fresh seeds, and tuning a
 // spec with every candidate required to verify.
 #pragma once
+#include <cuda.h>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include "cache/store.h"
 #include "codegen/spec.h"
 #include "qjit/qjit.h"
+#include "qjit/qjit_c.h"
 #include "tuner/tuner.h"
+#include "tuner/workload.h"
 
 namespace qjit::test {
 
@@ -31,5 +36,29 @@ tuner::TuneReport expect_every_candidate_verifies(cache::Store& store, const cod
 // runtime's cache, and requires the config to win (it verified): the typed
 // API then launches exactly that kernel.
 void tune_one_config(const std::string& db, const codegen::OpSpec& spec, const nlohmann::json& config);
+
+// A small w8a8_gemm (k=256, n, m=16, block 64: two kernels and a per-stream
+// workspace) with its workload's inputs, allocated in the current context.
+struct W8a8Case {
+  W8a8GemmShape shape;
+  std::unique_ptr<tuner::Workload> work;
+  W8a8GemmArgs args;
+};
+W8a8Case w8a8_case(int n);
+// The same call's C API struct.
+qjit_w8a8_gemm_args c_args(const W8a8Case& c);
+
+// The calling thread's current CUDA context (nullptr: none).
+CUcontext current_context();
+
+// Everything written to stderr (file descriptor 2) while f runs.
+std::string stderr_of(const std::function<void()>& f);
+
+// An environment variable set for a scope.
+struct EnvVar {
+  std::string name;
+  EnvVar(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
+  ~EnvVar() { unsetenv(name.c_str()); }
+};
 
 }  // namespace qjit::test

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The Python package's tests on the GPU machine (python3 with torch, no
 # network, nothing installed): every test of python/tests, the GPU ones
-# against PyTorch (ops, wrong arguments, CUDA graph capture, the Llama-style
-# MLP from an AWQ checkpoint, launch overhead from Python next to
-# qjit_launch_probe's from C++). Builds nothing.
+# against PyTorch (ops, the qjit.nn modules, wrong arguments, CUDA graph
+# capture, the Llama-style MLP from an AWQ checkpoint, launch overhead from
+# Python next to qjit_launch_probe's from C++). Builds nothing.
 #   usage (repo root on the GPU machine): bash tests/gpu_python.sh [unittest names...]
 #   e.g. bash tests/gpu_python.sh test_gpu.GpuOps.test_wq_gemm_against_torch; with no
 #   names it also measures the host cost of a cache hit, Python next to C++ (test_gpu.measure_launch_overhead)

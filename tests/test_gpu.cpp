@@ -104,6 +104,13 @@ TEST_CASE("C API: launch, and argument errors that launch nothing", "[gpu]") {
   auto v = work->verify(1.0);
   INFO(v.message);
   CHECK(v.ok);
+  // The same call with its arguments in a struct (the form Python passes).
+  work->poison_output(nullptr);
+  const qjit_dense_ffn_args a{2048, 512, 2, "fp16", nullptr, p.x, p.w1, p.w3, p.y};
+  REQUIRE(qjit_dense_ffn(&a, nullptr) == QJIT_OK);
+  v = work->verify(1.0);
+  INFO(v.message);
+  CHECK(v.ok);
 
   // Each bad call must fail before launching: the poisoned output stays poisoned.
   work->poison_output(nullptr);

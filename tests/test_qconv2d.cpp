@@ -155,6 +155,19 @@ TEST_CASE("qconv2d weight packer: bit-exact round trips, int4 and int8", "[qconv
   CHECK_THROWS_WITH(pack_qconv2d_weights(std::vector<int8_t>(4, 0), 3, 1, 2, 1, 2), Catch::Contains("bits=3"));
 }
 
+// The same bytes are asserted for Python's packer (python/tests/test_nn_modules.py,
+// qjit.conv.pack_codes): both sides agree with each other, not only with themselves.
+TEST_CASE("qconv2d weight packer: the fixed example Python's packer is checked against", "[qconv2d]") {
+  std::vector<int8_t> q4(16), q8(16);  // codes [Co=2][Ci=4][Kh=1][Kw=2]
+  for (int i = 0; i < 16; ++i) {
+    q4[i] = static_cast<int8_t>(i * 5 % 16 - 8);
+    q8[i] = static_cast<int8_t>(i * 37 % 256 - 128);
+  }
+  CHECK(pack_qconv2d_weights(q4, 4, 2, 4, 1, 2) == std::vector<uint8_t>{10, 78, 95, 147, 130, 198, 215, 27});
+  CHECK(pack_qconv2d_weights(q8, 8, 2, 4, 1, 2) ==
+        std::vector<uint8_t>{128, 202, 20, 94, 165, 239, 57, 131, 168, 242, 60, 134, 205, 23, 97, 171});
+}
+
 TEST_CASE("qconv2d tolerance: the bound's terms, and the fp32 kernel's formula stays inside it", "[qconv2d]") {
   // Zero magnitude: only the output's floor (fp16's half subnormal step).
   CHECK(qconv2d_tolerance(0, 0, 576, "fp32") == 0);

@@ -62,6 +62,16 @@ TEST_CASE("libqjit_runtime.so loads alone and its C API reports bad arguments", 
   const auto wq = symbol<qjit_status (*)(const qjit_wq_gemm_args*, void*)>(lib, "qjit_wq_gemm");
   const auto awq = symbol<qjit_status (*)(const qjit_awq_dequant_args*, void*)>(lib, "qjit_awq_dequant");
   const auto qffn = symbol<qjit_status (*)(const qjit_quant_ffn_args*, void*)>(lib, "qjit_quant_ffn");
+  const auto dense = symbol<qjit_status (*)(const qjit_dense_ffn_args*, void*)>(lib, "qjit_dense_ffn");
+  CHECK(dense(nullptr, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Catch::Contains("fused_ffn: args is null"));
+  qjit_dense_ffn_args ffn{};
+  ffn.d = 4096, ffn.h = 11008, ffn.m = 1, ffn.dtype = "int4";
+  CHECK(dense(&ffn, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Catch::Contains("dtype 'int4'"));
+  ffn.dtype = "fp16", ffn.act = "gelu";
+  CHECK(dense(&ffn, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Catch::Contains("act 'gelu'"));
   CHECK(wq(nullptr, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(last_error(), Catch::Contains("wq_gemm: args is null"));
   qjit_wq_gemm_args w{};

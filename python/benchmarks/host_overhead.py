@@ -10,9 +10,9 @@ full cost of a cache hit is test_gpu.measure_launch_overhead (tests/gpu_python.s
   python3 python/benchmarks/host_overhead.py --torch    # CPU torch tensors posing as cuda:0
 
 --torch makes CPU tensors answer as CUDA tensors on device 0 (is_cuda,
-get_device() and .device are patched on torch.Tensor in this process only;
-a Python property costs about what torch's own attribute does), and outputs
-are allocated by qjit's own code, on the CPU here. The stand-ins' methods
+get_device() and .device are patched on torch.Tensor in this process only,
+the first two with torch's own is_cpu and storage_offset(), which cost what
+they stand for), and outputs are allocated by qjit's own code, on the CPU here. The stand-ins' methods
 are Python code whose costs are not torch's (is_contiguous() loops over the
 dimensions, numel() multiplies them): --torch is the model of a real call,
 the stand-ins only a check that every case takes the fast path.
@@ -48,9 +48,10 @@ def torch_tensors():
     import torch
 
     cuda0 = torch.device("cuda", 0)
-    torch.Tensor.is_cuda = property(lambda self: True)
-    torch.Tensor.get_device = lambda self: 0
-    torch.Tensor.device = property(lambda self: cuda0)
+    base = getattr(torch._C, "TensorBase", None) or torch._C._TensorBase
+    torch.Tensor.is_cuda = base.is_cpu  # torch's own attribute, True here: what is_cuda costs
+    torch.Tensor.get_device = base.storage_offset  # torch's own method, 0 here: what get_device() costs
+    torch.Tensor.device = property(lambda self: cuda0)  # read by the checked path only
     names = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "int32": torch.int32,
              "uint8": torch.uint8, "int8": torch.int8}
 

@@ -5,7 +5,7 @@ Every struct below mirrors its C typedef field for field, in order; the CI test
 python/tests/test_c_abi.py compiles the header with `cc` and compares sizes,
 offsets and field names, and checks that every entry of the header is declared
 in ENTRIES. Adding an op to the C API means one Structure here, one line in
-ENTRIES, and one wrapper in qjit/ops.py.
+STRUCT_ENTRIES, and one wrapper in qjit/ops.py.
 
 The library is loaded on first use, not on `import qjit`, so the pure-Python
 parts (safetensors, repack through the CLI) work without it.
@@ -15,7 +15,7 @@ import os
 import shutil
 import struct
 import threading
-from ctypes import POINTER, Structure, c_char_p, c_int, c_longlong, c_void_p
+from ctypes import Structure, c_char_p, c_int, c_longlong, c_void_p
 
 LIBRARY_NAME = "libqjit_runtime.so"
 
@@ -47,6 +47,19 @@ class QjitArgumentError(QjitError, ValueError):
 
 
 # ---- argument structs (qjit_c.h, field for field) -----------------------------
+
+
+class DenseFfnArgs(Structure):
+    _fields_ = [
+        ("d", c_int), ("h", c_int), ("m", c_int),
+        ("dtype", c_char_p),
+        ("act", c_char_p),
+        ("x", c_void_p),
+        ("w1", c_void_p),
+        ("w3", c_void_p),
+        ("y", c_void_p),
+    ]
+    c_name = "qjit_dense_ffn_args"
 
 
 class WqGemmArgs(Structure):
@@ -159,21 +172,23 @@ class QConv2dArgs(Structure):
     c_name = "qjit_qconv2d_args"
 
 
-STRUCTS = [WqGemmArgs, AwqDequantArgs, QuantFfnArgs, GruQuantArgs, W8a8GemmArgs, QConv2dArgs]
+STRUCTS = [DenseFfnArgs, WqGemmArgs, AwqDequantArgs, QuantFfnArgs, GruQuantArgs, W8a8GemmArgs, QConv2dArgs]
 
 _PACK_CODES = {c_int: "i", c_longlong: "q", c_char_p: "P", c_void_p: "P"}
 
 
 def packer(cls):
-    """A fast constructor of Structure `cls`: packer(cls)(*fields) equals cls(*fields), 3x cheaper.
+    """The bytes of Structure `cls` from its fields: packer(cls)(*fields) == bytes(cls(*fields)), 4x cheaper.
 
     cls(*fields) sets each field through ctypes (about 1.5 µs for 18 fields);
-    this packs them with one struct.Struct of the same native layout and
-    copies the bytes into a new instance (about 0.5 µs). The fields are
-    plain ints: a char* field takes the address of a bytes object (see
-    ops._p), which the caller keeps alive until the C call returns, and a
-    NULL pointer is 0. The layout is checked against ctypes' here, and the
-    fields against cls(*fields) by test_c_abi.py.
+    this is one struct.Struct of the same native layout (about 0.3 µs). The
+    fields are plain ints: a char* field takes the address of a bytes object
+    (see ops._p), which the caller keeps alive until the C call returns, and a
+    NULL pointer is 0. The C entries of STRUCT_ENTRIES take these bytes as
+    their struct pointer (their argument is declared char*, so ctypes hands
+    over the bytes object's buffer without a copy). The layout is checked
+    against ctypes' here, and the bytes against cls(*fields) and the C
+    compiler by test_c_abi.py.
     """
     codes = "".join(_PACK_CODES[t] for _, t in cls._fields_)
     widest = max(codes, key=struct.calcsize)
@@ -181,25 +196,26 @@ def packer(cls):
     if layout.size != ctypes.sizeof(cls):
         raise QjitError("%s: struct layout %r is %d bytes, ctypes says %d"
                         % (cls.__name__, layout.format, layout.size, ctypes.sizeof(cls)))
-    pack, copy = layout.pack, cls.from_buffer_copy
+    return layout.pack
 
-    def make(*fields):
-        return copy(pack(*fields))
 
-    make.__doc__ = "%s(*fields) from plain ints (char* and void* fields as addresses, 0 for NULL)." % cls.__name__
-    return make
+# The entries that take one argument struct (and the stream): their struct, passed as packed bytes (packer).
+STRUCT_ENTRIES = {
+    "qjit_dense_ffn": DenseFfnArgs,
+    "qjit_wq_gemm": WqGemmArgs,
+    "qjit_awq_dequant": AwqDequantArgs,
+    "qjit_quant_ffn": QuantFfnArgs,
+    "qjit_gru_quant": GruQuantArgs,
+    "qjit_w8a8_gemm": W8a8GemmArgs,
+    "qjit_qconv2d": QConv2dArgs,
+}
 
 # Every function of qjit_c.h: name -> argument types (all return qjit_status but
 # qjit_last_error). The stream is a CUstream passed as void*.
 ENTRIES = {
     "qjit_fused_ffn": [c_int, c_int, c_int, c_char_p, c_char_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p],
     "qjit_fp_lut": [c_char_p, c_longlong, c_char_p, c_char_p, c_char_p, c_void_p, c_void_p, c_void_p],
-    "qjit_wq_gemm": [POINTER(WqGemmArgs), c_void_p],
-    "qjit_awq_dequant": [POINTER(AwqDequantArgs), c_void_p],
-    "qjit_quant_ffn": [POINTER(QuantFfnArgs), c_void_p],
-    "qjit_gru_quant": [POINTER(GruQuantArgs), c_void_p],
-    "qjit_w8a8_gemm": [POINTER(W8a8GemmArgs), c_void_p],
-    "qjit_qconv2d": [POINTER(QConv2dArgs), c_void_p],
+    **{name: [c_char_p, c_void_p] for name in STRUCT_ENTRIES},  # the struct's packed bytes, the stream
     "qjit_set_cache_path": [c_char_p],
     "qjit_last_error": [],
     "qjit_preload_begin": [],
@@ -329,9 +345,13 @@ def error_for(status):
 
 
 def call(name, *args):
-    """Calls C entry `name`; raises QjitError (QjitArgumentError for a refused argument) on a non-zero status."""
+    """Calls C entry `name` (a struct entry with its Structure, or the struct's packed bytes, and the stream);
+    raises QjitError (QjitArgumentError for a refused argument) on a non-zero status."""
     f = _functions.get(name) or function(name)
-    status = f(*args)
+    if args and isinstance(args[0], Structure):
+        status = f(bytes(args[0]), *args[1:])  # args[0] keeps its char* fields' strings alive
+    else:
+        status = f(*args)
     if status:
         raise error_for(status)
 

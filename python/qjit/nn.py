@@ -9,6 +9,16 @@
   dense matmuls) and torch's silu, the kernels that serve large M.
 - QuantGRU: the fixed-point GRU (gru_quant) with a torch.nn.GRU's call
   convention on float input, from `qjit gru calibrate`'s params and weights.
+- W8A8Linear: y = x·Wᵀ (+ bias) with W int8 per output channel and block of
+  K and x quantized on the fly per row and block (w8a8_gemm), from a float
+  nn.Linear (`from_float`, qjit.w8a8.pack_weights).
+- QConv2d: an nn.Conv2d with int4 or int8 weights per output channel and
+  block of input channels (qconv2d) on fp16/fp32 input, contiguous (NCHW) or
+  channels_last (NHWC), from a float nn.Conv2d (`from_float`, qjit.conv).
+
+Each module keeps its tensors as buffers of fixed shapes given by its
+constructor's arguments, so a module built with the same arguments loads
+another's state_dict; from_float builds one and fills them.
 """
 import json
 import os
@@ -21,8 +31,10 @@ except ImportError as e:  # pragma: no cover - CI has no torch
     raise ImportError("qjit.nn needs PyTorch (pip install torch); the rest of qjit works without it") from e
 
 from . import _cli
+from . import conv as _conv
 from . import safetensors as st
-from .ops import fused_ffn, gru_quant, wq_gemm
+from . import w8a8 as _w8a8
+from .ops import fused_ffn, gru_quant, qconv2d, w8a8_gemm, wq_gemm
 
 class QuantLinear(torch.nn.Module):
     """A drop-in quantized nn.Linear(in_features, out_features): y = act(x·Wᵀ + b).
@@ -206,4 +218,192 @@ class QuantGRU(torch.nn.Module):
         return y, y[-1:].clone()
 
 
-__all__ = ["QuantLinear", "FusedFFN", "QuantGRU"]
+_ACTS = ("none", "relu", "relu6")
+
+
+def _choice(who, name, value, allowed):
+    if value not in allowed:
+        raise ValueError("%s: %s=%r; expected one of %s" % (who, name, value, ", ".join(map(repr, allowed))))
+    return value
+
+
+class W8A8Linear(torch.nn.Module):
+    """A drop-in nn.Linear(in_features, out_features) in int8 (w8a8_gemm): y = act(x·Wᵀ + b).
+
+    W is int8 per output channel and block of `block` inputs; x is quantized
+    on the fly per row and block. quant_w: "offset" (w ≈ q·s + o) or
+    "symmetric" (q·s); quant_a the same for x ("offset" is seed 002's QuantA).
+    Buffers (w8a8_gemm's arguments): wq int8 [N, K], w_scale float32
+    [K/block, N], w_offset float32 [K/block, N] (None for symmetric W), w_sum
+    int32 [K/block, N] (each block's Σ of codes; None with quant_a
+    "symmetric", which does not use it), bias [N] of `dtype` or None.
+    forward(x) takes x [..., K] of `dtype` (fp16, bf16 or fp32; without a
+    bias any of them) and returns y [..., N] of x's type.
+    """
+
+    def __init__(self, in_features, out_features, bias=False, *, block=128, quant_a="offset", quant_w="offset",
+                 dtype=torch.float16, act="none", device=None):
+        super().__init__()
+        k, n = in_features, out_features
+        who = "W8A8Linear"
+        if not 32 <= block <= 512 or k % block:
+            raise ValueError("%s: block=%d; expected 32..512 dividing in_features=%d" % (who, block, k))
+        _choice(who, "quant_a", quant_a, ("offset", "symmetric"))
+        _choice(who, "quant_w", quant_w, ("offset", "symmetric"))
+        _choice(who, "act", act, _ACTS)
+        self.in_features, self.out_features, self.block = k, n, block
+        self.quant_a, self.quant_w, self.act = quant_a, quant_w, act
+        blocks = (k // block, n)
+        self.register_buffer("wq", torch.zeros(n, k, dtype=torch.int8, device=device))
+        self.register_buffer("w_scale", torch.ones(blocks, dtype=torch.float32, device=device))
+        self.register_buffer("w_offset", torch.zeros(blocks, dtype=torch.float32, device=device)
+                             if quant_w == "offset" else None)
+        self.register_buffer("w_sum", torch.zeros(blocks, dtype=torch.int32, device=device)
+                             if quant_a == "offset" else None)
+        self.register_buffer("bias", torch.zeros(n, dtype=dtype, device=device) if bias else None)
+
+    def forward(self, x):
+        return w8a8_gemm(x, self.wq, self.w_scale, self.w_offset, self.w_sum, block=self.block, quant_a=self.quant_a,
+                         bias=self.bias, act=self.act)
+
+    def extra_repr(self):
+        return "in_features=%d, out_features=%d, bias=%s, block=%d, quant_a=%s, quant_w=%s, act=%s" % (
+            self.in_features, self.out_features, self.bias is not None, self.block, self.quant_a, self.quant_w,
+            self.act)
+
+    def dequantized_weight(self):
+        """W [N, K] float32 as the kernel multiplies it: q·s (+ o) per block (qjit.w8a8.dequantize)."""
+        return _w8a8.dequantize(self.wq, self.w_scale, self.w_offset)
+
+    @classmethod
+    def from_float(cls, linear, *, block=128, quant_a="offset", quant_w="offset", act="none", dtype=None,
+                   device=None):
+        """From a float nn.Linear: W quantized by qjit.w8a8.pack_weights with rule `quant_w`; the bias kept
+        in `dtype` (default: the Linear's weight type), on `device` (default: the Linear's)."""
+        if not isinstance(linear, torch.nn.Linear):
+            raise TypeError("W8A8Linear.from_float: expected a torch.nn.Linear, got %s" % type(linear).__name__)
+        w = linear.weight.detach()
+        dtype = dtype or w.dtype
+        device = device if device is not None else w.device
+        m = cls(linear.in_features, linear.out_features, linear.bias is not None, block=block, quant_a=quant_a,
+                quant_w=quant_w, dtype=dtype, act=act, device="meta")
+        wq, scale, offset, sums = _w8a8.pack_weights(w.to(device), block, quant_w)
+        m.wq, m.w_scale, m.w_offset = wq, scale, offset
+        m.w_sum = sums if quant_a == "offset" else None
+        m.bias = linear.bias.detach().to(device=device, dtype=dtype) if linear.bias is not None else None
+        return m
+
+
+def _pair(who, name, v):
+    if isinstance(v, int):
+        return v, v
+    try:
+        a, b = v
+    except (TypeError, ValueError):
+        raise TypeError("%s: %s=%r; expected an int or a pair of ints" % (who, name, v)) from None
+    if not isinstance(a, int) or not isinstance(b, int):
+        raise TypeError("%s: %s=%r; expected an int or a pair of ints" % (who, name, v))
+    return a, b
+
+
+class QConv2d(torch.nn.Module):
+    """A drop-in nn.Conv2d (groups=1, zero padding) with int4 or int8 weights (qconv2d).
+
+    Each output channel's weights are quantized per block of `block` input
+    channels over the whole kernel window: w ≈ q·scale + offset. Buffers
+    (qconv2d's arguments, qjit.conv): qweight int8 [Co, Kh, Kw, Ci] (bits=8)
+    or uint8 [Co, Kh, Kw, Ci/2] (bits=4), scales and offsets float32
+    [Co, Ci/block], bias float32 [Co] or None. act: "none", "relu" or
+    "relu6", applied after the bias.
+
+    forward(x): x [N, Ci, H, W] (or [Ci, H, W]) fp16 or fp32, either
+    contiguous (runs as NCHW) or channels_last (runs as NHWC, no copy);
+    returns y [N, Co, Oh, Ow] of x's type in x's memory format. Any other
+    strides are refused: pass x.contiguous() or
+    x.contiguous(memory_format=torch.channels_last).
+    """
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, bias=False, *,
+                 bits=4, block=32, act="none", device=None):
+        super().__init__()
+        who = "QConv2d"
+        ci, co = in_channels, out_channels
+        kh, kw = _pair(who, "kernel_size", kernel_size)
+        self.stride = _pair(who, "stride", stride)
+        self.dilation = _pair(who, "dilation", dilation)
+        if padding == "valid":
+            padding = 0
+        elif padding == "same":
+            if self.stride != (1, 1) or any(d * (k - 1) % 2 for d, k in zip(self.dilation, (kh, kw))):
+                raise ValueError("%s: padding='same' needs stride 1 and an even dilation·(kernel − 1) on each axis "
+                                 "(qconv2d pads both sides alike); stride=%s, dilation=%s, kernel_size=%s"
+                                 % (who, self.stride, self.dilation, (kh, kw)))
+            padding = tuple(d * (k - 1) // 2 for d, k in zip(self.dilation, (kh, kw)))
+        self.padding = _pair(who, "padding", padding)
+        if bits not in (4, 8):
+            raise ValueError("%s: bits=%r; expected 4 or 8" % (who, bits))
+        if block <= 0 or ci % block:
+            raise ValueError("%s: block=%d must divide in_channels=%d" % (who, block, ci))
+        if bits == 4 and (ci % 2 or block % 2):
+            raise ValueError("%s: bits=4 packs two input channels a byte: in_channels=%d and block=%d must be even "
+                             "(use bits=8)" % (who, ci, block))
+        _choice(who, "act", act, _ACTS)
+        self.in_channels, self.out_channels, self.kernel_size = ci, co, (kh, kw)
+        self.bits, self.block, self.act = bits, block, act
+        per_row = ci if bits == 8 else ci // 2
+        self.register_buffer("qweight", torch.zeros(co, kh, kw, per_row, dtype=torch.int8 if bits == 8 else torch.uint8,
+                                                    device=device))
+        self.register_buffer("scales", torch.ones(co, ci // block, dtype=torch.float32, device=device))
+        self.register_buffer("offsets", torch.zeros(co, ci // block, dtype=torch.float32, device=device))
+        self.register_buffer("bias", torch.zeros(co, dtype=torch.float32, device=device) if bias else None)
+
+    def forward(self, x):
+        if x.dim() == 3:
+            return self.forward(x[None])[0]
+        if x.dim() != 4:
+            raise ValueError("QConv2d: x has shape %s; expected [N, C, H, W] or [C, H, W]" % (list(x.shape),))
+        if x.shape[1] != self.in_channels:
+            raise ValueError("QConv2d: x has %d channels (shape %s); expected in_channels=%d"
+                             % (x.shape[1], list(x.shape), self.in_channels))
+        a = dict(bits=self.bits, block=self.block, kernel=self.kernel_size, stride=self.stride, padding=self.padding,
+                 dilation=self.dilation, bias=self.bias, act=self.act)
+        if x.is_contiguous():
+            return qconv2d(x, self.qweight, self.scales, self.offsets, layout="nchw", **a)
+        if x.is_contiguous(memory_format=torch.channels_last):
+            y = qconv2d(x.permute(0, 2, 3, 1), self.qweight, self.scales, self.offsets, layout="nhwc", **a)
+            return y.permute(0, 3, 1, 2)
+        raise ValueError("QConv2d: x (shape %s, stride %s) is neither contiguous nor channels_last; pass "
+                         "x.contiguous() or x.contiguous(memory_format=torch.channels_last)"
+                         % (list(x.shape), tuple(x.stride())))
+
+    def extra_repr(self):
+        return ("%d, %d, kernel_size=%s, stride=%s, padding=%s, dilation=%s, bias=%s, bits=%d, block=%d, act=%s"
+                % (self.in_channels, self.out_channels, self.kernel_size, self.stride, self.padding, self.dilation,
+                   self.bias is not None, self.bits, self.block, self.act))
+
+    def dequantized_weight(self):
+        """W [Co, Ci, Kh, Kw] float32 as the kernel multiplies it: q·scale + offset (qjit.conv.dequantize)."""
+        return _conv.dequantize(self.qweight, self.scales, self.offsets, self.bits)
+
+    @classmethod
+    def from_float(cls, conv, *, bits=4, block=32, rule="offset", act="none", device=None):
+        """From a float nn.Conv2d: W quantized by qjit.conv.pack_weights (rule "offset" or "symmetric"), the
+        bias as float32, on `device` (default: the Conv2d's). Refuses what qconv2d does not compute: groups
+        other than 1 and padding modes other than zeros."""
+        who = "QConv2d.from_float"
+        if not isinstance(conv, torch.nn.Conv2d):
+            raise TypeError("%s: expected a torch.nn.Conv2d, got %s" % (who, type(conv).__name__))
+        if conv.groups != 1:
+            raise ValueError("%s: groups=%d; qconv2d computes dense convolutions only (groups=1)" % (who, conv.groups))
+        if conv.padding_mode != "zeros":
+            raise ValueError("%s: padding_mode=%r; qconv2d pads with zeros only" % (who, conv.padding_mode))
+        w = conv.weight.detach()
+        device = device if device is not None else w.device
+        m = cls(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding, conv.dilation,
+                conv.bias is not None, bits=bits, block=block, act=act, device="meta")
+        m.qweight, m.scales, m.offsets = _conv.pack_weights(w.to(device), bits, block, rule)
+        m.bias = conv.bias.detach().to(device=device, dtype=torch.float32) if conv.bias is not None else None
+        return m
+
+
+__all__ = ["QuantLinear", "FusedFFN", "QuantGRU", "W8A8Linear", "QConv2d"]

@@ -8,10 +8,16 @@ capture like any torch op. The first call of a shape loads its kernel from the
 cache (or compiles the default one): make one call of every shape before
 capturing a graph, so that capture never compiles.
 
-Two paths per op, because a cache hit must cost only a few µs more from
-Python than from C++ (test_gpu's test_launch_overhead_python_vs_cpp):
+Up to three paths per op, because a cache hit must cost only a few µs more
+from Python than from C++ (test_gpu.measure_launch_overhead):
 
-- the fast path, first: plain comparisons of the cheap tensor attributes,
+- the signature cache (fused_ffn, wq_gemm, w8a8_gemm: the layers called with
+  the same weights every step): the call's shapes, dtypes and plain arguments
+  as a key; a key that passed the fast path before gives what it derived
+  (sizes, dtype names, the output's shape) without comparing again, and each
+  tensor's device and contiguity are checked (see _remember). Anything else
+  goes on to
+- the fast path: plain comparisons of the cheap tensor attributes,
   each read once (`dtype` looked up by identity in _check's map, `is_cuda`,
   `get_device()`, `shape`, `is_contiguous()`, `data_ptr()`), no string built
   and no torch.device made. When every argument is what it must be it
@@ -20,10 +26,14 @@ Python than from C++ (test_gpu's test_launch_overhead_python_vs_cpp):
   yet, no rows, a tensor off the current device...) it falls through to
 - the checked path (`_<op>_checked`), the reference: Checker's checks in
   order, which raise the TypeError or ValueError naming the tensor, or
-  launch as the fast path would have. test_checks.py runs both on the same
-  arguments and compares what they launch.
+  launch as the fast path would have. test_checks.py runs all three on the
+  same arguments and compares what they launch.
 
-Adding an op: a Structure and an ENTRIES line in qjit/_lib.py, and here the
+A call's C arguments are one struct (but fp_lut's), packed into bytes
+(_lib.packer) and handed to its C entry in place: a two-argument ctypes call,
+where each argument costs a conversion.
+
+Adding an op: a Structure and a STRUCT_ENTRIES line in qjit/_lib.py, and here the
 checked function (tensors checked with a Checker, output from _output,
 launched with _launch) and the public one, whose fast path accepts only
 arguments the checked one accepts.
@@ -152,12 +162,58 @@ def _none_or(t, dev, dtype, shape):
     return t is None or _is(t, dev, dtype, shape)
 
 
+# ---- the signature cache: a call like one checked before skips the comparisons --------------------------
+#
+# What a fast path derives from a call's tensor shapes and dtypes and its plain arguments (its signature:
+# sizes, dtype names, the output's shape) is the same each time that signature comes back, and so is its
+# verdict. The ops with a cache (fused_ffn, wq_gemm, w8a8_gemm: the layers of a model, called with the
+# same weights every step) build the signature first and, when a call of it passed the fast path's
+# checks before, take what was derived instead of comparing again. Every call still reads each tensor's
+# shape and dtype (the key: one changed in place is another signature, checked anew) and checks each
+# tensor's device and contiguity (_recall), which the key leaves out; so a call is refused exactly when
+# the fast path would refuse it. Bounded: a cache is cleared when it reaches _SEEN_MAX signatures.
+_SEEN_MAX = 1024
+_ffn_seen, _wq_seen, _w8_seen = {}, {}, {}  # signature -> what the fast path derived
+
+
+def _remember(seen, key, value):
+    if len(seen) >= _SEEN_MAX:
+        seen.clear()
+    seen[key] = value
+
+
+def _meta(t):
+    """An optional tensor's part of a signature."""
+    return None if t is None else (t.shape, t.dtype)
+
+
+def _recall(seen, key, x, *tensors):
+    """(what `seen` holds for signature `key`, x's device) when x and every tensor given are contiguous CUDA
+    tensors on that device; (None, None) otherwise."""
+    hit = seen.get(key)
+    if hit is None:
+        return None, None
+    dev = x.get_device()
+    return (hit, dev) if _here(dev, x, *tensors) else (None, None)
+
+
+def _here(dev, *tensors):
+    """Every tensor given (None: an optional one not passed) is a contiguous CUDA tensor on device `dev`."""
+    for t in tensors:
+        if t is not None and not (t.is_cuda and t.get_device() == dev and t.is_contiguous()):
+            return False
+    return True
+
+
 _BITS = (2, 3, 4, 8)
 _ZEROS = ("sym", "int", "float")
 _ACTS = ("none", "relu", "relu6")
 _FFN_ACTS = ("silu", "silu_lut", "silu_lut_seed")
-# Packed structs (_lib.packer): 3x cheaper than Structure(*fields). gru_quant's params are a new string
-# each call, whose address costs more than the constructor saves: it keeps _lib.GruQuantArgs.
+# Packed structs (_lib.packer): bytes of the C struct, 4x cheaper than Structure(*fields). gru_quant's
+# params are a new string each call, whose address costs more than the constructor saves: it builds a
+# _lib.GruQuantArgs and passes bytes(a), as the checked paths do (`a` keeping alive the strings its char*
+# fields point to until the call returns).
+_dense_args = _lib.packer(_lib.DenseFfnArgs)
 _wq_args = _lib.packer(_lib.WqGemmArgs)
 _awq_args = _lib.packer(_lib.AwqDequantArgs)
 _qffn_args = _lib.packer(_lib.QuantFfnArgs)
@@ -219,29 +275,41 @@ def wq_gemm(x, qweight, scales, zeros=None, *, bits=4, g=128, zero="int", bias=N
     bias: [N]; residual: [..., N] like y (may be `out` itself); both x's type.
     act: "none", "relu", "relu6". Returns y [..., N] of x's type.
     """
+    hit = key = None
     try:
-        xs = x.shape
-        k = xs[-1]
-        xd = _DT.get(x.dtype) if x.is_cuda and x.is_contiguous() else None  # _dt(x, dev), one call fewer
-        dev = x.get_device()
-        ss = scales.shape
-        n = ss[1]
-        groups = k // g
-        sd = _dt(scales, dev)
-        ok = (xd in FLOAT and sd in HALF and len(ss) == 2 and ss[0] == groups and g > 0 and k % g == 0
-              and bits in _BITS and zero in _ZEROS and act in _ACTS
-              and _dt(qweight, dev) in WORDS and qweight.numel() == k * n * bits // 32
-              and (zeros is None if zero == "sym" else _is(zeros, dev, "uint8" if zero == "int" else sd, ss))
-              and _none_or(bias, dev, xd, (n,)))
-        if ok:
-            m = xs[0] if len(xs) == 2 else numel(xs[:-1])  # rows (torch.Size slices are slow: 2-D x needs none)
-            ys = (m, n) if len(xs) == 2 else (*xs[:-1], n)
-            ok = m > 0 and _none_or(residual, dev, xd, ys) and (out is None or _is(out, dev, xd, ys))
+        key = (x.shape, x.dtype, qweight.shape, qweight.dtype, scales.shape, scales.dtype, _meta(zeros), _meta(bias),
+               _meta(residual), _meta(out), bits, g, zero, act)
+        hit, dev = _recall(_wq_seen, key, x, qweight, scales, zeros, bias, residual, out)
     except _FALLBACK:
-        ok = False
-    if not ok:
-        return _wq_gemm_checked(x, qweight, scales, zeros, bits=bits, g=g, zero=zero, bias=bias, act=act,
-                                residual=residual, out=out)
+        hit = key = None
+    if hit is not None:
+        k, n, m, ys, xd, sd = hit
+    else:
+        try:
+            xs = x.shape
+            k = xs[-1]
+            xd = _DT.get(x.dtype) if x.is_cuda and x.is_contiguous() else None  # _dt(x, dev), one call fewer
+            dev = x.get_device()
+            ss = scales.shape
+            n = ss[1]
+            groups = k // g
+            sd = _dt(scales, dev)
+            ok = (xd in FLOAT and sd in HALF and len(ss) == 2 and ss[0] == groups and g > 0 and k % g == 0
+                  and bits in _BITS and zero in _ZEROS and act in _ACTS
+                  and _dt(qweight, dev) in WORDS and qweight.numel() == k * n * bits // 32
+                  and (zeros is None if zero == "sym" else _is(zeros, dev, "uint8" if zero == "int" else sd, ss))
+                  and _none_or(bias, dev, xd, (n,)))
+            if ok:
+                m = xs[0] if len(xs) == 2 else numel(xs[:-1])  # rows (torch.Size slices are slow: 2-D x needs none)
+                ys = (m, n) if len(xs) == 2 else (*xs[:-1], n)
+                ok = m > 0 and _none_or(residual, dev, xd, ys) and (out is None or _is(out, dev, xd, ys))
+        except _FALLBACK:
+            ok = False
+        if not ok:
+            return _wq_gemm_checked(x, qweight, scales, zeros, bits=bits, g=g, zero=zero, bias=bias, act=act,
+                                    residual=residual, out=out)
+        if key is not None:
+            _remember(_wq_seen, key, (k, n, m, ys, xd, sd))
     y = out if out is not None else _empty(ys, xd, x)
     _launch(dev, "qjit_wq_gemm", _wq_args(k, n, bits, g, _A[zero], _A[sd], _A[xd], bias is not None,
                                           residual is not None, _A[act], x.data_ptr(), qweight.data_ptr(),
@@ -274,7 +342,7 @@ def _wq_gemm_checked(x, qweight, scales, zeros=None, *, bits=4, g=128, zero="int
                         zeros.data_ptr() if zeros is not None else None,
                         bias.data_ptr() if bias is not None else None,
                         residual.data_ptr() if residual is not None else None, y.data_ptr(), m)
-    _launch(c.index, "qjit_wq_gemm", a)
+    _launch(c.index, "qjit_wq_gemm", bytes(a))
     return y
 
 
@@ -334,7 +402,7 @@ def _awq_dequant_checked(qweight, qzeros, scales, *, layout="awq", symmetric=Fal
     a = _lib.AwqDequantArgs(k, n, k // groups, _b(layout), int(bool(symmetric)), _b(sd), _b(od),
                             qweight.data_ptr(), qzeros.data_ptr() if qzeros is not None else None,
                             scales.data_ptr(), y.data_ptr())
-    _launch(c.index, "qjit_awq_dequant", a)
+    _launch(c.index, "qjit_awq_dequant", bytes(a))
     return y
 
 
@@ -347,54 +415,82 @@ def fused_ffn(x, w1, w3, *, scales1=None, zeros1=None, scales3=None, zeros3=None
     scales [D/g, H], zeros per `zero` as for wq_gemm. act: "silu", "silu_lut",
     "silu_lut_seed". Returns y [..., H] of x's type.
     """
+    # The dense branch is the path of test_gpu.measure_launch_overhead (and of a decoder's FFN): its checks
+    # are written out, as _here(dev, x, w1, w3, out), _dt(w1, dev) and _is(w3, dev, wd, ws) would make them,
+    # each attribute read once, to save the calls. (torch's dtypes are singletons: `is` compares them.)
+    dense = scales1 is None and scales3 is None and zeros1 is None and zeros3 is None
+    hit = key = None
     try:
-        # The dense branch is the path of test_launch_overhead_python_vs_cpp (and of a decoder's FFN): its
-        # checks of x and w3 are written out, as _dt(x, dev) and _is(w3, dev, wd, ws) would make them, to
-        # save the calls and x's second get_device().
-        xs = x.shape
-        d = xs[-1]
-        xd = _DT.get(x.dtype) if x.is_cuda and x.is_contiguous() else None
-        dev = x.get_device()
-        m = xs[0] if len(xs) == 2 else numel(xs[:-1])  # rows (torch.Size slices are slow: 2-D x needs none)
-        ok = xd in FLOAT and 1 <= m <= 8 and act in _FFN_ACTS
-        if ok and scales1 is None:  # dense
-            ws = w1.shape
-            h = ws[0]
-            wd = _dt(w1, dev)
-            dtype = xd if wd == xd else "mixed" if xd == "fp32" and wd == "fp16" else None
-            ok = (dtype is not None and scales3 is None and zeros1 is None and zeros3 is None
-                  and len(ws) == 2 and ws[1] == d
-                  and w3.shape == ws and w3.dtype == w1.dtype and w3.is_cuda and w3.get_device() == dev
-                  and w3.is_contiguous())
-        elif ok:  # quantized
-            ss = scales1.shape
-            h = ss[1]
-            groups = d // g
-            sd = _dt(scales1, dev)
-            words = d * h * bits // 32
-            zd = None if zero == "sym" else "uint8" if zero == "int" else sd
-            ok = (sd in HALF and bits in _BITS and zero in _ZEROS and g > 0 and d % g == 0
-                  and ss == (groups, h) and _is(scales3, dev, sd, ss)
-                  and _dt(w1, dev) in WORDS and w1.numel() == words and _dt(w3, dev) in WORDS and w3.numel() == words
-                  and (zeros1 is None and zeros3 is None if zd is None
-                       else _is(zeros1, dev, zd, ss) and _is(zeros3, dev, zd, ss)))
-        if ok:
-            ys = (m, h) if len(xs) == 2 else (*xs[:-1], h)
-            ok = out is None or (out.shape == ys and out.dtype == x.dtype and out.is_cuda and out.get_device() == dev
-                                 and out.is_contiguous())  # _is(out, dev, xd, ys), written out
+        if dense:
+            key = (x.shape, x.dtype, w1.shape, w1.dtype, w3.shape, w3.dtype, act,
+                   None if out is None else out.shape, None if out is None else out.dtype)
+            hit = _ffn_seen.get(key)
+            if hit is not None:
+                dev = x.get_device()
+                if not (x.is_cuda and x.is_contiguous() and w1.is_cuda and w1.get_device() == dev
+                        and w1.is_contiguous() and w3.is_cuda and w3.get_device() == dev and w3.is_contiguous()
+                        and (out is None or out.is_cuda and out.get_device() == dev and out.is_contiguous())):
+                    hit = None
+        else:
+            key = (x.shape, x.dtype, w1.shape, w1.dtype, w3.shape, w3.dtype, scales1.shape, scales1.dtype,
+                   scales3.shape, scales3.dtype, _meta(zeros1), _meta(zeros3), bits, g, zero, act, _meta(out))
+            hit, dev = _recall(_ffn_seen, key, x, w1, w3, scales1, scales3, zeros1, zeros3, out)
     except _FALLBACK:
-        ok = False
-    if not ok:
-        return _fused_ffn_checked(x, w1, w3, scales1=scales1, zeros1=zeros1, scales3=scales3, zeros3=zeros3,
-                                  bits=bits, g=g, zero=zero, act=act, out=out)
-    y = out if out is not None else _empty(ys, xd, x)
-    if scales1 is None:
-        _launch(dev, "qjit_fused_ffn", d, h, m, _B[dtype], _B[act], x.data_ptr(), w1.data_ptr(),
-                w3.data_ptr(), y.data_ptr())
+        hit = key = None
+    if hit is not None:
+        d, h, m, ys, xd, dtype = hit  # dtype: the dense call's type ("mixed" too), or the scales' type
     else:
-        _launch(dev, "qjit_quant_ffn", _qffn_args(d, h, m, bits, g, _A[zero], _A[sd], _A[xd], _A[act], x.data_ptr(),
-                                                  w1.data_ptr(), scales1.data_ptr(), _ptr(zeros1), w3.data_ptr(),
-                                                  scales3.data_ptr(), _ptr(zeros3), y.data_ptr()))
+        try:
+            xs = x.shape
+            d = xs[-1]
+            xt = x.dtype
+            xd = _DT.get(xt) if x.is_cuda and x.is_contiguous() else None
+            dev = x.get_device()
+            m = xs[0] if len(xs) == 2 else numel(xs[:-1])  # rows (torch.Size slices are slow: 2-D x needs none)
+            ok = xd in FLOAT and 1 <= m <= 8 and act in _FFN_ACTS
+            if ok and dense:
+                ws = w1.shape
+                h = ws[0]
+                wt = w1.dtype
+                wd = _DT.get(wt) if w1.is_cuda and w1.get_device() == dev and w1.is_contiguous() else None
+                dtype = xd if wd == xd else "mixed" if xd == "fp32" and wd == "fp16" else None
+                ok = (dtype is not None and len(ws) == 2 and ws[1] == d
+                      and w3.shape == ws and w3.dtype is wt and w3.is_cuda and w3.get_device() == dev
+                      and w3.is_contiguous())
+            elif ok and scales1 is not None:  # quantized
+                ss = scales1.shape
+                h = ss[1]
+                groups = d // g
+                dtype = _dt(scales1, dev)
+                words = d * h * bits // 32
+                zd = None if zero == "sym" else "uint8" if zero == "int" else dtype
+                ok = (dtype in HALF and bits in _BITS and zero in _ZEROS and g > 0 and d % g == 0
+                      and ss == (groups, h) and _is(scales3, dev, dtype, ss)
+                      and _dt(w1, dev) in WORDS and w1.numel() == words and _dt(w3, dev) in WORDS
+                      and w3.numel() == words
+                      and (zeros1 is None and zeros3 is None if zd is None
+                           else _is(zeros1, dev, zd, ss) and _is(zeros3, dev, zd, ss)))
+            else:
+                ok = False  # dense weights with a scales3, zeros1 or zeros3: the checked path says which
+            if ok:
+                ys = (m, h) if len(xs) == 2 else (*xs[:-1], h)
+                ok = out is None or (out.shape == ys and out.dtype is xt and out.is_cuda and out.get_device() == dev
+                                     and out.is_contiguous())  # _is(out, dev, xd, ys), written out
+        except _FALLBACK:
+            ok = False
+        if not ok:
+            return _fused_ffn_checked(x, w1, w3, scales1=scales1, zeros1=zeros1, scales3=scales3, zeros3=zeros3,
+                                      bits=bits, g=g, zero=zero, act=act, out=out)
+        if key is not None:
+            _remember(_ffn_seen, key, (d, h, m, ys, xd, dtype))
+    y = out if out is not None else _empty(ys, xd, x)
+    if dense:
+        _launch(dev, "qjit_dense_ffn", _dense_args(d, h, m, _A[dtype], _A[act], x.data_ptr(), w1.data_ptr(),
+                                                   w3.data_ptr(), y.data_ptr()))
+    else:
+        _launch(dev, "qjit_quant_ffn", _qffn_args(d, h, m, bits, g, _A[zero], _A[dtype], _A[xd], _A[act],
+                                                  x.data_ptr(), w1.data_ptr(), scales1.data_ptr(), _ptr(zeros1),
+                                                  w3.data_ptr(), scales3.data_ptr(), _ptr(zeros3), y.data_ptr()))
     return y
 
 
@@ -427,8 +523,8 @@ def _fused_ffn_checked(x, w1, w3, *, scales1=None, zeros1=None, scales3=None, ze
             c.fail("x is %s and w1 is %s; expected the same type, or fp32 x with fp16 weights"
                    % (TORCH_NAMES[xd], TORCH_NAMES[wd]), TypeError)
         y = _output(c, out, xd, lead + (h,))
-        _launch(c.index, "qjit_fused_ffn", d, h, m, _b(dtype), _b(act), x.data_ptr(), w1.data_ptr(),
-                w3.data_ptr(), y.data_ptr())
+        a = _lib.DenseFfnArgs(d, h, m, _b(dtype), _b(act), x.data_ptr(), w1.data_ptr(), w3.data_ptr(), y.data_ptr())
+        _launch(c.index, "qjit_dense_ffn", bytes(a))
         return y
     c.choice("zero", zero, ("sym", "int", "float"))
     if bits not in (2, 3, 4, 8):
@@ -445,7 +541,7 @@ def _fused_ffn_checked(x, w1, w3, *, scales1=None, zeros1=None, scales3=None, ze
                           w1.data_ptr(), scales1.data_ptr(), zeros1.data_ptr() if zeros1 is not None else None,
                           w3.data_ptr(), scales3.data_ptr(), zeros3.data_ptr() if zeros3 is not None else None,
                           y.data_ptr())
-    _launch(c.index, "qjit_quant_ffn", a)
+    _launch(c.index, "qjit_quant_ffn", bytes(a))
     return y
 
 
@@ -519,9 +615,9 @@ def gru_quant(x, h0, W, R, bw, br, params, *, float_out=False, out=None, out_flo
     if want_float:
         yf = out_float if out_float is not None else _empty(ys, "fp32", x)
     text = params.encode()  # held until the call returns: the struct holds its address
-    _launch(dev, "qjit_gru_quant", _lib.GruQuantArgs(t, n, ci, h, text, x.data_ptr(), h0.data_ptr(), W.data_ptr(),
-                                                     R.data_ptr(), bw.data_ptr(), br.data_ptr(), y.data_ptr(),
-                                                     yf.data_ptr() if yf is not None else None))
+    a = _lib.GruQuantArgs(t, n, ci, h, text, x.data_ptr(), h0.data_ptr(), W.data_ptr(), R.data_ptr(), bw.data_ptr(),
+                          br.data_ptr(), y.data_ptr(), yf.data_ptr() if yf is not None else None)
+    _launch(dev, "qjit_gru_quant", bytes(a))
     return (y, yf) if yf is not None else y
 
 
@@ -547,7 +643,7 @@ def _gru_quant_checked(x, h0, W, R, bw, br, params, *, float_out=False, out=None
         yf = _output(c, out_float, "fp32", (t, n, h), "out_float")
     a = _lib.GruQuantArgs(t, n, ci, h, params.encode(), x.data_ptr(), h0.data_ptr(), W.data_ptr(), R.data_ptr(),
                           bw.data_ptr(), br.data_ptr(), y.data_ptr(), yf.data_ptr() if yf is not None else None)
-    _launch(c.index, "qjit_gru_quant", a)
+    _launch(c.index, "qjit_gru_quant", bytes(a))
     return (y, yf) if yf is not None else y
 
 
@@ -569,35 +665,47 @@ def w8a8_gemm(x, wq, w_scale, w_offset=None, w_sum=None, *, block=128, quant_a="
     tile; block 128, N and K multiples of 128, no w_offset or w_sum, quant_a
     does not apply. qjit.w8a8.pack_weights(w, format="e4m3") makes them.
     """
+    hit = key = None
     try:
-        xs = x.shape
-        k = xs[-1]
-        xd = _DT.get(x.dtype) if x.is_cuda and x.is_contiguous() else None  # _dt(x, dev), one call fewer
-        dev = x.get_device()
-        qs = wq.shape
-        n = qs[0]
-        wd = _dt(wq, dev)
-        fp8 = format == "e4m3" or (format is None and wd == "e4m3")
-        if fp8:
-            ok = (xd in FLOAT and act in _ACTS and qs == (n, k) and wd in ("e4m3", "uint8") and block == 128
-                  and k % 128 == 0 and n % 128 == 0 and _is(w_scale, dev, "fp32", (k // 128, n // 128))
-                  and w_offset is None and w_sum is None and _none_or(bias, dev, xd, (n,)))
-        else:
-            param = (k // block, n)
-            ok = (format in (None, "int8") and xd in FLOAT and quant_a in ("offset", "symmetric") and act in _ACTS
-                  and qs == (n, k) and wd == "int8" and block > 0 and k % block == 0
-                  and _is(w_scale, dev, "fp32", param) and _none_or(w_offset, dev, "fp32", param)
-                  and (w_sum is not None or quant_a != "offset") and _none_or(w_sum, dev, "int32", param)
-                  and _none_or(bias, dev, xd, (n,)))
-        if ok:
-            m = xs[0] if len(xs) == 2 else numel(xs[:-1])  # rows (torch.Size slices are slow: 2-D x needs none)
-            ys = (m, n) if len(xs) == 2 else (*xs[:-1], n)
-            ok = m > 0 and (out is None or _is(out, dev, xd, ys))
+        key = (x.shape, x.dtype, wq.shape, wq.dtype, w_scale.shape, w_scale.dtype, _meta(w_offset), _meta(w_sum),
+               _meta(bias), _meta(out), block, quant_a, format, act)
+        hit, dev = _recall(_w8_seen, key, x, wq, w_scale, w_offset, w_sum, bias, out)
     except _FALLBACK:
-        ok = False
-    if not ok:
-        return _w8a8_gemm_checked(x, wq, w_scale, w_offset, w_sum, block=block, quant_a=quant_a, format=format,
-                                  bias=bias, act=act, out=out)
+        hit = key = None
+    if hit is not None:
+        k, n, m, ys, xd, fp8 = hit
+    else:
+        try:
+            xs = x.shape
+            k = xs[-1]
+            xd = _DT.get(x.dtype) if x.is_cuda and x.is_contiguous() else None  # _dt(x, dev), one call fewer
+            dev = x.get_device()
+            qs = wq.shape
+            n = qs[0]
+            wd = _dt(wq, dev)
+            fp8 = format == "e4m3" or (format is None and wd == "e4m3")
+            if fp8:
+                ok = (xd in FLOAT and act in _ACTS and qs == (n, k) and wd in ("e4m3", "uint8") and block == 128
+                      and k % 128 == 0 and n % 128 == 0 and _is(w_scale, dev, "fp32", (k // 128, n // 128))
+                      and w_offset is None and w_sum is None and _none_or(bias, dev, xd, (n,)))
+            else:
+                param = (k // block, n)
+                ok = (format in (None, "int8") and xd in FLOAT and quant_a in ("offset", "symmetric") and act in _ACTS
+                      and qs == (n, k) and wd == "int8" and block > 0 and k % block == 0
+                      and _is(w_scale, dev, "fp32", param) and _none_or(w_offset, dev, "fp32", param)
+                      and (w_sum is not None or quant_a != "offset") and _none_or(w_sum, dev, "int32", param)
+                      and _none_or(bias, dev, xd, (n,)))
+            if ok:
+                m = xs[0] if len(xs) == 2 else numel(xs[:-1])  # rows (torch.Size slices are slow: 2-D x needs none)
+                ys = (m, n) if len(xs) == 2 else (*xs[:-1], n)
+                ok = m > 0 and (out is None or _is(out, dev, xd, ys))
+        except _FALLBACK:
+            ok = False
+        if not ok:
+            return _w8a8_gemm_checked(x, wq, w_scale, w_offset, w_sum, block=block, quant_a=quant_a, format=format,
+                                      bias=bias, act=act, out=out)
+        if key is not None:
+            _remember(_w8_seen, key, (k, n, m, ys, xd, fp8))
     y = out if out is not None else _empty(ys, xd, x)
     if fp8:
         qa = qw = _A["e4m3"]
@@ -659,7 +767,7 @@ def _w8a8_gemm_checked(x, wq, w_scale, w_offset=None, w_sum=None, *, block=128, 
                           w_offset.data_ptr() if w_offset is not None else None,
                           w_sum.data_ptr() if (w_sum is not None and quant_a == "offset") else None,
                           bias.data_ptr() if bias is not None else None, y.data_ptr(), m)
-    _launch(c.index, "qjit_w8a8_gemm", a)
+    _launch(c.index, "qjit_w8a8_gemm", bytes(a))
     return y
 
 
@@ -748,5 +856,5 @@ def _qconv2d_checked(x, qweight, scales, offsets, *, bits=4, block=32, kernel=(3
     a = _lib.QConv2dArgs(nb, ci, h, w, co, kh, kw, sh, sw, ph, pw, dh, dw, _b(layout), bits, block, _b(xd),
                          bias is not None, _b(act), x.data_ptr(), qweight.data_ptr(), scales.data_ptr(),
                          offsets.data_ptr(), bias.data_ptr() if bias is not None else None, y.data_ptr())
-    _launch(c.index, "qjit_qconv2d", a)
+    _launch(c.index, "qjit_qconv2d", bytes(a))
     return y

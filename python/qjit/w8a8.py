@@ -83,3 +83,15 @@ def _pack_e4m3(w, block):
     scale = torch.where(scale == 0, torch.ones_like(scale), scale)
     q = (t / scale[:, None, :, None]).to(torch.float8_e4m3fn)
     return q.reshape(n, k).contiguous(), scale.t().contiguous(), None, None
+
+
+def dequantize(wq, w_scale, w_offset=None):
+    """The weights w8a8_gemm multiplies: float32 W [N, K] = q·scale (+ offset) of each code's block
+    (w_scale, w_offset block-major [K/block, N] as pack_weights returns them; None: symmetric)."""
+    n, k = (int(s) for s in wq.shape)
+    blocks = int(w_scale.shape[0])
+    q = wq.float().reshape(n, blocks, k // blocks)
+    w = q * w_scale.float().t()[..., None]
+    if w_offset is not None:
+        w = w + w_offset.float().t()[..., None]
+    return w.reshape(n, k)

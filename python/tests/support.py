@@ -7,6 +7,7 @@ numel() for the fast one (qjit/ops.py). It tests the checks without torch or
 a GPU; the GPU machine's tests (test_gpu.py) run the same ops on real tensors.
 As in torch, a CUDA tensor's device always has an index ("cuda" is cuda:0)."""
 import os
+import sys
 import tempfile
 import unittest
 from collections import namedtuple
@@ -53,7 +54,7 @@ _next_ptr = [0x7f0000000000]
 
 class StandIn:
     def __init__(self, dtype, shape, device="cuda:0", stride=None):
-        self.dtype = "torch." + dtype
+        self.dtype = sys.intern("torch." + dtype)  # one object per dtype, as torch's dtypes
         self.shape = tuple(shape)
         kind, _, index = device.partition(":")
         self.device = Device(kind, int(index) if index else 0 if kind == "cuda" else None)
@@ -101,3 +102,63 @@ class StandIn:
 
 def T(dtype, *shape, device="cuda:0"):
     return StandIn(dtype, shape, device)
+
+
+class Fields:
+    """A C argument struct as its fields (attributes, `_fields_` as the ctypes Structure's), compared by value."""
+
+    def __init__(self, struct):
+        self._fields_ = struct._fields_
+        for name, _ in struct._fields_:
+            setattr(self, name, getattr(struct, name))
+
+    def values(self):
+        return tuple(getattr(self, name) for name, _ in self._fields_)
+
+    def __eq__(self, other):
+        return isinstance(other, Fields) and self._fields_ == other._fields_ and self.values() == other.values()
+
+    def __repr__(self):
+        return "Fields(%s)" % ", ".join("%s=%r" % (name, getattr(self, name)) for name, _ in self._fields_)
+
+
+def decoded(entry, args):
+    """A launch's arguments (qjit.ops._launch's) as the C side reads them: the packed bytes of a struct
+    entry's argument as Fields, its char* fields read now, while the strings they point to are alive."""
+    from qjit import _lib
+
+    cls = _lib.STRUCT_ENTRIES.get(entry)
+    if cls is None:
+        return args
+    return (Fields(cls.from_buffer_copy(args[0])),) + tuple(args[1:])
+
+
+class TorchAsCuda:
+    """While entered, torch's CPU tensors answer as tensors on cuda:0 (is_cuda, get_device() and device,
+    patched on torch.Tensor in this process) and qjit.ops._launch records each launch instead of calling
+    the library: the torch side of qjit (qjit.nn, the ops' fast paths) on a machine without a GPU.
+    `launches` holds (device index, entry, *args) tuples, a struct argument as Fields (decoded)."""
+
+    def __init__(self):
+        self.launches = []
+
+    def __enter__(self):
+        import torch
+        from qjit import ops
+
+        cuda0 = torch.device("cuda", 0)
+        torch.Tensor.is_cuda = property(lambda self: True)
+        torch.Tensor.get_device = lambda self: 0
+        torch.Tensor.device = property(lambda self: cuda0)
+        self.saved_launch = ops._launch
+        ops._launch = lambda index, entry, *args: self.launches.append((index, entry) + decoded(entry, args))
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+        from qjit import ops
+
+        for name in ("is_cuda", "get_device", "device"):
+            delattr(torch.Tensor, name)
+        ops._launch = self.saved_launch
+        return False

@@ -111,12 +111,25 @@ class HeaderAgreement(unittest.TestCase):
                 else:
                     fields.append(-3 - i if i % 3 == 0 else i + 1)
             packed, made = _lib.packer(s)(*fields), s(*fields)
-            self.assertIs(type(packed), s)
-            self.assertEqual(bytes(packed), bytes(made), s.c_name)
+            self.assertIs(type(packed), bytes)
+            self.assertEqual(packed, bytes(made), s.c_name)
+            back = s.from_buffer_copy(packed)
             for name, _ in s._fields_:
-                self.assertEqual(getattr(packed, name), getattr(made, name), "%s.%s" % (s.c_name, name))
-        self.assertIsNone(_lib.packer(_lib.WqGemmArgs)(*[0] * len(_lib.WqGemmArgs._fields_)).zero, "0 is NULL")
+                self.assertEqual(getattr(back, name), getattr(made, name), "%s.%s" % (s.c_name, name))
+        zero = _lib.WqGemmArgs.from_buffer_copy(_lib.packer(_lib.WqGemmArgs)(*[0] * len(_lib.WqGemmArgs._fields_)))
+        self.assertIsNone(zero.zero, "0 is NULL")
 
+    def test_struct_entries_take_the_packed_bytes_in_place(self):
+        """A struct entry's argument is declared char*: ctypes passes the bytes object's own buffer, which C
+        reads as the struct, so it must be aligned as the struct is (8 bytes: its pointers)."""
+        for name, cls in _lib.STRUCT_ENTRIES.items():
+            self.assertEqual(_lib.ENTRIES[name], [ctypes.c_char_p, ctypes.c_void_p], name)
+            self.assertIn(cls, _lib.STRUCTS)
+            for i in range(50):  # bytes objects of the struct's size, made as the ops make them
+                packed = _lib.packer(cls)(*[i] * len(cls._fields_))
+                address = ctypes.cast(ctypes.c_char_p(packed), ctypes.c_void_p).value
+                self.assertEqual(address % ctypes.alignment(cls), 0, "%s: bytes at %#x" % (name, address))
+                self.assertEqual(ctypes.string_at(address, len(packed)), packed)
 
 if __name__ == "__main__":
     unittest.main()

@@ -16,17 +16,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import qjit  # noqa: E402
 from qjit import ops  # noqa: E402
-from support import StandIn, T  # noqa: E402
+from support import StandIn, T, decoded  # noqa: E402
 
 
 class Recorder:
-    """Replaces qjit.ops._launch and _empty: records each launch (device index, entry, args), allocates stand-ins."""
+    """Replaces qjit.ops._launch and _empty: records each launch (device index, entry, args, a struct as
+    support.Fields), allocates stand-ins."""
 
     def __init__(self):
         self.launches = []
 
     def launch(self, index, entry, *args):
-        self.launches.append((index, entry, args))
+        self.launches.append((index, entry, decoded(entry, args)))
 
     @staticmethod
     def empty(shape, dtype, like):
@@ -256,13 +257,14 @@ class OpChecks(unittest.TestCase):
         x, w1, w3 = T("float16", 1, 256), T("float16", 512, 256), T("float16", 512, 256)
         y = qjit.fused_ffn(x, w1, w3)
         self.assertEqual(y.shape, (1, 512))
-        _, entry, args = self.rec.launches[0]
-        self.assertEqual(entry, "qjit_fused_ffn")
-        self.assertEqual(args, (256, 512, 1, b"fp16", b"silu", x.data_ptr(), w1.data_ptr(), w3.data_ptr(),
-                                y.data_ptr()))
+        _, entry, (s,) = self.rec.launches[0]
+        self.assertEqual(entry, "qjit_dense_ffn")
+        self.assertEqual(s.values(), (256, 512, 1, b"fp16", b"silu", x.data_ptr(), w1.data_ptr(), w3.data_ptr(),
+                                      y.data_ptr()))
         self.rec.launches.clear()
         qjit.fused_ffn(T("float32", 4, 256), w1, w3, act="silu_lut")
-        self.assertEqual(self.rec.launches[0][2][2:5], (4, b"mixed", b"silu_lut"))
+        s = self.rec.launches[0][2][0]
+        self.assertEqual((s.m, s.dtype, s.act), (4, b"mixed", b"silu_lut"))
         self.rec.launches.clear()
         f = qjit.fused_ffn
         self.refused(ValueError, ["M = 9 rows", "1..8"], f, T("float16", 9, 256), w1, w3)
@@ -380,27 +382,29 @@ class FastPath(unittest.TestCase):
             setattr(ops, name, f)
 
     def same(self, op, *args, **kwargs):
-        """op(*args) twice (the first one may meet a dtype for the first time), the second on the fast path,
-        then the checked path on the same arguments: the same launch, the same output."""
+        """op(*args) three times (the first one may meet a dtype for the first time), the second on the fast
+        path, the third from the signature cache (for the ops that have one), then the checked path on the
+        same arguments: the same launches, the same outputs."""
         fast, checked = getattr(qjit, op), self.saved["_%s_checked" % op]
         fast(*args, **kwargs)
         self.rec.launches.clear()
         self.checked_calls.clear()
-        y = fast(*args, **kwargs)
+        ys = [fast(*args, **kwargs), fast(*args, **kwargs)]
         self.assertEqual(self.checked_calls, [], "%s%r took the checked path" % (op, kwargs))
-        y_ref = checked(*args, **kwargs)
-        (i1, e1, a1), (i2, e2, a2) = self.rec.launches
-        self.assertEqual((i1, e1), (i2, e2))
-        outs = y if isinstance(y, tuple) else (y,)
-        outs_ref = y_ref if isinstance(y_ref, tuple) else (y_ref,)
-        self.assertEqual([(o.shape, o.dtype) for o in outs], [(o.shape, o.dtype) for o in outs_ref])
+        ys.append(checked(*args, **kwargs))
+        launches = self.rec.launches
+        self.assertEqual(len(launches), 3)
+        self.assertEqual(len({(i, e) for i, e, _ in launches}), 1)
+        outs = [y if isinstance(y, tuple) else (y,) for y in ys]
+        self.assertEqual(len({tuple((o.shape, o.dtype) for o in os) for os in outs}), 1)
         given = [kwargs.get("out"), kwargs.get("out_float")]
-        self.assertEqual([o for o in outs if any(o is g for g in given)], [g for g in given if g is not None])
+        for os in outs:
+            self.assertEqual([o for o in os if any(o is g for g in given)], [g for g in given if g is not None])
         # Outputs allocated by each call: the same but for their pointers.
-        ptrs = {o.data_ptr(): "new output" for o in outs + outs_ref if not any(o is g for g in given)}
+        ptrs = {o.data_ptr(): "new output" for os in outs for o in os if not any(o is g for g in given)}
         norm = lambda a: tuple(tuple(ptrs.get(v, v) for v in f) if isinstance(f, tuple) else ptrs.get(f, f)
                                for f in fields(a))  # noqa: E731
-        self.assertEqual(norm(a1), norm(a2), "%s%r" % (op, kwargs))
+        self.assertEqual(len({norm(a) for _, _, a in launches}), 1, "%s%r: %r" % (op, kwargs, launches))
         self.rec.launches.clear()
 
     def test_every_op(self):
@@ -462,6 +466,77 @@ class FastPath(unittest.TestCase):
             getattr(qjit, op)(*args, **kwargs)
             self.assertEqual(self.checked_calls, [op])
         self.assertEqual([e for _, e, _ in self.rec.launches], ["qjit_gru_quant", "qjit_qconv2d"])
+
+
+class SignatureCache(unittest.TestCase):
+    """A call whose signature (shapes, dtypes, plain arguments) passed before skips the fast path's comparisons
+    (qjit/ops.py), and is still refused for a tensor on another device or not contiguous; another dtype or
+    shape is another signature, checked anew."""
+
+    def setUp(self):
+        self.rec = Recorder()
+        self.saved = ops._launch, ops._empty
+        ops._launch, ops._empty = self.rec.launch, self.rec.empty
+        for seen in (ops._ffn_seen, ops._wq_seen, ops._w8_seen):
+            seen.clear()
+
+    def tearDown(self):
+        ops._launch, ops._empty = self.saved
+
+    def cases(self):
+        """(op, positional tensors, keyword arguments): one call of each op that has a cache."""
+        qw = T("int32", 256 * 512 // 8)
+        q = dict(scales1=T("float16", 2, 512), zeros1=T("uint8", 2, 512), scales3=T("float16", 2, 512),
+                 zeros3=T("uint8", 2, 512))
+        return [
+            ("fused_ffn", [T("float16", 1, 256), T("float16", 512, 256), T("float16", 512, 256)],
+             dict(out=T("float16", 1, 512))),
+            ("fused_ffn", [T("float16", 2, 256), qw, qw], q),
+            ("wq_gemm", [T("float16", 3, 256), T("int32", 256 * 64 // 8), T("float16", 2, 64), T("uint8", 2, 64)],
+             dict(bias=T("float16", 64))),
+            ("w8a8_gemm", [T("float32", 4, 256), T("int8", 64, 256), T("float32", 2, 64)],
+             dict(w_offset=T("float32", 2, 64), w_sum=T("int32", 2, 64), out=T("float32", 4, 64))),
+        ]
+
+    def test_cached_signatures_still_check_devices_and_strides(self):
+        for op, args, kwargs in self.cases():
+            f = getattr(qjit, op)
+            f(*args, **kwargs)
+            f(*args, **kwargs)  # the signature is known from here on
+            self.rec.launches.clear()
+            names = ["x", {"fused_ffn": "qweight1" if "scales1" in kwargs else "w1", "wq_gemm": "qweight",
+                           "w8a8_gemm": "wq"}[op]]
+            for i, name in enumerate(names):
+                t = args[i]
+                moved = StandIn(t.dtype[len("torch."):], t.shape, "cuda:1")
+                with self.assertRaisesRegex(ValueError, "%s is on cuda:1" % name):
+                    f(*(args[:i] + [moved] + args[i + 1:]), **kwargs)
+                if len(t.shape) == 2 and min(t.shape) > 1:  # same shape, transposed strides
+                    strided = StandIn(t.dtype[len("torch."):], t.shape, "cuda:0", (1, t.shape[0]))
+                    with self.assertRaisesRegex(ValueError, "%s is not contiguous" % name):
+                        f(*(args[:i] + [strided] + args[i + 1:]), **kwargs)
+            for name, t in kwargs.items():
+                moved = StandIn(t.dtype[len("torch."):], t.shape, "cuda:1")
+                with self.assertRaisesRegex(ValueError, "is on cuda:1"):
+                    f(*args, **dict(kwargs, **{name: moved}))
+            x = args[0]
+            with self.assertRaisesRegex(TypeError, "x has dtype torch.float64"):
+                f(*([StandIn("float64", x.shape)] + args[1:]), **kwargs)
+            self.assertEqual(self.rec.launches, [], op)
+            f(*args, **kwargs)
+            self.assertEqual(len(self.rec.launches), 1)
+            self.rec.launches.clear()
+
+    def test_bounded(self):
+        saved = ops._SEEN_MAX
+        ops._SEEN_MAX = 3
+        try:
+            for rows in range(1, 9):
+                qjit.fused_ffn(T("float16", rows, 256), T("float16", 512, 256), T("float16", 512, 256))
+                self.assertLessEqual(len(ops._ffn_seen), 3)
+        finally:
+            ops._SEEN_MAX = saved
+        self.assertEqual(len(self.rec.launches), 8)
 
 
 class Launch(unittest.TestCase):

@@ -324,9 +324,78 @@ class GpuOps(unittest.TestCase):
 
 
 
+@unittest.skipUnless(CUDA, "needs torch with a CUDA device")
+class GpuModules(unittest.TestCase):
+    """qjit.nn.W8A8Linear and QConv2d made from float torch modules, against torch on the dequantized weights
+    (what the kernels multiply): the tolerances of the ops' own tests above, as fractions of max |reference|:
+    w8a8 3e-2 (x's online quantization dominates), qconv2d 1e-2 with fp16 x (the tensor-core path rounds
+    the weights to fp16) and 5e-4 with fp32 x (fp32 products and sums over Kh·Kw·Ci ≤ 576 terms)."""
+
+    def setUp(self):
+        self.gen = torch.Generator().manual_seed(11)
+
+    def randn(self, *shape, dtype=None):
+        return torch.randn(*shape, generator=self.gen).to("cuda", dtype or torch.float16)
+
+    def test_w8a8_linear_from_float(self):
+        lin = torch.nn.Linear(512, 192).to("cuda")
+        for dtype in (torch.float16, torch.bfloat16):
+            for quant_a in ("offset", "symmetric"):
+                for quant_w in ("offset", "symmetric"):
+                    m = qjit.nn.W8A8Linear.from_float(lin, block=128, quant_a=quant_a, quant_w=quant_w, act="relu",
+                                                      dtype=dtype)
+                    wd = m.dequantized_weight()
+                    for rows in (1, 7, 64):
+                        x = self.randn(rows, 512, dtype=dtype)
+                        y = m(x)
+                        self.assertEqual((tuple(y.shape), y.dtype, y.device), ((rows, 192), dtype, x.device))
+                        ref = torch.relu(x.float() @ wd.T + m.bias.float())
+                        close(self, y, ref, 3e-2, "W8A8Linear %s a=%s w=%s rows=%d" % (dtype, quant_a, quant_w, rows))
+        x = self.randn(2, 3, 512, dtype=torch.float32)  # leading dims, fp32 x with a float32 module
+        m = qjit.nn.W8A8Linear.from_float(lin)
+        close(self, m(x), x @ m.dequantized_weight().T + lin.bias.detach(), 3e-2, "W8A8Linear fp32 [2, 3, K]")
+
+    def test_qconv2d_from_float(self):
+        cases = [  # (conv, bits, block, rule, x dtype, memory format, act)
+            (torch.nn.Conv2d(64, 48, 3, padding=1), 4, 32, "offset", torch.float16, "nchw", "none"),
+            (torch.nn.Conv2d(64, 48, 3, padding=1, bias=False), 8, 64, "symmetric", torch.float16, "channels_last",
+             "relu"),
+            (torch.nn.Conv2d(32, 16, (3, 5), stride=2, padding=(2, 1), dilation=(2, 1)), 8, 16, "offset",
+             torch.float32, "nchw", "relu6"),
+            (torch.nn.Conv2d(32, 40, 1), 4, 8, "symmetric", torch.float32, "channels_last", "none"),
+        ]
+        for c, bits, block, rule, dtype, fmt, act in cases:
+            c = c.to("cuda")
+            m = qjit.nn.QConv2d.from_float(c, bits=bits, block=block, rule=rule, act=act)
+            x = self.randn(2, c.in_channels, 13, 11, dtype=dtype)
+            if fmt == "channels_last":
+                x = x.contiguous(memory_format=torch.channels_last)
+            y = m(x)
+            ref = F.conv2d(x.float(), m.dequantized_weight(), m.bias, c.stride, c.padding, c.dilation)
+            ref = {"none": ref, "relu": torch.relu(ref), "relu6": ref.clamp(0, 6)}[act]
+            what = "QConv2d int%d %s %s %s" % (bits, dtype, fmt, act)
+            self.assertEqual((tuple(y.shape), y.dtype), (tuple(ref.shape), dtype), what)
+            if fmt == "channels_last":
+                self.assertTrue(y.is_contiguous(memory_format=torch.channels_last), what)
+            close(self, y, ref, 1e-2 if dtype == torch.float16 else 5e-4, what)
+            y1 = m(x[1])  # unbatched
+            close(self, y1, ref[1], 1e-2 if dtype == torch.float16 else 5e-4, what + " unbatched")
+
+    def test_module_refusals_on_real_tensors(self):
+        m = qjit.nn.QConv2d.from_float(torch.nn.Conv2d(64, 32, 3).to("cuda"))
+        with self.assertRaisesRegex(ValueError, "neither contiguous nor channels_last"):
+            m(self.randn(1, 64, 9, 18)[..., ::2])
+        with self.assertRaisesRegex(ValueError, "qconv2d: x is on cpu"):
+            m(torch.randn(1, 64, 9, 9).half())
+        lin = qjit.nn.W8A8Linear.from_float(torch.nn.Linear(256, 64).to("cuda").half())
+        with self.assertRaisesRegex(ValueError, "w8a8_gemm: x is not contiguous"):
+            lin(self.randn(256, 2).T)
+
+
 def measure_launch_overhead():
     """The host time of one cache-hit call (enqueue only, median of 7 batches of 1000) of dense fused_ffn,
-    d=4096, h=11008, M=1, from Python (with out=, allocating, the bare ctypes call) and from C++
+    d=4096, h=11008, M=1, from Python (with out=, allocating, the bare ctypes call of the positional entry
+    and of the struct one, qjit_dense_ffn, the package's) and from C++
     (qjit_launch_probe), in one process run. A benchmark, not a test: tests/gpu_python.sh runs it after
     the tests and the result line goes to $QJIT_PY_RESULTS."""
     probe = os.environ.get("QJIT_LAUNCH_PROBE") or os.path.join(REPO, ".dist", "bin", "qjit_launch_probe")
@@ -353,14 +422,20 @@ def measure_launch_overhead():
     bare = qjit._lib.function("qjit_fused_ffn")
     stream = torch.cuda.current_stream().cuda_stream
     args = (d, h, m, b"fp16", b"silu", x.data_ptr(), w1.data_ptr(), w3.data_ptr(), y.data_ptr(), stream)
+    # The struct form the package calls (qjit_dense_ffn, packed once here).
+    dense = qjit._lib.function("qjit_dense_ffn")
+    packed = qjit._lib.packer(qjit._lib.DenseFfnArgs)(d, h, m, qjit.ops._p("fp16"), qjit.ops._p("silu"), x.data_ptr(),
+                                                        w1.data_ptr(), w3.data_ptr(), y.data_ptr())
     py_out = per_call(lambda: qjit.fused_ffn(x, w1, w3, out=y))
     py_alloc = per_call(lambda: qjit.fused_ffn(x, w1, w3))
     py_ctypes = per_call(lambda: bare(*args))
+    py_ctypes_struct = per_call(lambda: dense(packed, stream))
     cpp = json.loads(subprocess.run([probe, str(d), str(h), str(m), "fp16"], stdout=subprocess.PIPE,
                                     universal_newlines=True, check=True).stdout.strip().splitlines()[-1])
     result = {"test": "launch_overhead", "device": torch.cuda.get_device_name(), "d": d, "h": h, "m": m,
               "cpp_hit_us": cpp["hit_overhead_us"], "cpp_bare_launch_us": cpp["bare_launch_us"],
               "py_out_us": round(py_out, 2), "py_alloc_us": round(py_alloc, 2), "py_ctypes_us": round(py_ctypes, 2),
+              "py_ctypes_struct_us": round(py_ctypes_struct, 2),
               "py_minus_cpp_us": round(py_out - cpp["hit_overhead_us"], 2)}
     record(result)
     return result

@@ -53,6 +53,8 @@ class CArgumentErrors(unittest.TestCase):
         self.refused(["x_dtype 'int4'"], "qjit_wq_gemm", a, None)
         self.refused(["scales_dtype 'mixed'"], "qjit_awq_dequant", _lib.AwqDequantArgs(scales_dtype=b"mixed"), None)
         self.refused(["act 'gelu'"], "qjit_quant_ffn", _lib.QuantFfnArgs(act=b"gelu"), None)
+        self.refused(["act 'gelu'"], "qjit_dense_ffn", _lib.DenseFfnArgs(dtype=b"fp16", act=b"gelu"), None)
+        self.refused(["fused_ffn: args is null"], "qjit_dense_ffn", None, None)
         g = _lib.GruQuantArgs(t=4, n=1, c=8, h=8, params=b'{"input_size": 8')
         self.refused(["gru_quant params"], "qjit_gru_quant", g, None)
         self.refused(["fp_lut: in/out 'fp64'/'fp16'"], "qjit_fp_lut", b"silu", 16, b"fp64", b"fp16", None, None, None,

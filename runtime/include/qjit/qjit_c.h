@@ -15,6 +15,17 @@ typedef enum { QJIT_OK = 0, QJIT_ERROR_INVALID_ARGUMENT = 1, QJIT_ERROR_NO_DEVIC
  * stream: a CUstream / cudaStream_t or NULL. */
 qjit_status qjit_fused_ffn(int d, int h, int m, const char* dtype, const char* act, const void* x, const void* w1,
                            const void* w3, void* y, void* stream);
+/* The same call with its arguments in one struct (one pointer to pass: the cheaper form from FFI). */
+typedef struct {
+  int d, h, m;
+  const char* dtype;
+  const char* act;
+  const void* x;
+  const void* w1;
+  const void* w3;
+  void* y;
+} qjit_dense_ffn_args;
+qjit_status qjit_dense_ffn(const qjit_dense_ffn_args* args, void* stream);
 /* fn, cuts as in qjit.h (cuts NULL = "default"); in/out: "fp16", "bf16", "fp32". */
 qjit_status qjit_fp_lut(const char* fn, long long n, const char* in, const char* out, const char* cuts, const void* x,
                         void* y, void* stream);
