@@ -5,10 +5,13 @@
 #include <iostream>
 #include <mutex>
 #include <ostream>
+#include <set>
 #include <streambuf>
 #include <thread>
 #include "cache/store.h"
 #include "codegen/error.h"
+#include "runtime/device.h"
+#include "runtime/driver.h"
 
 namespace qjit::tuner {
 
@@ -87,6 +90,23 @@ class PrefixedLines : public std::streambuf {
   std::string prefix_, line_;
 };
 
+// The per-context caches (the timer's spin kernel, the runtime's plans) are
+// keyed by context handle. A primary context released to zero retains and
+// retained again can come back under the same handle with nothing loaded:
+// a second tune_on_devices in one process launched a stale spin kernel
+// (CUDA_ERROR_INVALID_HANDLE, 2x H200). So each device's primary context,
+// once a worker has used it, stays retained for the life of the process.
+void keep_primary_context(int device) {
+  static std::mutex mu;
+  static std::set<int> kept;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!kept.insert(device).second) return;
+  CUdevice handle = 0;
+  CUcontext context = nullptr;
+  QJIT_CU(cuDeviceGet(&handle, device));
+  QJIT_CU(cuDevicePrimaryCtxRetain(&context, handle));
+}
+
 }  // namespace
 
 std::vector<TuneReport> tune_on_devices(const std::vector<codegen::OpSpec>& specs,
@@ -102,6 +122,7 @@ std::vector<TuneReport> tune_on_devices(const std::vector<codegen::OpSpec>& spec
     try {
       PrefixedLines lines(progress ? *progress : std::cerr, print_mu, "[gpu" + std::to_string(device) + "] ");
       std::ostream out(&lines);
+      keep_primary_context(device);
       const runtime::DeviceScope scope(device);
       cache::Store store(cache_path);
       for (size_t i; !failed && (i = next++) < specs.size();) {
