@@ -103,6 +103,14 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], unsigned a0, unsigned a
   }
 }
 
+// 16 bytes global → shared by cp.async (sm_80+); src_bytes 0 writes zeros and
+// reads nothing. Completes at cp.async.wait_group / wait_all.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes = 16) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))),
+               "l"(src), "r"(src_bytes)
+               : "memory");
+}
+
 // Butterfly sum over the 32 lanes of a warp: every lane ends with the total.
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -520,9 +520,7 @@ qjit_gru_input_mma(const int* __restrict__ x, const signed char* __restrict__ W,
         const int r = i / (kInKChunk / 4), kk = (i % (kInKChunk / 4)) * 4;
         const long long row = row0 + r;
         const bool in = row < kRowsTotal && k0 + kk < kC;
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(xraw + r * kInKChunk + kk)),
-                     "l"(in ? x + row * kC + k0 + kk : x), "r"(in ? 16 : 0)
-                     : "memory");
+        qjit::cp_async16(xraw + r * kInKChunk + kk, in ? x + row * kC + k0 + kk : x, in ? 16 : 0);
       }
       asm volatile("cp.async.wait_all;" ::: "memory");
       __syncthreads();
