@@ -219,7 +219,7 @@ TEST_CASE("w8a8_gemm format=e4m3: candidates compile for sm_90a and sm_89 withou
         CHECK(j.result.ptx.find("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32") != std::string::npos);
         CHECK(j.result.ptx.find(".s8.s8") == std::string::npos);
       }
-      CHECK(j.result.spill_bytes == 0);  // the space keeps warps of at most 8 mma tiles: none spills
+      CHECK(j.result.spill_bytes == 0);  // the space leaves out the warp shapes that spill (w8a8_gemm.cpp)
     }
   // The int8 kernels hold no FP8 instruction (they also run on sm_80).
   const auto int8 = parse_spec("w8a8_gemm", "k=512,n=256,m=64");

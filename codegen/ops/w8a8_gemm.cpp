@@ -278,6 +278,8 @@ std::vector<nlohmann::json> W8a8GemmOp::candidates(const OpSpec& spec, const Dev
               // e4m3 on sm_90: no FP8 mma.sync instruction there (sm_89 has QMMA.16832); ptxas unpacks each
               // fragment to f16 (F2FP) for two HMMA.16816, and a warp of 16 tiles always spills; 8 fit.
               if (s.fp8 && tiles > 8) continue;
+              // ... except 32×32 warps over 128-code tiles in a 6-slot ring: ptxas spills 8-16 bytes there.
+              if (s.fp8 && c.bm / warps_m == 32 && c.bn / warps_n == 32 && bk == 128 && stages > 4) continue;
               out.push_back(c.to_json());
             }
       }
