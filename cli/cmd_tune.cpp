@@ -15,6 +15,7 @@
 #include "codegen/registry.h"
 #include "codegen/source.h"
 #include "runtime/device.h"
+#include "runtime/kernel_cache.h"
 #include "tuner/bench.h"
 #include "tuner/multi_device.h"
 #include "tuner/tuner.h"
@@ -85,9 +86,11 @@ int gpu_free_part(const std::vector<codegen::OpSpec>& specs, const std::string& 
 
 }  // namespace
 
-// The specs of a manifest (qjit repack --checkpoint --manifest): one JSON
-// object per line with "op" and "shape", each expanded with the command's
-// --m and --dtype as --op/--shape would be.
+// The specs of a manifest (qjit repack --checkpoint --manifest, or
+// tuned/models.jsonl): one JSON object per line with "op" and "shape", each
+// expanded with the command's --m and --dtype as --op/--shape would be; a
+// line's own "m" ("1-1024", "1,16") takes the place of --m. Other keys (a
+// "models" note) are ignored.
 std::vector<codegen::OpSpec> manifest_specs(const std::string& path, const SpecOptions& given) {
   std::istringstream lines(read_input_file("--manifest", path));
   std::vector<codegen::OpSpec> specs;
@@ -102,6 +105,10 @@ std::vector<codegen::OpSpec> manifest_specs(const std::string& path, const SpecO
     SpecOptions one = given;
     one.op = j["op"].get<std::string>();
     one.shape = j["shape"].get<std::string>();
+    if (j.contains("m")) {
+      if (!j["m"].is_string()) throw Error("argument", where + ": \"m\" must be a string like \"1-1024\": " + json_excerpt(j));
+      one.m = j["m"].get<std::string>();
+    }
     for (auto& spec : one.specs()) specs.push_back(std::move(spec));
   }
   if (specs.empty()) throw Error("argument", "--manifest " + path + " lists no spec");
@@ -117,7 +124,7 @@ void add_tune(CLI::App& app, int& rc) {
     SpecOptions spec;
     CacheOption cache;
     std::string budget, only, arch = "sm_90", manifest, devices;
-    bool retune = false, json = false, quiet = false, exhaustive = false;
+    bool retune = false, json = false, quiet = false, exhaustive = false, missing = false;
     int threads = 0;
     uint64_t seed = 0;
   };
@@ -130,7 +137,11 @@ void add_tune(CLI::App& app, int& rc) {
   cmd->add_option("--budget", o->budget,
                   "stop after this long (30s, 2m; past it, only until one candidate has verified) or this many new "
                   "candidates (40; the staged search screens at most that many more)");
-  cmd->add_flag("--retune", o->retune, "measure again candidates that already have trials");
+  auto* retune = cmd->add_flag("--retune", o->retune, "measure again candidates that already have trials");
+  cmd->add_flag("--missing", o->missing,
+                "only the specs the cache holds no tuned kernel for on this GPU (goes on with a manifest's tune "
+                "that was stopped)")
+      ->excludes(retune);
   cmd->add_option("--only", o->only,
                   "tune only the candidates holding these keys, e.g. '{\"family\":\"wgmma\",\"ws\":1}' "
                   "(see qjit source --configs)");
@@ -150,7 +161,7 @@ void add_tune(CLI::App& app, int& rc) {
     if (o->manifest.empty() && o->spec.shape.empty()) throw Error("argument", "tune needs --shape (or --manifest FILE)");
     if (!o->manifest.empty() && !o->spec.shape.empty())
       throw Error("argument", "--manifest " + o->manifest + " lists its own shapes; drop --shape");
-    const auto specs = o->manifest.empty() ? o->spec.specs() : manifest_specs(o->manifest, o->spec);
+    auto specs = o->manifest.empty() ? o->spec.specs() : manifest_specs(o->manifest, o->spec);
     tuner::TuneOptions topt;
     parse_budget(o->budget, topt);
     topt.retune = o->retune;
@@ -174,6 +185,24 @@ void add_tune(CLI::App& app, int& rc) {
       return;
     }
     const std::string cache_path = o->cache.resolved();
+    if (o->missing) {
+      cache::Store store(cache_path);
+      size_t kept = 0;
+      for (size_t i = 0; i < specs.size(); ++i) {
+        const auto have = store.lookup(runtime::fingerprint(specs[i]).key());
+        if (have && have->tuned) continue;
+        specs[kept] = specs[i];
+        only[kept++] = only[i];
+      }
+      if (!o->quiet) std::cerr << specs.size() - kept << " of " << specs.size() << " spec(s) tuned already\n";
+      specs.resize(kept);
+      only.resize(kept);
+      if (specs.empty()) {
+        if (o->json) std::cout << "[]\n";
+        rc = kOk;
+        return;
+      }
+    }
     const bool devices_named = !o->devices.empty();
     nlohmann::json all = nlohmann::json::array();
     // One spec's result, as soon as it is known with one device.

@@ -21,6 +21,7 @@
 #include "runtime/kernel_cache.h"
 #include "tuner/compile_queue.h"
 #include "tuner/ops.h"
+#include "tuner/shipped.h"
 #include "tuner/timing.h"
 #include "tuner/workload.h"
 
@@ -170,10 +171,14 @@ class Tuning {
   void select_candidates() {
     std::set<std::string> seen;
     if (opt_.only_configs.empty()) {
-      for (const auto& imp : store_.imports(spec_.op, spec_.canonical_json()))
-        if (seen.insert(imp.config.dump()).second) {
-          configs_.push_back(imp.config);
-          imported_.push_back(imp.config);
+      std::vector<nlohmann::json> first;
+      for (const auto& imp : store_.imports(spec_.op, spec_.canonical_json())) first.push_back(imp.config);
+      if (opt_.seed_from_shipped)
+        for (auto& c : shipped_configs(spec_, dev_.identity, out_)) first.push_back(std::move(c));
+      for (const auto& c : first)
+        if (seen.insert(c.dump()).second) {
+          configs_.push_back(c);
+          imported_.push_back(c);
         }
       for (auto& c : op_.tunable_space(spec_, runtime::device_limits()))
         if (seen.insert(c.dump()).second) configs_.push_back(c);

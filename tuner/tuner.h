@@ -39,6 +39,8 @@ struct TuneOptions {
   // The staged search starts from the winners (and runners-up) cached for
   // the nearest values of the spec's m with every other key equal.
   bool seed_from_neighbours = true;
+  // ... and from the config shipped for the spec on this GPU (tuner/shipped.h), if any.
+  bool seed_from_shipped = true;
 };
 
 // The configs of `space` holding every key of `filter` with its value (a key
