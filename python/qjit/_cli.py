@@ -61,6 +61,19 @@ def tune(op, shape, m=None, *, budget=None, only=None, retune=False, cache=None)
     return json.loads(run(args)[1])
 
 
+def import_shipped(*, cache=None):
+    """Brings in the tuning records shipped with qjit for this GPU (common model
+    shapes): `qjit import --shipped --json`. Each is compiled, verified against
+    the CPU reference and timed here first; specs already tuned in the cache are
+    skipped. Returns one entry per record (spec, config, status "verified" or
+    "failed", best_us). Without a GPU: QjitError with status "no_device".
+    """
+    args = ["import", "--shipped", "--json"]
+    if cache is not None:
+        args += ["--cache", os.fspath(cache)]
+    return json.loads(run(args)[1])
+
+
 def repack_checkpoint(src, dst, config=None, manifest=None, *, from_=None, sym=False, gptq_v1=False):
     """Every 4-bit AWQ/GPTQ layer of .safetensors `src` to wq_gemm's native layout in `dst`:
     `qjit repack --checkpoint SRC --out DST [--config CONFIG] [--manifest MANIFEST] --json`,
