@@ -238,9 +238,10 @@ __device__ __forceinline__ void multiply_stage(const unsigned char* slot, int g,
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
 
-// acc += the block's promoted products. Accumulator 4j + e of lane (gq, t)
-// in warp w of consumer g: n = 64g + 16w + gq + 8(e / 2), m = 8j + 2t + e % 2
-// of the tile; parameters from the slot of the block's last stage.
+// acc += the block's promoted products (int8). Accumulator 4j + e of lane
+// (gq, t) in warp w of consumer g: n = 64g + 16w + gq + 8(e / 2), m = 8j +
+// 2t + e % 2 of the tile; parameters from the slot of the block's last
+// stage. (The last argument, e4m3's W tile scale, is not used here.)
 __device__ __forceinline__ void promote(const unsigned char* slot, int g, int lane, const int (&part)[kAcc],
                                         float (&acc)[kAcc], float) {
   const float* pa = reinterpret_cast<const float*>(slot + kWBytes + kXBytes);  // x: scale, offset, sum [kBM]
