@@ -8,7 +8,9 @@
 #   TESTS="catch2 test spec" overrides which tests run (default: the w8a8_gemm ones);
 #   CASES="offset 1;symmetric 4096;e4m3 4096" the (form, M) cases tuned (form e4m3: format=e4m3);
 #   LARGE_ONLY='{"bk":128}' restricts the tunes of M >= 1024 to the candidates holding those keys
-#   (qjit tune --only): LARGE_ONLY='{"family":"wgmma"}' tunes only the Hopper wgmma family there.
+#   (qjit tune --only): LARGE_ONLY='{"family":"wgmma"}' tunes only the Hopper wgmma family there, int8
+#   and e4m3 alike (compute capability 9.0), e.g. the FP8 kernel alone:
+#     CASES="e4m3 4096" LARGE_ONLY='{"family":"wgmma"}' bash tests/gpu_w8a8.sh bench
 # Expects the install tree in .dist (with --component tests) and peers.py in .device/peers.py.
 set -u
 NAME=w8a8

@@ -3,11 +3,12 @@
 // candidate of a spread of specs verifies (the tuner checks each against the
 // float64 reference within w8a8_tolerance; from m = 128 on compute
 // capability 9.0 that includes the wgmma family); the wgmma family at M
-// and N that are not multiples of its tile; the typed API, including a call
-// of more rows than the top bucket (run chunk by chunk), and the C API.
-// format=e4m3 (sm_89+; refused on older GPUs) the same: its quantization
-// kernel bit for bit against quantize_fp8_rows, every candidate within
-// w8a8_fp8_tolerance, the typed and C APIs.
+// and N that are not multiples of its tile, int8 and e4m3; the typed API,
+// including a call of more rows than the top bucket (run chunk by chunk),
+// and the C API. format=e4m3 (sm_89+; refused on older GPUs) the same: its
+// quantization kernel bit for bit against quantize_fp8_rows, every
+// candidate within w8a8_fp8_tolerance (on compute capability 9.0 from
+// m = 128 the e4m3 wgmma kernel among them), the typed and C APIs.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -159,6 +160,8 @@ TEST_CASE("w8a8_gemm: every candidate verifies (tuner)", "[gpu]") {
 
 TEST_CASE("w8a8_gemm wgmma family: M and N not multiples of the tile, every form and stage count (typed API)",
           "[gpu]") {
+  // (e4m3: n is a multiple of 128, so only M falls off the tile; its cases check the W tile scale of
+  // each block and column tile, and x's scales per row, on partial and multi-tile grids.)
   if (runtime::current_device().arch != "sm_90") {
     WARN("not run: the wgmma family runs on compute capability 9.0 only");
     return;
@@ -182,6 +185,9 @@ TEST_CASE("w8a8_gemm wgmma family: M and N not multiples of the tile, every form
       {"k=1536,n=144,block=384,x=fp32", wgmma(128, 5, 0), {128, 100}},
       {"k=2048,n=272,block=512,quant_w=symmetric,act=relu6,bias=yes", wgmma(64, 6, 1), {1000, 513}},
       {"k=512,n=1024,block=128,x=bf16,quant_a=symmetric", wgmma(64, 4, 1), {4133}},
+      {"k=1024,n=384,block=128,format=e4m3,bias=yes,act=relu", wgmma(128, 4, 0), {300, 257}},
+      {"k=1536,n=256,block=128,format=e4m3,x=bf16", wgmma(192, 3, 1), {200, 129}},
+      {"k=512,n=1024,block=128,format=e4m3,x=fp32,act=relu6", wgmma(64, 5, 1), {4133}},
   };
   test::TempDir dir;
   int index = 0;
@@ -207,7 +213,8 @@ TEST_CASE("w8a8_gemm wgmma family: M and N not multiples of the tile, every form
       shape.block = static_cast<int>(spec.get_int("block"));
       const std::string xt = spec.get_str("x");
       shape.x = xt == "fp32" ? DType::fp32 : xt == "bf16" ? DType::bf16 : DType::fp16;
-      shape.quant_a = spec.get_str("quant_a"), shape.quant_w = spec.get_str("quant_w");
+      shape.format = spec.get_str("format");
+      if (shape.format != "e4m3") shape.quant_a = spec.get_str("quant_a"), shape.quant_w = spec.get_str("quant_w");
       shape.bias = spec.get_str("bias") == "yes", shape.act = spec.get_str("act");
       w8a8_gemm(shape, {ptr(0), ptr(1), ptr(2), ptr(3), ptr(4), ptr(5), ptr(6), rows});
       const auto v = work->verify(1.0);

@@ -1,8 +1,8 @@
 // w8a8_gemm without a GPU: spec and config errors name the value, the
 // buckets, the plan's pointer rules and workspace, and NVRTC compiles of the
 // candidates for sm_80 and sm_90 without spills; the wgmma family's space,
-// plan and tensor maps, and its sm_90a compiles. The CPU reference and its
-// quantizers are tested in test_w8a8_reference.cpp.
+// plan and tensor maps, and its sm_90a compiles, for int8 and e4m3 codes.
+// The CPU reference and its quantizers are tested in test_w8a8_reference.cpp.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include "codegen/registry.h"
 #include "codegen/source.h"
 #include "tests/helpers.h"
+#include "tuner/tuner.h"
 
 using namespace qjit;
 using codegen::parse_spec;
@@ -234,14 +235,51 @@ nlohmann::json wgmma(int bm, int stages, int persistent) {
   return {{"family", "wgmma"}, {"bm", bm}, {"stages", stages}, {"persistent", persistent}};
 }
 
+bool is_wgmma(const nlohmann::json& c) { return c.value("family", "") == "wgmma"; }
+
+// The wgmma configs of spec's space on device d.
+std::vector<nlohmann::json> wgmma_configs(const codegen::OpSpec& spec, const codegen::DeviceLimits& d = {}) {
+  std::vector<nlohmann::json> out;
+  for (const auto& c : codegen::find_op("w8a8_gemm").tunable_space(spec, d))
+    if (is_wgmma(c)) out.push_back(c);
+  return out;
+}
+
+// A compiled wgmma-family module: sm_90a, the given wgmma instruction, the
+// ring's tensor copies and barriers, the register move, the trap of a wait
+// that never completes, the quantization kernel; no ptxas advisory on wgmma
+// and no spill in any kernel.
+void check_wgmma_module(const test::CompileJob& j, const std::string& instruction) {
+  INFO(j.spec.label() << " " << j.config.dump() << "\n" << j.error << j.result.log);
+  REQUIRE(j.error.empty());
+  REQUIRE(j.result.ok);
+  CHECK(j.result.ptx.find(".target sm_90a") != std::string::npos);
+  CHECK(j.result.ptx.find(instruction) != std::string::npos);
+  CHECK(j.result.ptx.find("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes") !=
+        std::string::npos);
+  CHECK(j.result.ptx.find("mbarrier.arrive.expect_tx") != std::string::npos);
+  CHECK(j.result.ptx.find("setmaxnreg.inc.sync.aligned.u32 232") != std::string::npos);
+  CHECK(j.result.ptx.find("trap;") != std::string::npos);  // a barrier wait that never completes fails the launch
+  CHECK(j.result.ptx.find(".entry qjit_w8a8_quant_a") != std::string::npos);
+  // ptxas's performance advisories on wgmma (C7510 and up: serialised wgmma, ignored setmaxnreg).
+  CHECK(j.result.log.find("C75") == std::string::npos);
+  // No kernel of the module spills (the report has a line per kernel).
+  size_t at = 0, lines = 0;
+  while ((at = j.result.log.find(" bytes spill stores", at)) != std::string::npos) {
+    const size_t start = j.result.log.rfind(',', at) + 1;
+    CHECK(std::stoi(j.result.log.substr(start, at - start)) == 0);
+    ++at, ++lines;
+  }
+  CHECK(lines >= 2);
+}
+
 }  // namespace
 
 TEST_CASE("w8a8_gemm wgmma family: space, legality, plan and tensor maps, compute capability 9.0 only", "[w8a8]") {
   const auto& op = codegen::find_op("w8a8_gemm");
   const auto spec = parse_spec("w8a8_gemm", "k=4096,n=11008,m=4096");
-  auto family_count = [&](const codegen::OpSpec& sp, const codegen::DeviceLimits& d = {}) {
-    const auto space = op.tunable_space(sp, d);
-    return std::count_if(space.begin(), space.end(), [](const nlohmann::json& c) { return c.value("family", "") == "wgmma"; });
+  auto family_count = [](const codegen::OpSpec& sp, const codegen::DeviceLimits& d = {}) {
+    return wgmma_configs(sp, d).size();
   };
   // A small space of sane configs on an H100/H200; none on another target, below 128 rows, for
   // blocks that are not whole stages of 128 codes, or for n not a multiple of 16.
@@ -256,11 +294,10 @@ TEST_CASE("w8a8_gemm wgmma family: space, legality, plan and tensor maps, comput
   CHECK(family_count(parse_spec("w8a8_gemm", "k=4096,n=11008,m=4096,block=64")) == 0);
   CHECK(family_count(parse_spec("w8a8_gemm", "k=4096,n=11008,m=4096,block=256")) > 0);
   CHECK(family_count(parse_spec("w8a8_gemm", "k=4096,n=11016,m=4096")) == 0);
-  for (const auto& c : op.tunable_space(spec))
-    if (c.value("family", "") == "wgmma") {
-      CHECK_NOTHROW(op.validate_config(spec, c));
-      CHECK(op.needs_sm90a(c));
-    }
+  for (const auto& c : wgmma_configs(spec)) {
+    CHECK_NOTHROW(op.validate_config(spec, c));
+    CHECK(op.needs_sm90a(c));
+  }
   // bm of 192 only from the 256 bucket; the untuned default never needs sm_90a.
   for (const auto& c : op.tunable_space(parse_spec("w8a8_gemm", "k=4096,n=11008,m=128")))
     if (c.value("family", "") == "wgmma") CHECK(c.at("bm").get<int>() <= 128);
@@ -329,28 +366,101 @@ TEST_CASE("w8a8_gemm wgmma family: each accumulator width and form compiles for 
   for (const auto& [s, c] : cases) jobs.push_back({parse_spec("w8a8_gemm", s), c});
   test::compile_jobs(jobs, "sm_90", "w8a8_gemm wgmma");
   for (const auto& j : jobs) {
-    INFO(j.spec.label() << " " << j.config.dump() << "\n" << j.error << j.result.log);
-    REQUIRE(j.error.empty());
-    REQUIRE(j.result.ok);
     const int bm = j.config.at("bm").get<int>();
-    CHECK(j.result.ptx.find(".target sm_90a") != std::string::npos);
-    CHECK(j.result.ptx.find("wgmma.mma_async.sync.aligned.m64n" + std::to_string(bm) + "k32.s32.s8.s8") !=
-          std::string::npos);
-    CHECK(j.result.ptx.find("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes") !=
-          std::string::npos);
-    CHECK(j.result.ptx.find("mbarrier.arrive.expect_tx") != std::string::npos);
-    CHECK(j.result.ptx.find("setmaxnreg.inc.sync.aligned.u32 232") != std::string::npos);
-    CHECK(j.result.ptx.find("trap;") != std::string::npos);  // a barrier wait that never completes fails the launch
-    CHECK(j.result.ptx.find(".entry qjit_w8a8_quant_a") != std::string::npos);
-    // ptxas's performance advisories on wgmma (C7510 and up: serialised wgmma, ignored setmaxnreg).
-    CHECK(j.result.log.find("C75") == std::string::npos);
-    // No kernel of the module spills (the report has a line per kernel).
-    size_t at = 0, lines = 0;
-    while ((at = j.result.log.find(" bytes spill stores", at)) != std::string::npos) {
-      const size_t start = j.result.log.rfind(',', at) + 1;
-      CHECK(std::stoi(j.result.log.substr(start, at - start)) == 0);
-      ++at, ++lines;
-    }
-    CHECK(lines >= 2);
+    check_wgmma_module(j, "wgmma.mma_async.sync.aligned.m64n" + std::to_string(bm) + "k32.s32.s8.s8");
+    CHECK(j.result.ptx.find("e4m3") == std::string::npos);
+  }
+}
+
+TEST_CASE("w8a8_gemm format=e4m3 wgmma family: compute capability 9.0 and m >= 128 only; plan and tensor maps",
+          "[w8a8]") {
+  const auto& op = codegen::find_op("w8a8_gemm");
+  const auto spec = parse_spec("w8a8_gemm", "k=4096,n=11008,m=4096,format=e4m3");
+  codegen::DeviceLimits hopper;
+  hopper.arch = "sm_90", hopper.compute_capability = 90;
+  // The int8 family's configs (bm 64, 128, 192 × stages 3..6 × persistent 0/1, 192 × 6 over shared memory).
+  const auto configs = wgmma_configs(spec, hopper);
+  CHECK(configs.size() == 22);
+  for (const auto& c : configs) {
+    INFO(c.dump());
+    CHECK_NOTHROW(op.validate_config(spec, c));
+    CHECK(op.needs_sm90a(c));
+  }
+  // From the 128-row bucket up (bm of 192 from 256), on sm_90 only; the tiled family stays.
+  CHECK_FALSE(wgmma_configs(parse_spec("w8a8_gemm", "k=4096,n=11008,m=256,format=e4m3"), hopper).empty());
+  const auto m128 = wgmma_configs(parse_spec("w8a8_gemm", "k=1024,n=256,m=128,format=e4m3"), hopper);
+  CHECK_FALSE(m128.empty());
+  for (const auto& c : m128) CHECK(c.at("bm").get<int>() <= 128);
+  for (const char* small : {"m=1", "m=16", "m=64"})
+    CHECK(wgmma_configs(parse_spec("w8a8_gemm", std::string("k=4096,n=11008,format=e4m3,") + small), hopper).empty());
+  codegen::DeviceLimits ada, blackwell;
+  ada.arch = "sm_89", ada.compute_capability = 89;
+  blackwell.arch = "sm_100", blackwell.compute_capability = 100;
+  for (const auto* d : {&ada, &blackwell}) {
+    INFO(d->arch);
+    CHECK(wgmma_configs(spec, *d).empty());
+    CHECK_FALSE(op.tunable_space(spec, *d).empty());
+  }
+  CHECK_FALSE(op.needs_sm90a(op.default_config(spec)));  // the untuned default runs on sm_89 too
+  // tests/gpu_w8a8.sh's LARGE_ONLY='{"family":"wgmma"}' (qjit tune --only) keeps exactly these.
+  CHECK(tuner::select_configs(op.tunable_space(spec, hopper), {{"family", "wgmma"}}) == configs);
+
+  // Its own shared-memory rule: a slot carries x's scales alone (1 KB), so 192 rows fit 5 slots, not 6.
+  CHECK_NOTHROW(op.validate_config(spec, wgmma(192, 5, 1)));
+  CHECK_THROWS_WITH(op.validate_config(spec, wgmma(192, 6, 0)), Catch::Contains("shared memory"));
+  CHECK_THROWS_WITH(op.validate_config(parse_spec("w8a8_gemm", "k=1024,n=256,m=128,format=e4m3"), wgmma(192, 4, 0)),
+                    Catch::Contains("bm=192 exceeds the bucket's rows m=128"));
+
+  // The plan: the int8 family's geometry and tensor maps over e4m3 bytes (W's codes [n][k] from the argument,
+  // x's from the workspace, boxes of 128 codes of k); slots of W's and x's codes and 1 KB of x's scales.
+  const auto plan = op.plan(spec, wgmma(128, 4, 0));
+  REQUIRE(plan.kernels.size() == 2);
+  CHECK(plan.kernels[0].symbol == "qjit_w8a8_quant_a");
+  const auto& gemm = plan.kernels[1];
+  CHECK(gemm.geometry.block[0] == 384);
+  CHECK(gemm.geometry.dynamic_smem == 4 * (128 * 128 + 128 * 128 + 1024) + 1024);
+  CHECK(gemm.geometry.grid[0] == 32 * 86);
+  CHECK(op.plan(spec, wgmma(192, 5, 1)).kernels[1].geometry.dynamic_smem == 5 * (128 * 128 + 192 * 128 + 1024) + 1024);
+  REQUIRE(gemm.tensor_maps.size() == 2);
+  const auto& w = gemm.tensor_maps[0];
+  CHECK((w.source == "wq" && w.element == codegen::TensorMap::Element::u8 && w.dims[0] == 4096 &&
+         w.dims[1] == 11008 && w.box[0] == 128 && w.box[1] == 128 && w.swizzle_128));
+  const auto& x = gemm.tensor_maps[1];
+  CHECK((x.in_workspace && x.workspace_offset == codegen::w8a8_workspace(4096, 4096, 128).codes && x.rows_arg == "m" &&
+         x.box[1] == 128 && x.swizzle_128));
+  // W's tile scales [k/128][n/128] are loaded a float at a time; no offsets or sums are read.
+  CHECK(pointer_rule(plan, "w_scale").align == 4);
+  CHECK(pointer_rule(plan, "w_offset").optional);
+  CHECK(pointer_rule(plan, "w_sum").optional);
+  CHECK(pointer_rule(plan, "y").align == 4);
+  const auto src = codegen::generate_source(spec, wgmma(128, 4, 0));
+  CHECK(src.needs_sm90a);
+  CHECK(src.template_path == "templates/w8a8_gemm/w8a8_gemm_wgmma.cu");
+  CHECK(src.text.find("constexpr bool kFp8 = true;") != std::string::npos);
+  CHECK(src.text.find("constexpr int kWScaleCols = 86;") != std::string::npos);
+}
+
+TEST_CASE("w8a8_gemm format=e4m3 wgmma family: compiles for sm_90a to e4m3 wgmma, no mma.sync, no spills",
+          "[w8a8][nvrtc]") {
+  // A sample of the large-M space (every candidate with QJIT_TEST_EXHAUSTIVE=1), and each accumulator width
+  // with the other output types, bias and clamps. stages and persistent change only constants.
+  const auto spec = parse_spec("w8a8_gemm", "k=4096,n=11008,m=4096,format=e4m3");
+  const auto space = wgmma_configs(spec);
+  const auto sample = test::compile_sample(1, "w8a8_gemm e4m3 wgmma");
+  std::vector<test::CompileJob> jobs;
+  for (size_t i = 0; i < space.size(); ++i)
+    if (sample.takes(i)) jobs.push_back({spec, space[i]});
+  jobs.push_back({parse_spec("w8a8_gemm", "k=4096,n=11008,m=4096,format=e4m3,x=bf16,bias=yes,act=relu"), wgmma(64, 4, 0)});
+  jobs.push_back({parse_spec("w8a8_gemm", "k=1024,n=384,m=256,format=e4m3,x=fp32,bias=yes,act=relu6"), wgmma(192, 3, 1)});
+  jobs.push_back({parse_spec("w8a8_gemm", "k=512,n=256,m=128,format=e4m3"), wgmma(128, 6, 1)});
+  test::compile_jobs(jobs, "sm_90", "w8a8_gemm e4m3 wgmma");  // (sm_90a, from needs_sm90a)
+  for (const auto& j : jobs) {
+    const int bm = j.config.at("bm").get<int>();
+    check_wgmma_module(j, "wgmma.mma_async.sync.aligned.m64n" + std::to_string(bm) + "k32.f32.e4m3.e4m3");
+    CHECK(j.result.ptx.find("e4m3.e4m3") != std::string::npos);
+    CHECK(j.result.ptx.find("cvt.rn.satfinite.e4m3x2.f32") != std::string::npos);  // the quantization kernel
+    // Neither the mma.sync path (fp16 HMMA on sm_90) nor the int8 instruction.
+    CHECK(j.result.ptx.find("mma.sync") == std::string::npos);
+    CHECK(j.result.ptx.find(".s8.s8") == std::string::npos);
   }
 }

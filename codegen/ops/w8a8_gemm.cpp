@@ -40,7 +40,8 @@ struct TiledConfig {
 // warpgroups; a block owns bm rows × 128 columns of y and streams stages of
 // 128 codes of k through a ring of `stages` slots by tensor copies; with
 // `persistent` 1 the grid is one block per SM taking tiles in turn (the next
-// tile's copies overlap the current one's epilogue).
+// tile's copies overlap the current one's epilogue). int8 (s8 wgmma, int32
+// block sums) and e4m3 (e4m3 wgmma, fp32 block sums) alike.
 struct WgmmaConfig {
   int bm, stages, persistent;
   static constexpr const char* kFamily = "wgmma";
@@ -56,14 +57,18 @@ struct WgmmaConfig {
     return {{"family", kFamily}, {"bm", bm}, {"stages", stages}, {"persistent", persistent}};
   }
   // One slot: W's codes (128 rows × 128 bytes), x's (bm rows), then the
-  // block parameters of both (3 floats a row or column), up to the next
-  // 1024 bytes so that every slot's boxes stay aligned for the swizzle.
-  int slot_bytes() const { return kTileN * kStageK + bm * kStageK + (12 * (bm + kTileN) + 1023) / 1024 * 1024; }
+  // block parameters of both (3 floats a row or column; e4m3: x's scale
+  // alone, 1 float a row), up to the next 1024 bytes so that every slot's
+  // boxes stay aligned for the swizzle.
+  int slot_bytes(bool fp8) const {
+    const int params = fp8 ? 4 * bm : 12 * (bm + kTileN);
+    return kTileN * kStageK + bm * kStageK + (params + 1023) / 1024 * 1024;
+  }
   // The ring, and 1024 bytes to align it (templates/w8a8_gemm/w8a8_gemm_wgmma.cu).
-  int smem() const { return stages * slot_bytes() + 1024; }
+  int smem(bool fp8) const { return stages * slot_bytes(fp8) + 1024; }
   // With the ring's barriers (static shared memory: two of 8 bytes a slot; ptxas reports 128
   // bytes for up to 8 slots).
-  int smem_total() const { return smem() + 128; }
+  int smem_total(bool fp8) const { return smem(fp8) + 128; }
 };
 
 // The obviously correct family: one thread per output element, any block.
@@ -136,7 +141,13 @@ std::string tiled_problem(const Shape& s, const TiledConfig& c) {
 
 // Why the wgmma family cannot run a spec, "" when it can (any device).
 std::string wgmma_applies(const Shape& s) {
-  if (s.fp8) return "format=e4m3 has no wgmma kernel yet (the family multiplies s8 codes)";
+  if (s.fp8) {
+    // A block's 128 columns are one tile of W's scales, so each block of k promotes with one W scale.
+    // (validate() already demands both of an e4m3 spec.)
+    if (s.block != kFp8Tile || s.n % kFp8Tile)
+      return "format=e4m3 needs block=128 and n a multiple of 128 (a block's 128 columns share W's tile scale)";
+    return "";
+  }
   if (s.block % WgmmaConfig::kStageK)
     return "block=" + num(s.block) + " is not a multiple of 128 (a stage is 128 codes of k, one swizzled row)";
   if (s.n % 16) return "n=" + num(s.n) + " is not a multiple of 16";
@@ -146,12 +157,14 @@ std::string wgmma_applies(const Shape& s) {
 std::string wgmma_problem(const Shape& s, const WgmmaConfig& c) {
   const std::string why = wgmma_applies(s);
   if (!why.empty()) return why;
-  // wgmma n = bm; the consumers hold bm / 2 int32 and bm / 2 float accumulators a thread (232 registers).
+  // wgmma n = bm; the consumers hold bm / 2 block (int32 or e4m3's fp32) and bm / 2 float accumulators a
+  // thread (232 registers).
   if (c.bm != 64 && c.bm != 128 && c.bm != 192) return "bm must be 64, 128 or 192";
   if (c.stages < 2 || c.stages > 8) return "stages must be 2..8";
   if (c.persistent != 0 && c.persistent != 1) return "persistent must be 0 or 1";
   if (c.bm > s.m) return "bm=" + num(c.bm) + " exceeds the bucket's rows m=" + num(s.m);
-  if (c.smem_total() > kMaxSmem) return "shared memory " + num(c.smem_total()) + " bytes exceeds " + num(kMaxSmem);
+  if (c.smem_total(s.fp8) > kMaxSmem)
+    return "shared memory " + num(c.smem_total(s.fp8)) + " bytes exceeds " + num(kMaxSmem);
   return "";
 }
 
@@ -384,7 +397,7 @@ Plan W8a8GemmOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
   } else if (is_wgmma(config)) {
     const WgmmaConfig c = WgmmaConfig::from(config);
     gemm.geometry.block[0] = 384;  // two consumer warpgroups and the producer
-    gemm.geometry.dynamic_smem = static_cast<unsigned>(c.smem());
+    gemm.geometry.dynamic_smem = static_cast<unsigned>(c.smem(s.fp8));
     const unsigned tiles = static_cast<unsigned>(wgmma_tiles(s, c, s.m));
     if (c.persistent) {
       gemm.geometry.grid_per_sm = 1;
@@ -393,8 +406,9 @@ Plan W8a8GemmOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
       gemm.geometry.grid[0] = tiles;  // m fastest: the blocks running together share W's tile in L2
     }
     // W's codes [n][k] and x's codes [rows][k] (the workspace, rows = the call's m) as 8-bit
-    // tensors: boxes of one stage (128 bytes of k) × 128 rows of W or bm rows of x, in the 128-byte
-    // swizzle wgmma reads; rows past n or m arrive as zeros.
+    // tensors, int8 or e4m3 alike: boxes of one stage (128 bytes of k) × 128 rows of W or bm rows
+    // of x, in the 128-byte swizzle wgmma reads; rows past n or m arrive as zeros. (W's e4m3 tile
+    // scales [k/128][n/128] need no map: each consumer thread loads its block's one float.)
     TensorMap w;
     w.source = "wq", w.rank = 2, w.element = TensorMap::Element::u8;
     w.dims[0] = s.k, w.dims[1] = s.n, w.pitches[0] = s.k;
@@ -404,7 +418,8 @@ Plan W8a8GemmOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
     x.source = "", x.in_workspace = true, x.workspace_offset = ws.codes, x.rows_arg = "m";
     x.dims[1] = 0, x.box[1] = static_cast<unsigned>(c.bm);
     gemm.tensor_maps = {w, x};
-    param_align = 16;  // the block parameters arrive by bulk copies of 16-byte pieces
+    // The block parameters arrive by bulk copies of 16-byte pieces; e4m3's W tile scales by 4-byte loads.
+    param_align = s.fp8 ? 4 : 16;
     y_align = 4;       // 16-bit y: two adjacent columns per store; fp32 one
   } else {
     const TiledConfig c = TiledConfig::from(config);

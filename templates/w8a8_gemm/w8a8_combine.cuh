@@ -13,6 +13,18 @@
 // block's fp32 sum of products (w8a8_add_fp8_block), sB the scale of W's
 // 128 × 128 tile; w8a8_fp8_tolerance bounds P's and the promotion's roundings.
 
+// A block's partial products in the GEMM kernels' registers: exact int32
+// sums of int8 codes, or the fp32 sums of the e4m3 tensor cores.
+template <bool kFloat>
+struct W8a8PartOf {
+  using T = int;
+};
+template <>
+struct W8a8PartOf<true> {
+  using T = float;
+};
+using W8a8Part = typename W8a8PartOf<kFp8>::T;
+
 struct W8a8RowParams {
   float scale, offset, sum;  // A's, for one row and block (sum as float: exact, |ΣA| ≤ 2^16)
 };

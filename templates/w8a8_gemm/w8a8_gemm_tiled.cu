@@ -45,17 +45,7 @@ static_assert(kStageBytes % 16 == 0, "stages stay 16-byte aligned");
 constexpr int kWTiles = kBN > 128 ? kBN / 128 : 1;
 static_assert(!kFp8 || (kBlock == 128 && (kBN % 128 == 0 || 128 % kBN == 0)), "e4m3 tiles (codegen/ops/w8a8_gemm.cpp)");
 
-// A block's partial products: exact int32 sums of int8 codes, or the fp32
-// sums of the e4m3 tensor cores.
-template <bool kFloat>
-struct PartOf {
-  using T = int;
-};
-template <>
-struct PartOf<true> {
-  using T = float;
-};
-using Part = typename PartOf<kFp8>::T;
+using Part = W8a8Part;
 
 // Swizzle: piece c of staged row r sits at piece c ^ f(r). ldmatrix reads
 // one piece of 8 consecutive rows; f spreads those 8 pieces over the 8

@@ -1,15 +1,16 @@
 // w8a8_gemm for large M on Hopper's warpgroup tensor-core instruction
-// (wgmma s8·s8 → s32, sm_90a): the contract and plan of w8a8_gemm_tiled.cu
-// (the quantization kernel of w8a8_quant_a.cuh writes x's codes and block
-// parameters to the plan's workspace first). How it works and why:
-// docs/w8a8_gemm.md, "The wgmma family".
+// (wgmma s8·s8 → s32, or with kFp8 e4m3·e4m3 → f32; sm_90a): the contract
+// and plan of w8a8_gemm_tiled.cu (the quantization kernel of
+// w8a8_quant_a.cuh writes x's codes and block parameters to the plan's
+// workspace first). How it works and why: docs/w8a8_gemm.md, "The wgmma
+// family" and "The e4m3 wgmma kernel".
 //
 // The product is formed transposed, yᵀ = W·codesᵀ: wgmma's A is 64 rows of
 // W's codes (n), its B kBM rows of x's codes (m, wgmma's N). Both are
-// K-major [rows][k] in global memory, which is what s8 wgmma requires of
-// both operands. Per accumulator a thread then holds 2 rows of n and kBM / 4
-// rows of m, so W's per-column terms (cB = sB·ΣB + K_i·oB) are formed for
-// 2 values of n per block, not kBM / 4.
+// K-major [rows][k] in global memory, which is what s8 and e4m3 wgmma
+// require of both operands. Per accumulator a thread then holds 2 rows of n
+// and kBM / 4 rows of m, so W's per-column terms (cB = sB·ΣB + K_i·oB) are
+// formed for 2 values of n per block, not kBM / 4.
 //
 // Block: one producer warpgroup (the last) and two consumer warpgroups;
 // consumer g owns n0 + 64g .. n0 + 64g + 63 (kTileN = 128 columns of y per
@@ -22,6 +23,8 @@
 //   x's codes   [kBM][128]     kBM·128 bytes, the same (a box from the workspace)
 //   parameters  x's scale, offset, sum [kBM], then W's [kTileN] (float;
 //               sums as int bits), bulk copies, on a block's last stage only
+//               (e4m3: x's scales [kBM] alone; W's one scale of the block's
+//               128 × 128 tile is a load of each consumer thread)
 // Each slot has a full mbarrier (the producer's arrive.expect_tx of all the
 // stage's bytes, made before its copies) and an empty one (one arrival per
 // consumer thread once its wgmma of the slot are done and its promotion has
@@ -29,12 +32,15 @@
 // uses slot q % kStages in phase (q / kStages) & 1 of both.
 //
 // Consumer, per quantization block of kBlock codes (kStagesPerBlock stages):
-// 4 wgmma.m64n<kBM>k32 per stage into int32 accumulators (scale-d 0 on the
-// block's first step, so nothing clears them), then wgmma.wait_group 0 and
-// the promotion of w8a8_combine.cuh, element by element, into the float
-// accumulators: acc += sA·(sB·Cq + oB·ΣA) + oA·cB, the tiled kernel's
-// arithmetic exactly. While one consumer promotes, the other's wgmma keep
-// the tensor cores busy (the scheme DeepGEMM uses for FP8 with 1×128 scales).
+// 4 wgmma.m64n<kBM>k32 per stage into the block's accumulators (int32, or
+// fp32 for e4m3; scale-d 0 on the block's first step, so nothing clears
+// them), then wgmma.wait_group 0 and the promotion of w8a8_combine.cuh,
+// element by element, into the float accumulators: acc += sA·(sB·Cq + oB·ΣA)
+// + oA·cB, or for e4m3 acc += fl(sA·sW)·P, the tiled kernel's arithmetic
+// exactly. While one consumer promotes, the other's wgmma keep the tensor
+// cores busy (the scheme DeepGEMM uses for FP8 with 1×128 scales). The FP8
+// tensor cores keep about 14 bits of their sum (docs/w8a8_gemm.md): the
+// promotion after each 128 of k is what bounds that rounding.
 //
 // No wgmma sits behind a run-time branch (ptxas would serialise every wgmma
 // of the kernel, info C7520): the loops have run-time trip counts only, and
@@ -69,16 +75,21 @@ constexpr int kStagesPerBlock = kBlock / kStageK;
 constexpr int kKStages = kK / kStageK;  // stages per tile
 constexpr int kWBytes = kTileN * kStageK;
 constexpr int kXBytes = kBM * kStageK;
-constexpr int kParamFloats = 3 * (kBM + kTileN);
+// A slot's parameters: x's scale, offset and sum per row and W's per column;
+// e4m3 x's scale per row only.
+constexpr int kParamFloats = kFp8 ? kBM : 3 * (kBM + kTileN);
 constexpr int kSlotBytes = kWBytes + kXBytes + (4 * kParamFloats + 1023) / 1024 * 1024;  // slots stay 1024-aligned
-constexpr int kAcc = kBM / 2;  // accumulators per consumer thread (int32 and float each): 64 × kBM / 128
+constexpr int kAcc = kBM / 2;  // accumulators per consumer thread (block's and float each): 64 × kBM / 128
+using Part = W8a8Part;         // a block's accumulators: int32 (int8 codes) or fp32 (e4m3)
 static_assert(kBlock % kStageK == 0 && kK % kStageK == 0, "a block is whole stages (codegen/ops/w8a8_gemm.cpp)");
 static_assert(kBM == 64 || kBM == 128 || kBM == 192, "wgmma n of 64, 128 or 192");
 static_assert(kN % 16 == 0 && kParamRows % 64 == 0, "parameter runs of whole 16-byte pieces");
 static_assert(kStages >= 2, "a ring");
+// e4m3: a block's kTileN columns lie in one 128-column tile of W's scales.
+static_assert(!kFp8 || (kBlock == 128 && kN % kTileN == 0 && kTileN == 128), "e4m3 tiles (codegen/ops/w8a8_gemm.cpp)");
 
 // Register split (setmaxnreg, sm_90a): the producer's single copying thread
-// needs few; the consumers hold 2·kAcc accumulators. 384 threads at the
+// needs few; the consumers hold 2·kAcc accumulators (either form). 384 threads at the
 // entry cap of 168 (65536 / 384, to a multiple of 8) give a pool of 64512:
 // 128·40 + 256·232 exactly. Asking for more than the producer frees would
 // make setmaxnreg.inc wait forever.
@@ -138,11 +149,12 @@ __device__ __forceinline__ unsigned x_param_rows(const Tile& t) { return min(kBM
 __device__ __forceinline__ unsigned w_param_cols(const Tile& t) { return min(kTileN, kN - t.n0); }
 
 // Bytes stage kt of tile t brings: both boxes (counted whole, rows past the
-// tensor included), and on a block's last stage the parameter runs.
+// tensor included), and on a block's last stage the parameter runs (e4m3:
+// x's scales only).
 __device__ __forceinline__ unsigned stage_bytes(const Tile& t, int kt) {
   unsigned bytes = kWBytes + kXBytes;
   if ((kt + 1) % kStagesPerBlock == 0)
-    bytes += 4 * x_param_rows(t) * (1 + kOffsetA + kOffsetW) + 4 * w_param_cols(t) * (1 + kOffsetW + kOffsetA);
+    bytes += 4 * x_param_rows(t) * (1 + kOffsetA + kOffsetW) + (kFp8 ? 0u : 4 * w_param_cols(t) * (1 + kOffsetW + kOffsetA));
   return bytes;
 }
 
@@ -150,7 +162,9 @@ __device__ __forceinline__ unsigned stage_bytes(const Tile& t, int kt) {
 // the first stages' go before the wait for the previous grid).
 __device__ __forceinline__ void copy_w(const Operands& op, const Tile& t, int kt, unsigned char* slot, unsigned full) {
   tma_load_box(smem_address(slot), op.w_map, kt * kStageK, t.n0, full);
-  if ((kt + 1) % kStagesPerBlock != 0) return;
+  // (e4m3: W's tile scale is not in the slot: the run [kt / kStagesPerBlock][n0 / 128] is one float, under
+  // the 16 bytes a bulk copy moves, and its neighbours may lie past the array's end.)
+  if (kFp8 || (kt + 1) % kStagesPerBlock != 0) return;
   const unsigned pw = smem_address(slot + kWBytes + kXBytes) + 12 * kBM;
   const long long at = static_cast<long long>(kt / kStagesPerBlock) * kN + t.n0;
   const unsigned bytes = 4 * w_param_cols(t);
@@ -212,22 +226,24 @@ __device__ __forceinline__ void produce(const Operands& op, int m_tiles, int til
 
 // The 4 steps of 32 k of the stage in `slot` (consumer g's 64 rows of W, all
 // kBM rows of x); scale-d 0 on the first step of a block's first stage.
+// A step's 32 k are 32 bytes of each 128-byte row for both code types.
 template <bool kFirstOfBlock>
-__device__ __forceinline__ void multiply_stage(const unsigned char* slot, int g, int (&part)[kAcc]) {
+__device__ __forceinline__ void multiply_stage(const unsigned char* slot, int g, Part (&part)[kAcc]) {
   const unsigned a = smem_descriptor_lo(slot + g * 64 * kStageK), b = smem_descriptor_lo(slot + kWBytes);
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-  wgmma_s8<kBM>(part, descriptor_at<0>(a), descriptor_at<0>(b), kFirstOfBlock ? 0 : 1);
-  wgmma_s8<kBM>(part, descriptor_at<32>(a), descriptor_at<32>(b), 1);
-  wgmma_s8<kBM>(part, descriptor_at<64>(a), descriptor_at<64>(b), 1);
-  wgmma_s8<kBM>(part, descriptor_at<96>(a), descriptor_at<96>(b), 1);
+  wgmma_k32<kBM>(part, descriptor_at<0>(a), descriptor_at<0>(b), kFirstOfBlock ? 0 : 1);
+  wgmma_k32<kBM>(part, descriptor_at<32>(a), descriptor_at<32>(b), 1);
+  wgmma_k32<kBM>(part, descriptor_at<64>(a), descriptor_at<64>(b), 1);
+  wgmma_k32<kBM>(part, descriptor_at<96>(a), descriptor_at<96>(b), 1);
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
 
-// acc += the block's promoted products. Accumulator 4j + e of lane (gq, t)
-// in warp w of consumer g: n = 64g + 16w + gq + 8(e / 2), m = 8j + 2t + e % 2
-// of the tile; parameters from the slot of the block's last stage.
+// acc += the block's promoted products (int8). Accumulator 4j + e of lane
+// (gq, t) in warp w of consumer g: n = 64g + 16w + gq + 8(e / 2), m = 8j +
+// 2t + e % 2 of the tile; parameters from the slot of the block's last
+// stage. (The last argument, e4m3's W tile scale, is not used here.)
 __device__ __forceinline__ void promote(const unsigned char* slot, int g, int lane, const int (&part)[kAcc],
-                                        float (&acc)[kAcc]) {
+                                        float (&acc)[kAcc], float) {
   const float* pa = reinterpret_cast<const float*>(slot + kWBytes + kXBytes);  // x: scale, offset, sum [kBM]
   const float* pw = pa + 3 * kBM;                                               // W: scale, offset, sum [kTileN]
   const int w = (static_cast<int>(threadIdx.x) / 32) % 4, gq = lane / 4, t = lane % 4;
@@ -251,10 +267,32 @@ __device__ __forceinline__ void promote(const unsigned char* slot, int g, int la
   }
 }
 
+// e4m3: acc += fl(sA·sW)·P (w8a8_add_fp8_block). All of the thread's
+// columns share sW, the scale of W's 128 × 128 tile for this block (the
+// tile's 128 columns are one tile of W's scales); sA is per row: accumulator
+// 4j + e is row m = 8j + 2t + e % 2, from the slot's x scales [kBM].
+__device__ __forceinline__ void promote(const unsigned char* slot, int, int lane, const float (&part)[kAcc],
+                                        float (&acc)[kAcc], float sw) {
+  const float* pa = reinterpret_cast<const float*>(slot + kWBytes + kXBytes);  // x's scales [kBM]
+  const int t = lane % 4;
+#pragma unroll
+  for (int j = 0; j < kAcc / 4; ++j) {
+    const float2 sa = *reinterpret_cast<const float2*>(pa + 8 * j + 2 * t);  // rows 8j + 2t and + 1: one 8-byte load
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc[4 * j + e] = w8a8_add_fp8_block(acc[4 * j + e], part[4 * j + e], e % 2 ? sa.y : sa.x, sw);
+  }
+}
+
 // One quantization block of a tile: its stages multiplied into part, then
-// promoted into acc, every slot released. q: the block's first stage.
-__device__ __forceinline__ void consume_block(const Ring& ring, unsigned q, int g, int lane, int (&part)[kAcc],
-                                              float (&acc)[kAcc]) {
+// promoted into acc, every slot released. q: the block's first stage;
+// w_scale_at (e4m3 only): where W's scale of the block and the tile's
+// columns is in w_scale [kBlocks][kWScaleCols].
+__device__ __forceinline__ void consume_block(const Ring& ring, unsigned q, int g, int lane, Part (&part)[kAcc],
+                                              float (&acc)[kAcc], const float* __restrict__ w_scale, int w_scale_at) {
+  // Loaded before the block's wgmma are issued and used after they complete, so its latency hides behind
+  // them (an L2 hit: every block of the tile's column reads it).
+  const float sw = kFp8 ? __ldg(w_scale + w_scale_at) : 0.0f;
   qjit::static_for<kStagesPerBlock>([&](auto s_) {
     constexpr int s = decltype(s_)::value;
     wait_or_trap(ring.full_of(q + s), Ring::phase_of(q + s));
@@ -267,8 +305,8 @@ __device__ __forceinline__ void consume_block(const Ring& ring, unsigned q, int 
     } else {
       asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
       if constexpr (s > 0) mbarrier_arrive(ring.empty_of(q + s - 1));
-      fence_ints(part);
-      promote(ring.slot(q + s), g, lane, part, acc);
+      fence_accumulators(part);
+      promote(ring.slot(q + s), g, lane, part, acc, sw);
       mbarrier_arrive(ring.empty_of(q + s));  // after the promotion's reads of the slot's parameters
     }
   });
@@ -347,7 +385,7 @@ qjit_w8a8_gemm(const signed char* __restrict__ codes, const float* __restrict__ 
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsumerRegs));
   qjit::wait_for_previous_grid();  // y is written after it (the producer waits before reading the codes)
-  int part[kAcc];
+  Part part[kAcc];
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) part[i] = 0;  // defined values for the first wgmma's operands (scale-d 0 ignores them)
   unsigned q = 0;  // the block's stages so far
@@ -358,7 +396,8 @@ qjit_w8a8_gemm(const signed char* __restrict__ codes, const float* __restrict__ 
 #pragma unroll
     for (int a = 0; a < kAcc; ++a) acc[a] = 0.0f;
 #pragma unroll 1
-    for (int blk = 0; blk < kBlocks; ++blk, q += kStagesPerBlock) consume_block(ring, q, g, lane, part, acc);
+    for (int blk = 0; blk < kBlocks; ++blk, q += kStagesPerBlock)
+      consume_block(ring, q, g, lane, part, acc, w_scale, blk * kWScaleCols + tile.n0 / 128);
     store_tile(acc, tile, M, g, lane, bias, y);
   }
 }
