@@ -181,7 +181,8 @@ TEST_CASE("w8a8_gemm wgmma family: M and N not multiples of the tile, every form
   };
   const Case cases[] = {
       {"k=1024,n=1008,block=128,bias=yes,act=relu", wgmma(128, 4, 0), {300, 257}},
-      {"k=1536,n=400,block=256,x=bf16,quant_a=symmetric,quant_w=symmetric", wgmma(192, 3, 1), {200, 129}},
+      // (bm 192 with 3 or 5 stages spills 12 bytes here, so the tuner prunes it and this test would too.)
+      {"k=1536,n=400,block=256,x=bf16,quant_a=symmetric,quant_w=symmetric", wgmma(192, 4, 1), {200, 129}},
       {"k=1536,n=144,block=384,x=fp32", wgmma(128, 5, 0), {128, 100}},
       {"k=2048,n=272,block=512,quant_w=symmetric,act=relu6,bias=yes", wgmma(64, 6, 1), {1000, 513}},
       {"k=512,n=1024,block=128,x=bf16,quant_a=symmetric", wgmma(64, 4, 1), {4133}},
