@@ -1,6 +1,8 @@
 // qjit doctor: what this machine offers qjit (driver, NVRTC, GPU, bandwidth, cache).
+#include <filesystem>
 #include <iostream>
 #include <memory>
+#include "cache/compile_cache.h"
 #include "cli/common.h"
 #include "codegen/error.h"
 #include "codegen/nvrtc.h"
@@ -44,6 +46,21 @@ void add_doctor(CLI::App& app, int& rc) {
       j["cache"] = {{"path", o->cache.resolved()}, {"error", e.what()}};
       rc = kFailed;
     }
+    {
+      // (Not created here: a tune creates it.)
+      const std::string path = cache::CompileCache::default_path();
+      std::error_code ec;
+      const auto bytes = path.empty() ? 0 : std::filesystem::file_size(path, ec);
+      if (path.empty()) {
+        j["compile_cache"] = {{"path", ""}, {"off", "QJIT_COMPILE_CACHE is empty"}};
+      } else if (ec) {
+        j["compile_cache"] = {{"path", path}, {"bytes", 0}, {"compiles", 0}};
+      } else {
+        cache::CompileCache cc(path);
+        j["compile_cache"] = {{"path", path}, {"bytes", bytes}, {"compiles", cc.rows()}};
+        if (!cc.enabled()) j["compile_cache"]["off"] = cc.why();
+      }
+    }
     if (gpu) {
       const auto& d = runtime::current_device();
       j["device"] = {{"name", d.identity.name},       {"compute_capability", d.identity.compute_capability},
@@ -81,6 +98,12 @@ void add_doctor(CLI::App& app, int& rc) {
     else
       std::cout << "cache     " << j["cache"]["path"].get<std::string>() << ", "
                 << human_bytes(j["cache"]["bytes"].get<double>()) << ", " << j["cache"]["kernels"] << " kernel(s)\n";
+    const auto& cc = j["compile_cache"];
+    if (cc.contains("off"))
+      std::cout << "compiles  off: " << cc["off"].get<std::string>() << "\n";
+    else
+      std::cout << "compiles  " << cc["path"].get<std::string>() << ", " << human_bytes(cc["bytes"].get<double>())
+                << ", " << cc["compiles"] << " kept for later tunes\n";
   });
 }
 

@@ -217,14 +217,17 @@ void add_tune(CLI::App& app, int& rc) {
       for (auto& b : rep.baselines)
         std::cout << fmt("  vs %s %.2f us: %.2fx\n", b.name.c_str(), b.median_us, b.median_us / rep.best.median_us);
       const std::string on = devices_named ? fmt(" on GPU %d", rep.device_ordinal) : "";
+      const std::string cached = rep.compiles_cached ? fmt(", %d from the compile cache", rep.compiles_cached) : "";
       if (rep.search == "staged")
         std::cout << fmt("  staged search: %d screened, %d timed in full and verified now, %d known, %d failed; "
-                         "%.1f s wall (screen %.1f s, of which waiting on %d compiles %.1f s; confirm %.1f s)%s\n",
+                         "%.1f s wall (screen %.1f s, of which waiting on %d compiles%s %.1f s; confirm %.1f s)%s\n",
                          rep.screened_now, rep.measured_now, rep.skipped_known, rep.failed_now, rep.wall_s,
-                         rep.screen_wall_s, rep.compiles, rep.compile_wall_s, rep.confirm_wall_s, on.c_str());
+                         rep.screen_wall_s, rep.compiles, cached.c_str(), rep.compile_wall_s, rep.confirm_wall_s,
+                         on.c_str());
       else
-        std::cout << fmt("  %d measured now, %d known, %d failed; %.1f s wall (compile %.1f s)%s\n", rep.measured_now,
-                         rep.skipped_known, rep.failed_now, rep.wall_s, rep.compile_wall_s, on.c_str());
+        std::cout << fmt("  %d measured now, %d known, %d failed; %.1f s wall (compile %.1f s: %d compiles%s)%s\n",
+                         rep.measured_now, rep.skipped_known, rep.failed_now, rep.wall_s, rep.compile_wall_s,
+                         rep.compiles, cached.c_str(), on.c_str());
       std::cout << std::flush;
     };
     if (!o->devices.empty()) {

@@ -1,6 +1,7 @@
 #include "codegen/nvrtc.h"
 #include <nvrtc.h>
 #include <chrono>
+#include <iterator>
 #include <regex>
 #include <vector>
 #include "codegen/error.h"
@@ -64,6 +65,19 @@ std::string nvrtc_version() {
   return std::to_string(major) + "." + std::to_string(minor);
 }
 
+namespace {
+// The options of every compile besides -arch (see compile()).
+constexpr const char* kOptions[] = {"-std=c++17", "-default-device", "-Xptxas=-v", "-lineinfo", "--no-cache"};
+static_assert(std::size(kOptions) == 5, "compile() passes each option by index");
+}  // namespace
+
+std::string compile_identity() {
+  std::string id = "nvrtc " + nvrtc_version() + "\n";
+  for (const char* o : kOptions) id += std::string(o) + "\n";
+  for (const auto& [name, text] : nvrtc_headers()) id += name + "\n" + std::to_string(text.size()) + "\n" + text;
+  return id;
+}
+
 CompileResult compile(const GeneratedSource& src, const std::string& arch) {
   if (!nvrtc_supports_arch(arch))
     throw Error("nvrtc", "NVRTC " + nvrtc_version() + " cannot compile for '" + arch +
@@ -89,7 +103,7 @@ CompileResult compile(const GeneratedSource& src, const std::string& arch) {
   // --no-cache: NVRTC 12.9+ keeps its own disk cache (~/.nv/ComputeCache) where a
   // driver is installed; a hit skips ptxas and with it the -v resource report,
   // so registers/spills would be unknown. qjit caches kernels itself.
-  const char* opts[] = {arch_opt.c_str(), "-std=c++17", "-default-device", "-Xptxas=-v", "-lineinfo", "--no-cache"};
+  const char* opts[] = {arch_opt.c_str(), kOptions[0], kOptions[1], kOptions[2], kOptions[3], kOptions[4]};
 
   ProgramGuard prog;
   QJIT_NVRTC(nvrtcCreateProgram(&prog.p, src.text.c_str(), src.file_name.c_str(), static_cast<int>(names.size()),

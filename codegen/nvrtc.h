@@ -24,6 +24,10 @@ struct CompileResult {
 CompileResult compile(const GeneratedSource& src, const std::string& arch);
 
 std::string nvrtc_version();                  // "13.0"
+// Everything a compile depends on besides the source and the arch: the NVRTC
+// version, the options and every header a source may include (their text).
+// cache::CompileCache keys its rows by a hash of it.
+std::string compile_identity();
 bool nvrtc_supports_arch(const std::string& arch);
 
 }  // namespace qjit::codegen

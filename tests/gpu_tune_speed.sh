@@ -25,6 +25,8 @@ Q="$DIST/bin/qjit"
 WORK=${WORK:-.device/tune_speed}
 FINAL=${OUT:-/tmp/qjit_tune_speed_out}
 SEED=${SEED:-1}
+# From scratch means no compiles kept from an earlier run either (cache/compile_cache.h).
+export QJIT_COMPILE_CACHE=
 LOGS="$WORK/logs"
 mkdir -p "$WORK" "$LOGS" "$FINAL"
 trap 'tar czf "$FINAL/tune_speed_logs.tgz" -C "$WORK" logs $(cd "$WORK" && ls ./*.json 2>/dev/null)' EXIT
@@ -75,9 +77,10 @@ except Exception:
     print(f"  {kind:10} {row:48} FAILED (exit {rc}); see the log")
     sys.exit()
 extra = (f"screened {r['screened_now']}, confirmed {r['measured_now']}, compiles {r['compiles']} "
-         f"(+{r['compiles_reused']} reused), screen {r['screen_wall_s']:.1f} s, confirm {r['confirm_wall_s']:.1f} s"
+         f"(+{r['compiles_reused']} reused, +{r.get('compiles_cached', 0)} cached), screen {r['screen_wall_s']:.1f} s, confirm {r['confirm_wall_s']:.1f} s"
          if r["search"] == "staged" else
-         f"measured {r['measured_now']}, compiles {r['compiles']} (+{r['compiles_reused']} reused), "
+         f"measured {r['measured_now']}, compiles {r['compiles']} (+{r['compiles_reused']} reused, "
+         f"+{r.get('compiles_cached', 0)} cached), "
          f"compile {r['compile_wall_s']:.1f} s")
 print(f"  {kind:10} {row:48} {float(wall):6.1f} s  best {r['best']['median_us']:8.2f} us  {extra}")
 PY

@@ -20,6 +20,17 @@ std::string compile_key(const codegen::GeneratedSource& src, const std::string& 
   return cache::sha256_hex(arch + '\0' + (src.needs_sm90a ? "sm90a" : "") + '\0' + src.file_name + '\0' + text);
 }
 
+CompileFn cached_compile(cache::CompileCache& cache, CompileFn compile) {
+  return [&cache, compile = std::move(compile)](const codegen::GeneratedSource& src, const std::string& arch) {
+    if (!cache.enabled()) return compile(src, arch);
+    const std::string key = cache::compile_cache_key(compile_key(src, arch));
+    if (auto hit = cache.get(key)) return *hit;
+    auto r = compile(src, arch);
+    cache.put(key, r);
+    return r;
+  };
+}
+
 CompileQueue::CompileQueue(std::string arch, int threads, CompileFn compile, std::function<bool()> stop)
     : arch_(std::move(arch)), threads_(std::max(1, threads)), compile_(std::move(compile)), stop_(std::move(stop)) {
   for (int t = 0; t < threads_; ++t) pool_.emplace_back([this] { worker(); });

@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 #include <vector>
+#include "cache/compile_cache.h"
 #include "codegen/nvrtc.h"
 #include "codegen/source.h"
 
@@ -29,6 +30,12 @@ namespace qjit::tuner {
 std::string compile_key(const codegen::GeneratedSource& src, const std::string& arch);
 
 using CompileFn = std::function<codegen::CompileResult(const codegen::GeneratedSource&, const std::string& arch)>;
+
+// `compile`, answered from `cache` where an earlier run (of any process)
+// compiled the same source for the same arch with this NVRTC, options and
+// headers; a successful compile is stored for the next. The cache must
+// outlive the function.
+CompileFn cached_compile(cache::CompileCache& cache, CompileFn compile = codegen::compile);
 
 class CompileQueue {
  public:

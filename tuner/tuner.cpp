@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include "cache/compile_cache.h"
 #include "cache/record.h"
 #include "codegen/error.h"
 #include "codegen/nvrtc.h"
@@ -143,7 +144,10 @@ class Tuning {
         run_(op_hooks(spec.op).run),
         dev_(runtime::current_device()),
         fp_(runtime::fingerprint(spec)),
-        key_(fp_.key()) {
+        key_(fp_.key()),
+        compile_cache_(opt.compile_cache),
+        compile_(cached_compile(compile_cache_)) {
+    if (out_ && !opt.compile_cache.empty() && !compile_cache_.enabled()) *out_ << "note: " << compile_cache_.why() << "\n";
     rep_.spec_label = spec.label();
     rep_.key = key_;
     rep_.device = dev_.identity.name;
@@ -219,7 +223,7 @@ class Tuning {
     const auto compile_start = Clock::now();
     if (!cands_.empty()) {
       if (out_) *out_ << "compiling " << cands_.size() << " candidates on " << threads() << " threads\n";
-      CompileQueue queue(dev_.arch, threads(), codegen::compile, [this] { return deadline_hit(); });
+      CompileQueue queue(dev_.arch, threads(), compile_, [this] { return deadline_hit(); });
       for (size_t i = 0; i < cands_.size(); ++i) queue.add(i, cands_[i].source);
       size_t n = 0;
       while (const auto id = queue.next()) {
@@ -301,7 +305,7 @@ class Tuning {
             << "), staged search (seed " << set.seed << "): " << rep_.candidates_total << " candidates, "
             << rep_.skipped_known << " already measured\n";
 
-    CompileQueue queue(dev_.arch, threads(), codegen::compile, [this] { return deadline_hit(); });
+    CompileQueue queue(dev_.arch, threads(), compile_, [this] { return deadline_hit(); });
     SearchHooks hooks;
     hooks.screen = [&](const std::vector<size_t>& batch) { return screen_batch(search, queue, batch); };
     hooks.confirm = [&](size_t i) { return confirm(i); };
@@ -398,6 +402,9 @@ class Tuning {
 
   TuneReport finish() {
     rep_.wall_s = seconds_since(start_);
+    // (A compile the cache answered was counted as a compile: it ran no NVRTC.)
+    rep_.compiles_cached = static_cast<int>(compile_cache_.hits());
+    rep_.compiles -= rep_.compiles_cached;
     return std::move(rep_);
   }
 
@@ -548,7 +555,7 @@ class Tuning {
       // out stops the queue's compiles, not a contender's).
       try {
         c.source = codegen::generate_source(spec_, c.config);
-        c.compiled = codegen::compile(c.source, dev_.arch);
+        c.compiled = compile_(c.source, dev_.arch);
       } catch (const Error& e) {
         c.compiled.ok = false;
         c.compiled.log = e.what();
@@ -699,6 +706,8 @@ class Tuning {
   const std::string key_;
   TuneReport rep_;
   std::vector<nlohmann::json> configs_, imported_;
+  cache::CompileCache compile_cache_;
+  const CompileFn compile_;
   std::map<std::string, cache::TrialRecord> known_;  // config -> its stored trial (none with --retune)
   std::deque<Candidate> cands_;                      // a deque: references stay valid as it grows
   std::map<size_t, Candidate*> staged_;              // staged search: config index -> its candidate
@@ -758,6 +767,7 @@ nlohmann::json TuneReport::to_json() const {
   j["screened_now"] = screened_now;
   j["compiles"] = compiles;
   j["compiles_reused"] = compiles_reused;
+  j["compiles_cached"] = compiles_cached;
   j["families_dropped"] = families_dropped;
   j["wall_s"] = wall_s;
   j["compile_wall_s"] = compile_wall_s;

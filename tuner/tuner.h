@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 #include <nlohmann/json.hpp>
+#include "cache/compile_cache.h"
 #include "cache/store.h"
 #include "codegen/spec.h"
 #include "tuner/search.h"
@@ -41,6 +42,8 @@ struct TuneOptions {
   bool seed_from_neighbours = true;
   // ... and from the config shipped for the spec on this GPU (tuner/shipped.h), if any.
   bool seed_from_shipped = true;
+  // The compile cache file shared across runs (cache/compile_cache.h; "": none).
+  std::string compile_cache = cache::CompileCache::default_path();
 };
 
 // The configs of `space` holding every key of `filter` with its value (a key
@@ -64,10 +67,11 @@ struct TuneReport {
   std::vector<BaselineResult> baselines;
   std::string search;                  // "staged" or "exhaustive"
   // measured_now: timed in full and verified in this run; screened_now:
-  // screened only (staged search); compiles: distinct sources compiled,
-  // compiles_reused: candidates that shared one of them.
+  // screened only (staged search); compiles: distinct sources compiled by
+  // NVRTC now, compiles_reused: candidates that shared one of them,
+  // compiles_cached: sources the compile cache had from an earlier run.
   int candidates_total = 0, measured_now = 0, screened_now = 0, skipped_known = 0, failed_now = 0;
-  int compiles = 0, compiles_reused = 0;
+  int compiles = 0, compiles_reused = 0, compiles_cached = 0;
   std::vector<std::string> families_dropped;  // by the staged search, with why
   // compile_wall_s: the exhaustive search's compile step, or the staged
   // search's time waiting on compiles; screen_wall_s, confirm_wall_s: the
