@@ -102,7 +102,8 @@ TEST_CASE("exhaustive search: every candidate timed in full and verified, none s
   CHECK(c.full_ok + c.failed == rep.candidates_total);
   // fp_lut's blocks_per_sm changes only the launch: its configs share compiles.
   CHECK(rep.compiles_reused > 0);
-  CHECK(rep.compiles + rep.compiles_reused == rep.candidates_total);
+  // (Some may come from the compile cache an earlier tune of the same sources filled.)
+  CHECK(rep.compiles + rep.compiles_cached + rep.compiles_reused == rep.candidates_total);
 }
 
 TEST_CASE("tune on several devices (or two workers on one): every spec tuned, nothing lost", "[gpu]") {
