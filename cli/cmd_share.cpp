@@ -119,7 +119,8 @@ std::vector<ImportItem> shipped_items(cache::Store& store) {
   if (mine.empty()) {
     std::string have;
     for (const auto& [name, n] : others) have += fmt("%s%s (%d)", have.empty() ? "" : ", ", name.c_str(), n);
-    std::cerr << "no shipped tuning for " << device.name << " (compute capability " << device.compute_capability << ") in "
+    std::cerr << "no shipped tuning for " << device.name << " (compute capability " << device.compute_capability
+              << ") in "
               << (dir.empty() ? std::string("(no shipped folder found; set QJIT_SHIPPED)") : dir)
               << (have.empty() ? std::string() : "; records exist for: " + have) << "\n";
   }
