@@ -106,7 +106,8 @@ std::vector<codegen::OpSpec> manifest_specs(const std::string& path, const SpecO
     one.op = j["op"].get<std::string>();
     one.shape = j["shape"].get<std::string>();
     if (j.contains("m")) {
-      if (!j["m"].is_string()) throw Error("argument", where + ": \"m\" must be a string like \"1-1024\": " + json_excerpt(j));
+      if (!j["m"].is_string())
+        throw Error("argument", where + ": \"m\" must be a string like \"1-1024\": " + json_excerpt(j));
       one.m = j["m"].get<std::string>();
     }
     for (auto& spec : one.specs()) specs.push_back(std::move(spec));

@@ -148,7 +148,8 @@ TEST_CASE("cached_compile: a later run compiles nothing it compiled before, head
   // fp_lut's blocks_per_sm changes only the header comment (test_compile_queue.cpp).
   const auto spec = codegen::parse_spec("fp_lut", "n=1048576,fn=silu");
   std::vector<codegen::GeneratedSource> sources;
-  for (const auto& c : codegen::find_op("fp_lut").tunable_space(spec)) sources.push_back(codegen::generate_source(spec, c));
+  for (const auto& c : codegen::find_op("fp_lut").tunable_space(spec))
+    sources.push_back(codegen::generate_source(spec, c));
   std::atomic<int> compiled{0};
   const tuner::CompileFn fake = [&](const codegen::GeneratedSource& src, const std::string& arch) {
     ++compiled;

@@ -37,9 +37,9 @@ TEST_CASE("shipped records: every file of the folder, bad lines named, this GPU'
   std::ofstream(td.file("h100.jsonl")) << record("fused_ffn", "d=256,h=64", "NVIDIA H100 80GB HBM3", "9.0") << "\n\n"
                                        << record("fp_lut", "n=4096,fn=silu", "NVIDIA H100 80GB HBM3", "9.0") << "\n"
                                        << "{\"format\":\"qjit-record-v1\", oops\n";
+  const char* illegal = R"({"format":"qjit-record-v1","spec":{"op":"fused_ffn","d":256,"h":64},"config":{}})";
   std::ofstream(td.file("h200.jsonl")) << record("fused_ffn", "d=256,h=64", "NVIDIA H200", "9.0") << "\n"
-                                       << R"({"format":"qjit-record-v1","spec":{"op":"fused_ffn","d":256,"h":64},"config":{}})"
-                                       << "\n";
+                                       << illegal << "\n";
   // models.jsonl is the manifest of shapes, and other extensions are not records.
   std::ofstream(td.file("models.jsonl")) << R"({"op": "fused_ffn", "shape": "d=256,h=64"})" << "\n";
   std::ofstream(td.file("notes.txt")) << "not a record\n";
