@@ -83,6 +83,7 @@ int verify_imports(std::vector<ImportItem>& items, cache::Store& store, bool jso
     try {
       tuner::TuneOptions t;
       t.only_configs = {it.rec.config};
+      t.baselines = false;
       t.progress = &std::cerr;
       auto rep = tuner::tune(it.spec, store, t);
       row["status"] = "verified";

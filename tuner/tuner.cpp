@@ -324,6 +324,7 @@ class Tuning {
   }
 
   void measure_baselines() {
+    if (!opt_.baselines) return;
     std::string no_baseline;
     auto baselines = work_->baselines(&no_baseline);
     if (baselines.empty() && out_) *out_ << "no library baseline: " << no_baseline << "\n";

@@ -42,6 +42,9 @@ struct TuneOptions {
   bool seed_from_neighbours = true;
   // ... and from the config shipped for the spec on this GPU (tuner/shipped.h), if any.
   bool seed_from_shipped = true;
+  // Time the op's library baselines (cuBLAS, ...) after the search; off for
+  // `qjit import`, which only checks and times the configs it brings.
+  bool baselines = true;
   // The compile cache file shared across runs (cache/compile_cache.h; "": none).
   std::string compile_cache = cache::CompileCache::default_path();
 };
