@@ -6,7 +6,6 @@
 #include <fstream>
 #include <mutex>
 #include <ostream>
-#include <sstream>
 #include "codegen/error.h"
 
 namespace qjit::tuner {
