@@ -2,7 +2,10 @@
 #include <dlfcn.h>
 #include <cstdlib>
 #include <mutex>
-#include <unordered_map>
+#include <map>
+#include <utility>
+#include "runtime/device.h"
+#include "runtime/driver.h"
 
 namespace qjit::runtime {
 
@@ -45,10 +48,20 @@ cublasStatus_t gemm_x_wt(const Cublas& c, cublasHandle_t h, int rows, int n, int
 cublasHandle_t cublas_handle(CUstream stream, std::string* why) {
   const Cublas* c = try_cublas(why);
   if (!c) return nullptr;
+  // By context and stream: a stream handle names a stream of one context
+  // only, and the legacy default stream (nullptr) is every context's; a
+  // handle made in one context (its workspace, its device) is not used in
+  // another.
+  CUcontext current = nullptr;
+  if (const CUresult r = driver().cuCtxGetCurrent(&current); r != CUDA_SUCCESS || !current) {
+    if (why) *why = "no CUDA context is current for cuBLAS";
+    return nullptr;
+  }
+  const std::pair<ContextId, CUstream> key{context_id(current), stream};
   static std::mutex mu;
-  static std::unordered_map<CUstream, cublasHandle_t> handles;  // never destroyed: the context may be gone at exit
+  static std::map<std::pair<ContextId, CUstream>, cublasHandle_t> handles;  // never destroyed: the context may be gone at exit
   std::lock_guard<std::mutex> lock(mu);
-  auto it = handles.find(stream);
+  auto it = handles.find(key);
   if (it != handles.end()) return it->second;
   cublasHandle_t h = nullptr;
   cublasStatus_t st = c->create(&h);
@@ -58,7 +71,7 @@ cublasHandle_t cublas_handle(CUstream stream, std::string* why) {
     if (why) *why = "cublasCreate/cublasSetStream failed with status " + std::to_string(static_cast<int>(st));
     return nullptr;
   }
-  handles.emplace(stream, h);
+  handles.emplace(key, h);
   return h;
 }
 

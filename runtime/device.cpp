@@ -14,6 +14,12 @@ std::string Device::key() const {
 
 bool gpu_available(std::string* why) { return try_driver(why) != nullptr; }
 
+ContextId context_id(CUcontext context) {
+  ContextId id = 0;
+  QJIT_CU(cuCtxGetId(context, &id));
+  return id;
+}
+
 codegen::DeviceLimits device_limits() {
   const Device& d = current_device();
   return {d.identity.sm_count, d.smem_per_sm, d.smem_reserved_per_block, std::stoi(d.arch.substr(3)), d.arch};  // "sm_90" -> 90
@@ -22,11 +28,12 @@ codegen::DeviceLimits device_limits() {
 namespace {
 
 // Device attributes and identity of `handle` (ordinal `ordinal`), used from `context`.
-Device describe_device(int ordinal, CUdevice handle, CUcontext context) {
+Device describe_device(int ordinal, CUdevice handle, CUcontext context, ContextId id) {
   Device d;
   d.ordinal = ordinal;
   d.handle = handle;
   d.context = context;
+  d.context_id = id;
   char name[256] = {};
   QJIT_CU(cuDeviceGetName(name, sizeof(name), d.handle));
   int major = 0, minor = 0, sms = 0, l2 = 0;
@@ -81,14 +88,15 @@ CUcontext current_context() {
 
 const Device& current_device() {
   const CUcontext context = current_context();
+  const ContextId id = context_id(context);
   // One record per context, never freed (references stay valid); the last
   // one this thread used is remembered without the lock.
   thread_local const Device* last = nullptr;
-  if (last && last->context == context) return *last;
+  if (last && last->context_id == id) return *last;
   static std::mutex mu;
-  static std::unordered_map<CUcontext, std::unique_ptr<Device>> known;
+  static std::unordered_map<ContextId, std::unique_ptr<Device>> known;
   std::lock_guard<std::mutex> lock(mu);
-  auto& d = known[context];
+  auto& d = known[id];
   if (!d) {
     CUdevice handle = 0;
     QJIT_CU(cuCtxGetDevice(&handle));
@@ -99,7 +107,7 @@ const Device& current_device() {
       QJIT_CU(cuDeviceGet(&h, i));
       if (h == handle) ordinal = i;
     }
-    d = std::make_unique<Device>(describe_device(ordinal, handle, context));
+    d = std::make_unique<Device>(describe_device(ordinal, handle, context, id));
   }
   last = d.get();
   return *d;
@@ -155,6 +163,7 @@ CallerContext::CallerContext() {
     QJIT_CU(cuCtxSetCurrent(context_));
     restore_none_ = true;
   }
+  id_ = context_id(context_);
 }
 
 CallerContext::~CallerContext() {

@@ -12,10 +12,19 @@
 
 namespace qjit::runtime {
 
+// How the runtime tells contexts apart: the driver's id of a context
+// (cuCtxGetId), unique for the life of the process. A handle is not enough:
+// a context created after another was destroyed may get the same address,
+// and must not inherit the destroyed one's modules, workspaces or cuBLAS
+// handles.
+using ContextId = unsigned long long;
+ContextId context_id(CUcontext context);
+
 struct Device {
   int ordinal = 0;
   CUdevice handle = 0;
   CUcontext context = nullptr;     // the context the caller had current (often the primary one, shared with the CUDA runtime)
+  ContextId context_id = 0;        // context's id: what the record is kept by
   cache::DeviceIdentity identity;  // name, compute capability, SM count, driver version
   std::string arch;                // "sm_90"
   size_t l2_bytes = 0;
@@ -48,9 +57,11 @@ class CallerContext {
   CallerContext(const CallerContext&) = delete;
   CallerContext& operator=(const CallerContext&) = delete;
   CUcontext context() const { return context_; }
+  ContextId id() const { return id_; }
 
  private:
   CUcontext context_ = nullptr;
+  ContextId id_ = 0;
   bool restore_none_ = false;
 };
 // A device the driver sees, by ordinal (as QJIT_DEVICE and `qjit tune

@@ -12,7 +12,7 @@ namespace qjit::runtime {
 #define QJIT_DRIVER_FUNCTIONS(X)                                                                     \
   X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)            \
   X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) \
-  X(cuCtxGetCurrent)                                                                                \
+  X(cuCtxGetCurrent) X(cuCtxGetId)                                                                  \
   X(cuCtxGetDevice) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags)   \
   X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)                                          \
   X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)                  \

@@ -110,7 +110,7 @@ std::string tune_command(const codegen::OpSpec& spec) {
 
 }  // namespace
 
-const LoadedPlan& KernelCache::get_slow(CUcontext context, const std::string& fast_key, const codegen::OpSpec& spec,
+const LoadedPlan& KernelCache::get_slow(ContextId context, const std::string& fast_key, const codegen::OpSpec& spec,
                                         const ArgPack* check) {
   std::lock_guard<std::mutex> lock(mu_);
   Plans& plans = loaded_[context];

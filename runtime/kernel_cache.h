@@ -54,12 +54,13 @@ class KernelCache {
   // checks them again on every call).
   template <typename MakeSpec>
   const LoadedPlan& get(std::string_view fast_key, MakeSpec&& make_spec, const ArgPack* check = nullptr) {
-    return get(current_context(), fast_key, make_spec, check);
+    const CUcontext context = current_context();  // nullptr without a GPU: the spec's checks speak first
+    return get(context ? context_id(context) : 0, fast_key, make_spec, check);
   }
-  // The same for `context`, the caller's current one (the typed entry
-  // points know it already: runtime::call's CallerContext).
+  // The same for context `context`, the caller's current one (the typed
+  // entry points know it already: runtime::call's CallerContext).
   template <typename MakeSpec>
-  const LoadedPlan& get(CUcontext context, std::string_view fast_key, MakeSpec&& make_spec,
+  const LoadedPlan& get(ContextId context, std::string_view fast_key, MakeSpec&& make_spec,
                         const ArgPack* check = nullptr) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -70,7 +71,7 @@ class KernelCache {
   }
 
  private:
-  const LoadedPlan& get_slow(CUcontext context, const std::string& fast_key, const codegen::OpSpec& spec,
+  const LoadedPlan& get_slow(ContextId context, const std::string& fast_key, const codegen::OpSpec& spec,
                              const ArgPack* check);
   cache::Store& store();
 
@@ -83,7 +84,9 @@ class KernelCache {
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
   using Plans = std::unordered_map<std::string, std::unique_ptr<LoadedPlan>, KeyHash, std::equal_to<>>;
-  std::unordered_map<CUcontext, Plans> loaded_;  // per context: its own modules
+  // Per context: its own modules. A destroyed context's plans stay (their
+  // handles dead, never used again: no later context has its id).
+  std::unordered_map<ContextId, Plans> loaded_;
 };
 
 }  // namespace qjit::runtime

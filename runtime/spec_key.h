@@ -67,7 +67,7 @@ class SpecFields {
 // checks `args` against the plan before compiling or storing anything).
 // In `context` (the caller's current one), or the current one looked up.
 template <typename Describe>
-const LoadedPlan& plan_for(const char* op, const Describe& describe, const ArgPack& args, CUcontext context) {
+const LoadedPlan& plan_for(const char* op, const Describe& describe, const ArgPack& args, ContextId context) {
   SpecFields fast(SpecFields::Mode::fast_key, op);
   describe(fast);
   const auto make_spec = [&] {
@@ -79,7 +79,8 @@ const LoadedPlan& plan_for(const char* op, const Describe& describe, const ArgPa
 }
 template <typename Describe>
 const LoadedPlan& plan_for(const char* op, const Describe& describe, const ArgPack& args) {
-  return plan_for(op, describe, args, current_context());
+  const CUcontext context = current_context();  // nullptr without a GPU: the spec's checks speak first
+  return plan_for(op, describe, args, context ? context_id(context) : 0);
 }
 
 // One call of a typed entry point: in the caller's context (CallerContext:
@@ -89,8 +90,8 @@ const LoadedPlan& plan_for(const char* op, const Describe& describe, const ArgPa
 // workspace made ready and nothing launched).
 template <typename Describe>
 void call(const char* op, const Describe& describe, const ArgPack& args, RunPlan run, CUstream_st* stream) {
-  const CallerContext context;  // one cuCtxGetCurrent a call, shared with the plan's lookup
-  const LoadedPlan& plan = plan_for(op, describe, args, context.context());
+  const CallerContext context;  // one cuCtxGetCurrent and cuCtxGetId a call, shared with the plan's lookup
+  const LoadedPlan& plan = plan_for(op, describe, args, context.id());
   run_checked(run, plan, args, reinterpret_cast<CUstream>(stream));
 }
 
