@@ -49,6 +49,9 @@ if [ "$RUN_TESTS" = 1 ]; then
   echo "== GPU tests"
   ( time "$DIST/bin/qjit_tests" "[gpu]" ) >"$OUT/gpu_tests.log" 2>&1
   echo "gpu tests exit $?"; grep -E "FAILED|failed|passed" "$OUT/gpu_tests.log" | head -20; tail -4 "$OUT/gpu_tests.log"
+  # A primary-context reset ends every module and allocation of its process: in a process of its own.
+  "$DIST/bin/qjit_tests" "[gpu_reset]" >"$OUT/gpu_reset.log" 2>&1
+  echo "context reset test exit $?"; grep -E "FAILED|failed|passed" "$OUT/gpu_reset.log" | head -5
   save_logs
 fi
 [ "$PART" = tests ] && exit 0

@@ -12,6 +12,13 @@
 
 namespace qjit::test {
 
+// Occurrences of `what` in `text` (generated code, a QJIT_LOG=1 stderr).
+inline size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
+
 // The first step kernel of a config's plan (the only one of a single-kernel
 // plan), and its geometry.
 inline codegen::KernelDef main_kernel(const codegen::OpDef& op, const codegen::OpSpec& spec,

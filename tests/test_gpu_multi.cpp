@@ -72,12 +72,6 @@ bool two_devices() {
   return false;
 }
 
-// Counts the occurrences of `word` in `text`.
-int count_of(const std::string& text, const std::string& word) {
-  int n = 0;
-  for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++n;
-  return n;
-}
 
 // One device's context, its own stream and a w8a8_gemm workload allocated there.
 struct OnDevice {
@@ -107,7 +101,7 @@ TEST_CASE("several GPUs: each call runs in the caller's current context, interle
       d.c.work->poison_output(d.stream);
       const std::string err = test::stderr_of(
           [&] { w8a8_gemm(d.c.shape, d.c.args, reinterpret_cast<CUstream_st*>(d.stream)); });
-      CHECK(count_of(err, "compiling the default config") == 1);
+      CHECK(test::count_of(err, "compiling the default config") == 1);
       QJIT_CU(cuStreamSynchronize(d.stream));
       const auto v = d.c.work->verify(1.0);
       INFO(v.message);
@@ -126,9 +120,9 @@ TEST_CASE("several GPUs: each call runs in the caller's current context, interle
     const std::string err = test::stderr_of(
         [&] { w8a8_gemm(d.c.shape, d.c.args, reinterpret_cast<CUstream_st*>(d.stream)); });
     if (device_name(0) == device_name(1))
-      CHECK(count_of(err, "loaded the untuned (default config) kernel") == 1);
+      CHECK(test::count_of(err, "loaded the untuned (default config) kernel") == 1);
     else
-      CHECK(count_of(err, "compiling the default config") == 1);
+      CHECK(test::count_of(err, "compiling the default config") == 1);
   }
   // Interleaved: each call in the context current at the time, on that device's stream, through the
   // C++ and the C API; the caller's context is current afterwards; hits say nothing.

@@ -4,7 +4,12 @@
 // storing anything (C API: QJIT_ERROR_NOT_TUNED); QJIT_LOG=1 reports a miss
 // and an untuned load; under qjit::Preload a call launches nothing, and a
 // CUDA graph captured afterwards runs the op without compiling or allocating.
+// Contexts are told apart by the driver's id, not the handle: two contexts of
+// one device, interleaved on the legacy default stream, each use their own
+// modules, workspaces and cuBLAS handles; a context created after another was
+// destroyed (often at the same address) loads its own modules again.
 #include <catch2/catch.hpp>
+#include <dlfcn.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -18,11 +23,95 @@
 #include "qjit/qjit_c.h"
 #include "runtime/device.h"
 #include "runtime/driver.h"
+#include "runtime/plan.h"
 #include "tests/gpu_helpers.h"
 #include "tests/helpers.h"
 #include "tuner/workload.h"
 
 using namespace qjit;
+
+namespace {
+
+// The driver's own entries for making and ending contexts (the runtime
+// never makes one, so its table lacks them); libcuda is loaded already.
+template <typename Fn>
+Fn driver_entry(const char* name) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(lib != nullptr);
+  const auto fn = reinterpret_cast<Fn>(dlsym(lib, name));
+  dlclose(lib);
+  REQUIRE(fn != nullptr);
+  return fn;
+}
+CUcontext create_context() {
+  using Create = CUresult (*)(CUcontext*, unsigned, CUdevice);
+  CUdevice device = 0;
+  QJIT_CU(cuCtxGetDevice(&device));
+  CUcontext c = nullptr;
+  REQUIRE(driver_entry<Create>("cuCtxCreate_v2")(&c, 0, device) == CUDA_SUCCESS);  // and makes it current
+  return c;
+}
+void destroy_context(CUcontext c) {
+  using Destroy = CUresult (*)(CUcontext);
+  REQUIRE(driver_entry<Destroy>("cuCtxDestroy_v2")(c) == CUDA_SUCCESS);
+}
+
+
+// wq_gemm through dequantisation and cuBLAS (its plan takes a cuBLAS handle
+// per stream), with its inputs allocated in the current context.
+struct CublasCase {
+  codegen::OpSpec spec;
+  std::unique_ptr<tuner::Workload> work;
+  static constexpr int kRows = 100;
+  static nlohmann::json config() { return {{"family", "cublas"}, {"warps", 4}, {"tiles", 1}}; }
+  static codegen::OpSpec make_spec() { return codegen::parse_spec("wq_gemm", "k=512,n=96,m=128"); }
+  CublasCase() : spec(make_spec()), work(tuner::make_wq_gemm_workload(spec, test::fresh_seed(), 0, kRows)) {}
+  // On the caller's legacy default stream.
+  void run() const {
+    const ArgPack& a = work->args(0);
+    auto p = [&](int i) { return reinterpret_cast<void*>(a.values[i].ptr); };
+    WqGemmShape s;
+    s.k = 512, s.n = 96;
+    wq_gemm(s, kRows, p(0), p(1), p(2), p(3), nullptr, nullptr, p(6), nullptr);
+  }
+};
+
+// Both cases of one context.
+struct InContext {
+  CUcontext context = nullptr;
+  test::W8a8Case w8a8;
+  std::unique_ptr<CublasCase> blas;
+  // Runs both ops in `context` on its legacy default stream and checks them; returns stderr.
+  std::string run_and_check() {
+    QJIT_CU(cuCtxSetCurrent(context));
+    w8a8.work->poison_output(nullptr);
+    blas->work->poison_output(nullptr);
+    const std::string err = test::stderr_of([&] {
+      w8a8_gemm(w8a8.shape, w8a8.args);
+      blas->run();
+    });
+    CHECK(test::current_context() == context);
+    QJIT_CU(cuCtxSynchronize());
+    auto v = w8a8.work->verify(1.0);
+    INFO("w8a8_gemm: " << v.message);
+    CHECK(v.ok);
+    v = blas->work->verify(1.0);
+    INFO("wq_gemm (cuBLAS): " << v.message);
+    CHECK(v.ok);
+    return err;
+  }
+};
+
+InContext allocate_in(CUcontext context) {
+  QJIT_CU(cuCtxSetCurrent(context));
+  InContext c;
+  c.context = context;
+  c.w8a8 = test::w8a8_case(64);
+  c.blas = std::make_unique<CublasCase>();
+  return c;
+}
+
+}  // namespace
 
 TEST_CASE("runtime rules: no context current → the default device for the call, none current after", "[gpu]") {
   test::TempDir dir;
@@ -112,4 +201,73 @@ TEST_CASE("runtime rules: Preload launches nothing; a graph captured after it ru
   QJIT_CU(cuGraphExecDestroy(exec));
   QJIT_CU(cuGraphDestroy(graph));
   QJIT_CU(cuStreamDestroy(stream));
+}
+
+TEST_CASE("runtime rules: two contexts of one device, interleaved; a context made after one is destroyed", "[gpu]") {
+  if (const std::string why = runtime::cublas_unavailable(nullptr); !why.empty()) {
+    WARN("not run: " << why);
+    return;
+  }
+  test::TempDir dir;
+  const std::string db = dir.file("contexts.db");
+  test::tune_one_config(db, CublasCase::make_spec(), CublasCase::config());  // the cuBLAS plan, tuned
+  const CUcontext primary = test::current_context();
+  REQUIRE(primary != nullptr);
+  const CUcontext made = create_context();
+  {
+    InContext a = allocate_in(primary), b = allocate_in(made);
+    test::EnvVar log("QJIT_LOG", "1");
+    // Each context's first calls load their own modules (the rows are shared).
+    CHECK(test::count_of(a.run_and_check(), "qjit: ") == 2);
+    CHECK(test::count_of(b.run_and_check(), "loaded the") == 2);
+    // Interleaved on the legacy default stream, which is each context's own:
+    // a cuBLAS handle (and a workspace) of the other context would fault or
+    // write the other context's memory.
+    for (int i = 0; i < 3; ++i) {
+      CHECK(b.run_and_check().empty());
+      CHECK(a.run_and_check().empty());
+    }
+    QJIT_CU(cuCtxSetCurrent(made));
+  }
+  destroy_context(made);  // its allocations with it
+  QJIT_CU(cuCtxSetCurrent(primary));
+  // A new context, often at the destroyed one's address: its own modules again, not the dead ones.
+  const CUcontext again = create_context();
+  INFO("the new context " << (again == made ? "reuses" : "does not reuse") << " the destroyed one's address");
+  {
+    InContext c = allocate_in(again);
+    test::EnvVar log("QJIT_LOG", "1");
+    CHECK(test::count_of(c.run_and_check(), "loaded the") == 2);
+    CHECK(c.run_and_check().empty());
+    QJIT_CU(cuCtxSetCurrent(again));
+  }
+  destroy_context(again);
+  QJIT_CU(cuCtxSetCurrent(primary));
+}
+
+// Run alone (`qjit_tests "[gpu_reset]"`, tests/gpu_session.sh): a reset ends
+// every allocation and module of the process in the primary context.
+TEST_CASE("runtime rules: after the primary context is reset, calls load their modules again", "[.][gpu_reset]") {
+  if (const std::string why = runtime::cublas_unavailable(nullptr); !why.empty()) {
+    WARN("not run: " << why);
+    return;
+  }
+  test::TempDir dir;
+  test::tune_one_config(dir.file("reset.db"), CublasCase::make_spec(), CublasCase::config());
+  CUdevice device = 0;
+  QJIT_CU(cuCtxGetDevice(&device));
+  CUcontext primary = test::current_context();
+  {
+    InContext a = allocate_in(primary);
+    a.run_and_check();
+    QJIT_CU(cuCtxSynchronize());
+  }
+  using Reset = CUresult (*)(CUdevice);
+  REQUIRE(driver_entry<Reset>("cuDevicePrimaryCtxReset_v2")(device) == CUDA_SUCCESS);  // cudaDeviceReset's effect
+  QJIT_CU(cuDevicePrimaryCtxRetain(&primary, device));
+  QJIT_CU(cuCtxSetCurrent(primary));
+  InContext b = allocate_in(primary);
+  test::EnvVar log("QJIT_LOG", "1");
+  CHECK(test::count_of(b.run_and_check(), "loaded the") == 2);
+  CHECK(b.run_and_check().empty());
 }

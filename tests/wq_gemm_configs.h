@@ -7,15 +7,9 @@
 #include <nlohmann/json.hpp>
 #include "codegen/registry.h"
 #include "codegen/spec.h"
+#include "tests/helpers.h"
 
 namespace qjit::test {
-
-// Occurrences of `what` in `text`.
-inline size_t count_of(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
-  return n;
-}
 
 // `config` with one key set to `value` (for the config-error checks).
 inline nlohmann::json with_key(nlohmann::json config, const char* key, int value) {
