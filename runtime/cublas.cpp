@@ -5,7 +5,6 @@
 #include <map>
 #include <utility>
 #include "runtime/device.h"
-#include "runtime/driver.h"
 
 namespace qjit::runtime {
 
@@ -51,13 +50,14 @@ cublasHandle_t cublas_handle(CUstream stream, std::string* why) {
   // By context and stream: a stream handle names a stream of one context
   // only, and the legacy default stream (nullptr) is every context's; a
   // handle made in one context (its workspace, its device) is not used in
-  // another.
-  CUcontext current = nullptr;
-  if (const CUresult r = driver().cuCtxGetCurrent(&current); r != CUDA_SUCCESS || !current) {
-    if (why) *why = "no CUDA context is current for cuBLAS";
+  // another. With none current, the default device's context is made
+  // current, as current_context() does for the tools.
+  const CUcontext context = current_context();
+  if (!context) {
+    if (why) *why = "no CUDA device";
     return nullptr;
   }
-  const std::pair<ContextId, CUstream> key{context_id(current), stream};
+  const std::pair<ContextId, CUstream> key{context_id(context), stream};
   static std::mutex mu;
   static std::map<std::pair<ContextId, CUstream>, cublasHandle_t> handles;  // never destroyed: the context may be gone at exit
   std::lock_guard<std::mutex> lock(mu);

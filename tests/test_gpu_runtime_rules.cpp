@@ -233,7 +233,7 @@ TEST_CASE("runtime rules: two contexts of one device, interleaved; a context mad
   QJIT_CU(cuCtxSetCurrent(primary));
   // A new context, often at the destroyed one's address: its own modules again, not the dead ones.
   const CUcontext again = create_context();
-  INFO("the new context " << (again == made ? "reuses" : "does not reuse") << " the destroyed one's address");
+  WARN("the new context " << (again == made ? "reuses" : "does not reuse") << " the destroyed one's address");
   {
     InContext c = allocate_in(again);
     test::EnvVar log("QJIT_LOG", "1");
