@@ -3,8 +3,7 @@
 //   first_launch_ms_since_exec: process start (kernel's exec time) → first
 //     fused_ffn launch returned and synchronized, cache warm or not;
 //   hit_overhead_us: host time of one cache-hit qjit::fused_ffn call (median
-//     of 31 batches of 100 calls, enqueue only; the GPU drains its queue
-//     between batches, so no launch waits for a full queue);
+//     of batches of 1000 calls, enqueue only);
 //   bare_launch_us: the same kernel through cuLaunchKernel alone, so that
 //     hit_overhead_us - bare_launch_us is what qjit adds.
 // Usage: qjit_launch_probe [d h m dtype]   (cache: $QJIT_CACHE)
@@ -69,13 +68,12 @@ int main(int argc, char** argv) {
     QJIT_CU(cuCtxSynchronize());
     const double t_first = now_since_boot_s();
     const double first_ms = (t_first - process_start_s()) * 1e3;
-    constexpr int kBatches = 31, kCalls = 100;
     std::vector<double> per_call;
-    for (int rep = 0; rep < kBatches; ++rep) {
+    for (int rep = 0; rep < 7; ++rep) {
       auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < kCalls; ++i) call();
+      for (int i = 0; i < 1000; ++i) call();
       auto t1 = std::chrono::steady_clock::now();
-      per_call.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / kCalls);
+      per_call.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 1000);
       QJIT_CU(cuCtxSynchronize());
     }
     std::sort(per_call.begin(), per_call.end());
@@ -88,12 +86,12 @@ int main(int argc, char** argv) {
     fa.y = reinterpret_cast<void*>(y);
     const qjit::ArgPack args = fa.pack();
     std::vector<double> bare;
-    for (int rep = 0; rep < kBatches; ++rep) {
+    for (int rep = 0; rep < 7; ++rep) {
       auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < kCalls; ++i)
+      for (int i = 0; i < 1000; ++i)
         if (qjit::runtime::launch_kernel(k, 0, args, nullptr) != CUDA_SUCCESS) throw qjit::Error("driver", "launch failed");
       auto t1 = std::chrono::steady_clock::now();
-      bare.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / kCalls);
+      bare.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 1000);
       QJIT_CU(cuCtxSynchronize());
     }
     std::sort(bare.begin(), bare.end());
