@@ -30,10 +30,10 @@ cublasStatus_t gemm_x_wt(const Cublas& c, cublasHandle_t h, int rows, int n, int
                          cudaDataType xw, float beta, CUdeviceptr y, cudaDataType yt);
 
 // The process's cuBLAS handle for `stream` of the current context, created
-// (and bound to the stream) on first use and kept for the process: a handle is not to be
-// shared by two host threads at once, and launches on one stream are
-// ordered anyway. nullptr with the reason when cuBLAS is missing or
-// cublasCreate fails.
+// (and bound to the stream) on first use and kept for the process: a handle
+// is not to be shared by two host threads at once, and launches on one
+// stream are ordered anyway. nullptr with the reason when cuBLAS is missing
+// or cublasCreate fails.
 cublasHandle_t cublas_handle(CUstream stream, std::string* why);
 
 }  // namespace qjit::runtime
