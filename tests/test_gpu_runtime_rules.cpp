@@ -65,6 +65,16 @@ struct CublasCase {
   static constexpr int kRows = 100;
   static nlohmann::json config() { return {{"family", "cublas"}, {"warps", 4}, {"tiles", 1}}; }
   static codegen::OpSpec make_spec() { return codegen::parse_spec("wq_gemm", "k=512,n=96,m=128"); }
+  // Tunes the cuBLAS config into cache file `db` and makes it the runtime's;
+  // false (with a warning) when cuBLAS is missing.
+  static bool tune_into(const std::string& db) {
+    if (const std::string why = runtime::cublas_unavailable(nullptr); !why.empty()) {
+      WARN("not run: " << why);
+      return false;
+    }
+    test::tune_one_config(db, make_spec(), config());
+    return true;
+  }
   CublasCase() : spec(make_spec()), work(tuner::make_wq_gemm_workload(spec, test::fresh_seed(), 0, kRows)) {}
   // On the caller's legacy default stream.
   void run() const {
@@ -204,13 +214,8 @@ TEST_CASE("runtime rules: Preload launches nothing; a graph captured after it ru
 }
 
 TEST_CASE("runtime rules: two contexts of one device, interleaved; a context made after one is destroyed", "[gpu]") {
-  if (const std::string why = runtime::cublas_unavailable(nullptr); !why.empty()) {
-    WARN("not run: " << why);
-    return;
-  }
   test::TempDir dir;
-  const std::string db = dir.file("contexts.db");
-  test::tune_one_config(db, CublasCase::make_spec(), CublasCase::config());  // the cuBLAS plan, tuned
+  if (!CublasCase::tune_into(dir.file("contexts.db"))) return;
   const CUcontext primary = test::current_context();
   REQUIRE(primary != nullptr);
   const CUcontext made = create_context();
@@ -248,12 +253,8 @@ TEST_CASE("runtime rules: two contexts of one device, interleaved; a context mad
 // Run alone (`qjit_tests "[gpu_reset]"`, tests/gpu_session.sh): a reset ends
 // every allocation and module of the process in the primary context.
 TEST_CASE("runtime rules: after the primary context is reset, calls load their modules again", "[.][gpu_reset]") {
-  if (const std::string why = runtime::cublas_unavailable(nullptr); !why.empty()) {
-    WARN("not run: " << why);
-    return;
-  }
   test::TempDir dir;
-  test::tune_one_config(dir.file("reset.db"), CublasCase::make_spec(), CublasCase::config());
+  if (!CublasCase::tune_into(dir.file("reset.db"))) return;
   CUdevice device = 0;
   QJIT_CU(cuCtxGetDevice(&device));
   CUcontext primary = test::current_context();
