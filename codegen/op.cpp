@@ -9,6 +9,12 @@ bool Plan::needs_cublas() const {
   return false;
 }
 
+bool Plan::needs_cublaslt() const {
+  for (const auto& s : steps)
+    if (s.kind == PlanStep::Kind::cublaslt_fp8_gemm) return true;
+  return false;
+}
+
 const KernelDef& Plan::main_kernel() const {
   for (const auto& s : steps)
     if (s.kind == PlanStep::Kind::kernel) return kernels.at(static_cast<size_t>(s.kernel));
@@ -41,6 +47,15 @@ std::string Plan::describe() const {
       else out << g.grid[0] << "x" << g.grid[1] << "x" << g.grid[2] << " blocks";
       out << " of " << g.block[0] << " threads, " << g.dynamic_smem << " B shared" << (g.programmatic ? ", PDL" : "")
           << "\n";
+    } else if (s.kind == PlanStep::Kind::cublaslt_fp8_gemm) {
+      const auto& c = s.lt;
+      const char* out_type = c.out == CublasLtFp8Gemm::Out::f32 ? "fp32" : c.out == CublasLtFp8Gemm::Out::bf16 ? "bf16" : "fp16";
+      out << "cuBLASLt e4m3 GEMM, 1x128 and 128x128 block scales (algo " << c.algo << "): " << c.y << "[" << c.rows
+          << "][" << c.n << "] " << out_type << " = codes at workspace+" << c.x_offset << " (scales +" << c.x_scale_offset
+          << ") x " << c.w << "^T (tile scales at workspace+" << c.w_scale_offset << ")";
+      if (!c.bias.empty()) out << " + " << c.bias;
+      if (c.relu) out << ", relu";
+      out << "\n";
     } else {
       const auto& c = s.gemm;
       const std::string rows = c.rows.empty() ? std::to_string(c.fixed_rows) : c.rows;

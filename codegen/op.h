@@ -177,12 +177,33 @@ struct CublasGemm {
   int epilogue = -1;
 };
 
+// A cuBLASLt block-scaled FP8 GEMM step (cuBLASLt 12.9+, compute capability
+// 9.0+): y[rows][n] = Σ_kb sx[kb][row]·sW[n/128][kb]·(codes[row][kb]·W[n][kb]ᵀ)
+// (+ bias[n], then relu), over blocks kb of 128 of k. x's e4m3 codes [rows][k]
+// are at workspace offset x_offset and their scales (cuBLASLt's VEC128_32F,
+// one per row and block: [k/128][rows], rows the call's) at x_scale_offset;
+// W's e4m3 codes [n][k] are argument w and its 128 × 128 tile scales
+// (BLK128x128_32F: [n/128][k/128]) at workspace offset w_scale_offset, all
+// written by earlier steps. `algo` picks the heuristic's algo-th answer for
+// the call's shape (its best when it has fewer). cuBLASLt's own scratch is
+// the runtime's, one buffer per stream (runtime/cublaslt.h).
+struct CublasLtFp8Gemm {
+  enum class Out { f16, bf16, f32 };
+  std::string w, bias, y, rows;  // arguments; bias "" when not used
+  long long k = 0, n = 0;
+  Out out = Out::f16;  // y's and bias's type
+  bool relu = false;
+  int algo = 0;
+  size_t x_offset = 0, x_scale_offset = 0, w_scale_offset = 0;
+};
+
 // One step of a call: a kernel launch or a library call, on the caller's stream.
 struct PlanStep {
-  enum class Kind { kernel, cublas_gemm };
+  enum class Kind { kernel, cublas_gemm, cublaslt_fp8_gemm };
   Kind kind = Kind::kernel;
   int kernel = -1;  // Kind::kernel: index into Plan::kernels
   CublasGemm gemm;  // Kind::cublas_gemm
+  CublasLtFp8Gemm lt{};  // Kind::cublaslt_fp8_gemm
   // Kind::kernel: launched this many times in a row on the stream (a
   // recurrence's steps), each launch seeing its index in its iteration param.
   int64_t repeat = 1;
@@ -207,7 +228,8 @@ struct Plan {
   std::vector<PointerArg> pointers;
   size_t workspace_fixed = 0;
 
-  bool needs_cublas() const;
+  bool needs_cublas() const;    // a cublas_gemm step (libcublas)
+  bool needs_cublaslt() const;  // a cublaslt_fp8_gemm step (libcublasLt)
   // The first step kernel: the only one of a single-kernel plan.
   const KernelDef& main_kernel() const;
   // One line per step: "kernel qjit_wq_gemm <<<...>>>", "cublas gemm ...".

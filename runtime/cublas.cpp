@@ -8,15 +8,21 @@
 
 namespace qjit::runtime {
 
+void* open_toolkit_library(const std::string& stem) {
+  void* lib = nullptr;
+  if (const char* home = std::getenv("CUDA_HOME"))
+    lib = dlopen((std::string(home) + "/lib64/" + stem + ".so").c_str(), RTLD_NOW | RTLD_LOCAL);
+  for (const std::string dir : {"", "/usr/local/cuda/lib64/"})
+    for (const char* version : {".so.13", ".so.12"})
+      if (!lib) lib = dlopen((dir + stem + version).c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib) lib = dlopen((stem + ".so").c_str(), RTLD_NOW | RTLD_LOCAL);
+  return lib;
+}
+
 const Cublas* try_cublas(std::string* why) {
   static std::string error;
   static const Cublas* loaded = []() -> const Cublas* {
-    std::string candidates[] = {"libcublas.so.13", "libcublas.so.12", "/usr/local/cuda/lib64/libcublas.so.13",
-                                "/usr/local/cuda/lib64/libcublas.so.12", "libcublas.so"};
-    void* lib = nullptr;
-    if (const char* home = std::getenv("CUDA_HOME")) lib = dlopen((std::string(home) + "/lib64/libcublas.so").c_str(), RTLD_NOW);
-    for (const auto& c : candidates)
-      if (!lib) lib = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
+    void* lib = open_toolkit_library("libcublas");
     if (!lib) {
       error = "libcublas could not be loaded (set CUDA_HOME or LD_LIBRARY_PATH)";
       return nullptr;

@@ -20,6 +20,11 @@ struct Cublas {
   GemmEx gemm_ex = nullptr;
 };
 
+// dlopen of a CUDA toolkit library by its stem ("libcublas", "libcublasLt"):
+// under $CUDA_HOME/lib64, then version 13 and 12 on the loader's path and in
+// /usr/local/cuda/lib64, then the unversioned name; nullptr when none loads.
+void* open_toolkit_library(const std::string& stem);
+
 // nullptr (with the reason) when libcublas cannot be loaded.
 const Cublas* try_cublas(std::string* why);
 

@@ -4,6 +4,7 @@
 #include "codegen/error.h"
 #include "codegen/registry.h"
 #include "runtime/cublas.h"
+#include "runtime/cublaslt.h"
 #include "runtime/device.h"
 #include "runtime/driver.h"
 
@@ -108,15 +109,22 @@ LoadedPlan load_plan(const std::string& op, const codegen::Plan& plan, const std
   p.args = def.args();
   p.steps = plan.steps;
   p.needs_cublas = plan.needs_cublas();
+  p.needs_cublaslt = plan.needs_cublaslt();
   for (const auto& c : plan.pointers) p.checks.push_back({c, arg_position(p.args, c.name, op)});
   const auto position = [&](const std::string& name) { return arg_position(p.args, name, op); };
   const auto optional = [&](const std::string& name) { return name.empty() ? -1 : position(name); };
   for (const auto& s : plan.steps) {
     ResolvedGemm g;
-    if (s.kind == codegen::PlanStep::Kind::cublas_gemm)
+    std::shared_ptr<LtFp8Gemm> lt;
+    if (s.kind == codegen::PlanStep::Kind::cublas_gemm) {
       g = {position(s.gemm.x), optional(s.gemm.w),        optional(s.gemm.bias),
            optional(s.gemm.residual), optional(s.gemm.y), optional(s.gemm.rows)};
+    } else if (s.kind == codegen::PlanStep::Kind::cublaslt_fp8_gemm) {
+      g = {-1, position(s.lt.w), optional(s.lt.bias), -1, position(s.lt.y), position(s.lt.rows)};
+      lt = std::make_shared<LtFp8Gemm>(s.lt);
+    }
     p.gemms.push_back(g);
+    p.lt_gemms.push_back(std::move(lt));
   }
   QJIT_CU(cuModuleLoadData(&p.module, cubin.data()));
   try {
@@ -296,6 +304,19 @@ CUresult run_gemm(const LoadedPlan& p, size_t step, const ArgPack& a, const Cubl
   return CUDA_SUCCESS;
 }
 
+// A cuBLASLt FP8 step: its state kept in the loaded plan (LtFp8Gemm), the
+// call's pointers and rows.
+CUresult run_lt_gemm(const LoadedPlan& p, size_t step, const ArgPack& a, const CublasLt& lt, cublasLtHandle_t handle,
+                     CUstream stream) {
+  const ResolvedGemm& at = p.gemms[step];
+  CUdeviceptr workspace = 0, scratch = 0;
+  if (const CUresult r = workspace_of(p, stream, &workspace); r != CUDA_SUCCESS) return r;
+  if (const CUresult r = cublaslt_workspace(stream, &scratch); r != CUDA_SUCCESS) return r;
+  const CUdeviceptr bias = at.bias < 0 ? CUdeviceptr{0} : a.values[at.bias].ptr;
+  return p.lt_gemms[step]->run(lt, handle, a.values[at.rows].i32, workspace, scratch, a.values[at.w].ptr, bias,
+                               a.values[at.y].ptr, stream);
+}
+
 }  // namespace
 
 CUresult launch_kernel(const LoadedPlan& p, int kernel, const ArgPack& a, CUstream stream, int iteration) {
@@ -334,27 +355,33 @@ CUresult launch_kernel(const LoadedPlan& p, int kernel, const ArgPack& a, CUstre
 }
 
 CUresult run_steps(const LoadedPlan& p, const ArgPack& a, CUstream stream) {
-  // cuBLAS looked up once per call, before anything is launched.
+  // The libraries looked up once per call, before anything is launched.
   const Cublas* blas = p.needs_cublas ? try_cublas(nullptr) : nullptr;
   const cublasHandle_t handle = blas ? cublas_handle(stream, nullptr) : nullptr;
   if (p.needs_cublas && !handle) return CUDA_ERROR_NOT_SUPPORTED;  // nothing launched
+  const CublasLt* lt = p.needs_cublaslt ? try_cublaslt(nullptr) : nullptr;
+  const cublasLtHandle_t lt_handle = lt ? cublaslt_handle(nullptr) : nullptr;
+  if (p.needs_cublaslt && !lt_handle) return CUDA_ERROR_NOT_SUPPORTED;
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const auto& s = p.steps[i];
+    CUresult r = CUDA_SUCCESS;
     if (s.kind == codegen::PlanStep::Kind::kernel) {
-      for (int64_t it = 0; it < s.repeat; ++it) {
-        const CUresult r = launch_kernel(p, s.kernel, a, stream, static_cast<int>(it));
-        if (r != CUDA_SUCCESS) return r;
-      }
-      continue;
+      for (int64_t it = 0; it < s.repeat && r == CUDA_SUCCESS; ++it)
+        r = launch_kernel(p, s.kernel, a, stream, static_cast<int>(it));
+    } else if (s.kind == codegen::PlanStep::Kind::cublaslt_fp8_gemm) {
+      r = run_lt_gemm(p, i, a, *lt, lt_handle, stream);
+    } else {
+      r = run_gemm(p, i, a, *blas, handle, stream);
     }
-    const CUresult r = run_gemm(p, i, a, *blas, handle, stream);
     if (r != CUDA_SUCCESS) return r;
   }
   return CUDA_SUCCESS;
 }
 
 std::string plan_unavailable(const LoadedPlan& p, CUstream stream) {
-  return p.needs_cublas ? cublas_unavailable(stream) : "";
+  std::string why = p.needs_cublas ? cublas_unavailable(stream) : "";
+  if (why.empty() && p.needs_cublaslt) why = cublaslt_unavailable();
+  return why;
 }
 
 std::string cublas_unavailable(CUstream stream) {
@@ -378,9 +405,12 @@ void run_checked(RunPlan run, const LoadedPlan& p, const ArgPack& a, CUstream st
     CUdeviceptr workspace = 0;
     if (const CUresult r = workspace_of(p, stream, &workspace); r != CUDA_SUCCESS)
       throw Error("driver", p.op + ": allocating the workspace failed: " + describe(r));
-    if (p.needs_cublas)
+    if (p.needs_cublas || p.needs_cublaslt)
       if (const std::string why = plan_unavailable(p, stream); !why.empty())
         throw Error("cublas", p.op + " kernel " + p.key.substr(0, 12) + " multiplies with cuBLAS: " + why);
+    if (p.needs_cublaslt)
+      if (const CUresult r = cublaslt_workspace(stream, &workspace); r != CUDA_SUCCESS)
+        throw Error("driver", p.op + ": allocating cuBLASLt's workspace failed: " + describe(r));
     return;
   }
   const CUresult r = run(p, a, stream);

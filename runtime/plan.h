@@ -53,9 +53,9 @@ struct ResolvedMap {
   codegen::TensorMap map;
   int source = -1, rows = -1;  // positions in the ArgPack (source -1: the map is in the workspace)
 };
-// A cuBLAS step's arguments as positions (-1: none).
-// A cuBLAS step's argument positions; -1 where the step does not use one
-// (w: W in the workspace; rows: the step's fixed_rows).
+// A library step's argument positions; -1 where the step does not use one
+// (w: W in the workspace; rows: the step's fixed_rows). A cuBLASLt step
+// uses w, bias, y and rows.
 struct ResolvedGemm {
   int x = -1, w = -1, bias = -1, residual = -1, y = -1, rows = -1;
 };
@@ -72,6 +72,8 @@ struct LoadedKernel {
   std::vector<ResolvedMap> maps;
 };
 
+class LtFp8Gemm;  // runtime/cublaslt.h
+
 struct LoadedPlan {
   std::string op;
   std::string key;  // fingerprint key
@@ -81,8 +83,9 @@ struct LoadedPlan {
   std::vector<codegen::ArgDef> args;
   std::vector<LoadedKernel> kernels;  // as codegen::Plan::kernels
   std::vector<codegen::PlanStep> steps;
-  std::vector<ResolvedGemm> gemms;  // per step: its cuBLAS arguments (cublas_gemm steps)
-  bool needs_cublas = false;
+  std::vector<ResolvedGemm> gemms;  // per step: its library call's arguments (cublas_gemm, cublaslt_fp8_gemm steps)
+  std::vector<std::shared_ptr<LtFp8Gemm>> lt_gemms;  // per step: a cublaslt_fp8_gemm step's state, else null
+  bool needs_cublas = false, needs_cublaslt = false;
   std::vector<ResolvedCheck> checks;
   std::shared_ptr<Workspaces> workspaces;  // when the plan needs workspace bytes
 };
@@ -130,7 +133,7 @@ CUresult launch_kernel(const LoadedPlan& p, int kernel, const ArgPack& a, CUstre
 // CUDA_ERROR_NOT_SUPPORTED, nothing launched, where a cuBLAS step finds no
 // cuBLAS (plan_unavailable says why), and CUDA_ERROR_UNKNOWN where cuBLAS fails.
 CUresult run_steps(const LoadedPlan& p, const ArgPack& a, CUstream stream);
-// Why the plan's library steps cannot run here (no libcublas, or no handle), or "" when they can.
+// Why the plan's library steps cannot run here (no libcublas or libcublasLt, or no handle), or "" when they can.
 std::string plan_unavailable(const LoadedPlan& p, CUstream stream);
 // Why cuBLAS cannot run on `stream` here, or "" when it can.
 std::string cublas_unavailable(CUstream stream);

@@ -7,8 +7,9 @@
 // including a call of more rows than the top bucket (run chunk by chunk),
 // and the C API. format=e4m3 (sm_89+; refused on older GPUs) the same: its
 // quantization kernel bit for bit against quantize_fp8_rows, every
-// candidate within w8a8_fp8_tolerance (on compute capability 9.0 from
-// m = 128 the e4m3 wgmma kernel among them), the typed and C APIs.
+// candidate within w8a8_fp8_tolerance (on compute capability 9.0 the
+// cuBLASLt family, and from m = 128 the e4m3 wgmma kernel among them), the
+// typed and C APIs; the cuBLASLt family at row counts off its bucket.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -24,6 +25,7 @@
 #include "codegen/source.h"
 #include "qjit/qjit.h"
 #include "qjit/qjit_c.h"
+#include "runtime/cublaslt.h"
 #include "runtime/device.h"
 #include "runtime/driver.h"
 #include "tests/gpu_helpers.h"
@@ -108,6 +110,51 @@ T param_at(const std::vector<unsigned char>& ws, size_t at, int64_t padded_rows,
   return v;
 }
 
+// Each case's config alone is tuned (and verified) at the bucket of its first M into its own cache,
+// then the cached kernel runs through the typed API at every M of the case (w8a8_gemm's argument
+// order: x, wq, w_scale, w_offset, w_sum, bias, y) and the output is verified.
+struct ConfigCase {
+  const char* shape;  // without m
+  nlohmann::json config;
+  std::vector<int> rows;
+};
+
+void run_config_cases(const std::vector<ConfigCase>& cases) {
+  test::TempDir dir;
+  int index = 0;
+  for (const ConfigCase& c : cases) {
+    const auto spec = codegen::parse_spec(
+        "w8a8_gemm", std::string(c.shape) + ",m=" + std::to_string(codegen::w8a8_gemm_bucket(c.rows.front())));
+    INFO(spec.label() << " " << c.config.dump());
+    // A case whose config does not verify is reported and the next case runs.
+    bool tuned = false;
+    CHECK_NOTHROW((test::tune_one_config(dir.file("kernels_" + std::to_string(index++) + ".db"), spec, c.config),
+                   tuned = true));
+    if (!tuned) continue;
+    for (int rows : c.rows) {
+      const uint64_t seed = test::fresh_seed();
+      INFO("M=" << rows << " seed " << seed);
+      auto work = tuner::make_w8a8_gemm_workload(spec, seed, 0, rows);
+      work->poison_output(nullptr);
+      QJIT_CU(cuCtxSynchronize());
+      const ArgPack& a = work->args(0);
+      auto ptr = [&](int i) { return reinterpret_cast<void*>(a.values[i].ptr); };
+      W8a8GemmShape shape;
+      shape.k = static_cast<int>(spec.get_int("k")), shape.n = static_cast<int>(spec.get_int("n"));
+      shape.block = static_cast<int>(spec.get_int("block"));
+      const std::string xt = spec.get_str("x");
+      shape.x = xt == "fp32" ? DType::fp32 : xt == "bf16" ? DType::bf16 : DType::fp16;
+      shape.format = spec.get_str("format");
+      if (shape.format != "e4m3") shape.quant_a = spec.get_str("quant_a"), shape.quant_w = spec.get_str("quant_w");
+      shape.bias = spec.get_str("bias") == "yes", shape.act = spec.get_str("act");
+      w8a8_gemm(shape, {ptr(0), ptr(1), ptr(2), ptr(3), ptr(4), ptr(5), ptr(6), rows});
+      const auto v = work->verify(1.0);
+      INFO(v.message);
+      CHECK(v.ok);
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("w8a8_gemm: the quantization kernel equals the CPU bit for bit", "[gpu]") {
@@ -166,20 +213,14 @@ TEST_CASE("w8a8_gemm wgmma family: M and N not multiples of the tile, every form
     WARN("not run: the wgmma family runs on compute capability 9.0 only");
     return;
   }
-  // Each case's config alone is tuned (and verified) at the bucket of its first M into its own cache,
-  // then the cached kernel runs through the typed API at every M of the case: the last tile of rows
-  // partly past M (its rows of x arrive as zeros and are not stored), the last tile of columns
-  // partly past n (W's rows likewise; its parameter copies cut at n), persistent grids taking
-  // several tiles a block, and a call of more rows than the top bucket (two chunks, the second short).
-  struct Case {
-    const char* shape;  // without m
-    nlohmann::json config;
-    std::vector<int> rows;
-  };
+  // The last tile of rows partly past M (its rows of x arrive as zeros and are not stored), the last
+  // tile of columns partly past n (W's rows likewise; its parameter copies cut at n), persistent
+  // grids taking several tiles a block, and a call of more rows than the top bucket (two chunks, the
+  // second short).
   const auto wgmma = [](int bm, int stages, int persistent) {
     return nlohmann::json{{"family", "wgmma"}, {"bm", bm}, {"stages", stages}, {"persistent", persistent}};
   };
-  const Case cases[] = {
+  run_config_cases({
       {"k=1024,n=1008,block=128,bias=yes,act=relu", wgmma(128, 4, 0), {300, 257}},
       // (bm 192 with 3 or 5 stages spills 12 bytes here, so the tuner prunes it and this test would too.)
       {"k=1536,n=400,block=256,x=bf16,quant_a=symmetric,quant_w=symmetric", wgmma(192, 4, 1), {200, 129}},
@@ -189,40 +230,29 @@ TEST_CASE("w8a8_gemm wgmma family: M and N not multiples of the tile, every form
       {"k=1024,n=384,block=128,format=e4m3,bias=yes,act=relu", wgmma(128, 4, 0), {300, 257}},
       {"k=1536,n=256,block=128,format=e4m3,x=bf16", wgmma(192, 3, 1), {200, 129}},
       {"k=512,n=1024,block=128,format=e4m3,x=fp32,act=relu6", wgmma(64, 5, 1), {4133}},
-  };
-  test::TempDir dir;
-  int index = 0;
-  for (const Case& c : cases) {
-    const auto spec = codegen::parse_spec(
-        "w8a8_gemm", std::string(c.shape) + ",m=" + std::to_string(codegen::w8a8_gemm_bucket(c.rows.front())));
-    INFO(spec.label() << " " << c.config.dump());
-    // A case whose config does not verify is reported and the next case runs.
-    bool tuned = false;
-    CHECK_NOTHROW((test::tune_one_config(dir.file("kernels_" + std::to_string(index++) + ".db"), spec, c.config),
-                   tuned = true));
-    if (!tuned) continue;
-    for (int rows : c.rows) {
-      const uint64_t seed = test::fresh_seed();
-      INFO("M=" << rows << " seed " << seed);
-      auto work = tuner::make_w8a8_gemm_workload(spec, seed, 0, rows);
-      work->poison_output(nullptr);
-      QJIT_CU(cuCtxSynchronize());
-      const ArgPack& a = work->args(0);
-      auto ptr = [&](int i) { return reinterpret_cast<void*>(a.values[i].ptr); };
-      W8a8GemmShape shape;
-      shape.k = static_cast<int>(spec.get_int("k")), shape.n = static_cast<int>(spec.get_int("n"));
-      shape.block = static_cast<int>(spec.get_int("block"));
-      const std::string xt = spec.get_str("x");
-      shape.x = xt == "fp32" ? DType::fp32 : xt == "bf16" ? DType::bf16 : DType::fp16;
-      shape.format = spec.get_str("format");
-      if (shape.format != "e4m3") shape.quant_a = spec.get_str("quant_a"), shape.quant_w = spec.get_str("quant_w");
-      shape.bias = spec.get_str("bias") == "yes", shape.act = spec.get_str("act");
-      w8a8_gemm(shape, {ptr(0), ptr(1), ptr(2), ptr(3), ptr(4), ptr(5), ptr(6), rows});
-      const auto v = work->verify(1.0);
-      INFO(v.message);
-      CHECK(v.ok);
-    }
+  });
+}
+
+TEST_CASE("w8a8_gemm cublaslt family: calls of fewer rows than the bucket, one row, more than a bucket (typed API)",
+          "[gpu]") {
+  // cuBLASLt's 1x128 and 128x128 block scales: compute capability 9.0 (and later) with cuBLASLt 12.9+.
+  if (std::stoi(runtime::current_device().identity.compute_capability) < 9) {
+    WARN("not run: cuBLASLt's FP8 block scales need compute capability 9.0");
+    return;
   }
+  if (const std::string why = runtime::cublaslt_unavailable(); !why.empty()) {
+    WARN("not run: " << why);
+    return;
+  }
+  // x's scales are laid out [k/128][M] for each call's M (not the bucket's), so a call of fewer rows
+  // than the bucket checks the layout; the heuristic's answers are kept per row count.
+  const auto lt = [](int algo) { return nlohmann::json{{"family", "cublaslt"}, {"algo", algo}}; };
+  run_config_cases({
+      {"k=1024,n=384,block=128,format=e4m3,bias=yes,act=relu", lt(0), {300, 257, 300}},
+      {"k=1536,n=256,block=128,format=e4m3,x=bf16", lt(1), {200, 129}},
+      {"k=4096,n=512,block=128,format=e4m3,x=bf16,bias=yes", lt(0), {1}},
+      {"k=512,n=1024,block=128,format=e4m3,x=fp32", lt(3), {4133}},
+  });
 }
 
 TEST_CASE("w8a8_gemm: typed API over more rows than a bucket, and the C API", "[gpu]") {
@@ -370,7 +400,9 @@ TEST_CASE("w8a8_gemm format=e4m3: every candidate verifies (tuner)", "[gpu]") {
   test::TempDir dir;
   cache::Store store(dir.file("kernels.db"));
   for (const char* s : {"k=512,n=256,m=1,format=e4m3", "k=1024,n=384,m=16,format=e4m3,x=bf16,bias=yes,act=relu",
-                        "k=2048,n=512,m=256,format=e4m3,x=fp32,bias=yes,act=relu6"}) {
+                        "k=2048,n=512,m=256,format=e4m3,x=fp32,bias=yes,act=relu6",
+                        // (on compute capability 9.0 the cublaslt family with fp16 and fp32 y and a bias)
+                        "k=1024,n=256,m=128,format=e4m3,bias=yes", "k=512,n=384,m=4,format=e4m3,x=fp32,bias=yes"}) {
     INFO(s);
     test::expect_every_candidate_verifies(store, codegen::parse_spec("w8a8_gemm", s), /*allow_pruned=*/true);
   }

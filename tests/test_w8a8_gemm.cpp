@@ -1,7 +1,8 @@
 // w8a8_gemm without a GPU: spec and config errors name the value, the
 // buckets, the plan's pointer rules and workspace, and NVRTC compiles of the
 // candidates for sm_80 and sm_90 without spills; the wgmma family's space,
-// plan and tensor maps, and its sm_90a compiles, for int8 and e4m3 codes.
+// plan and tensor maps, and its sm_90a compiles, for int8 and e4m3 codes;
+// the cuBLASLt family's space, plan and module.
 // The CPU reference and its quantizers are tested in test_w8a8_reference.cpp.
 #include <catch2/catch.hpp>
 
@@ -193,7 +194,9 @@ TEST_CASE("w8a8_gemm format=e4m3: spec rules, cache keys, refusals", "[w8a8]") {
     CHECK(rule(p, "w_sum").optional);
     CHECK(rule(p, "w_scale").align == 4);
   }
-  CHECK(op.tunable_space(fp8)[0].value("family", "") == "simple");
+  // The library path leads the space on compute capability 9.0 (the default limits), the simple kernel elsewhere.
+  CHECK(op.tunable_space(fp8)[0].value("family", "") == "cublaslt");
+  CHECK(op.tunable_space(fp8, ada)[0].value("family", "") == "simple");
   CHECK(op.traffic(fp8).bytes < op.traffic(int8).bytes);  // no offsets or sums, one scale per 128 columns
   CHECK(src.text.find("constexpr bool kFp8 = true;") != std::string::npos);
   CHECK(src.text.find("constexpr int kWScaleCols = 86;") != std::string::npos);  // 11008 / 128 tiles
@@ -464,3 +467,91 @@ TEST_CASE("w8a8_gemm format=e4m3 wgmma family: compiles for sm_90a to e4m3 wgmma
     CHECK(j.result.ptx.find(".s8.s8") == std::string::npos);
   }
 }
+
+TEST_CASE("w8a8_gemm cublaslt family: e4m3 on compute capability 9.0+, the plan's layouts, its module", "[w8a8][nvrtc]") {
+  const auto& op = codegen::find_op("w8a8_gemm");
+  const auto lt = [](int algo) { return nlohmann::json{{"family", "cublaslt"}, {"algo", algo}}; };
+  const auto family_of = [&](const codegen::OpSpec& spec, const codegen::DeviceLimits& d) {
+    std::vector<nlohmann::json> out;
+    for (const auto& c : op.tunable_space(spec, d))
+      if (c.value("family", "") == "cublaslt") out.push_back(c);
+    return out;
+  };
+  codegen::DeviceLimits hopper, ada, blackwell;
+  ada.arch = "sm_89", ada.compute_capability = 89;
+  blackwell.arch = "sm_100", blackwell.compute_capability = 100;
+  // Every bucket, fp16/bf16/fp32 y, bias, relu: cuBLASLt's four best answers; first in the space.
+  for (const char* s : {"k=4096,n=11008,m=1,format=e4m3", "k=4096,n=11008,m=4096,format=e4m3,x=bf16,bias=yes,act=relu",
+                        "k=512,n=256,m=64,format=e4m3,x=fp32,bias=yes"}) {
+    INFO(s);
+    const auto spec = parse_spec("w8a8_gemm", s);
+    CHECK(family_of(spec, hopper) == std::vector<nlohmann::json>{lt(0), lt(1), lt(2), lt(3)});
+    CHECK(family_of(spec, blackwell).size() == 4);
+    CHECK(op.tunable_space(spec, hopper).front() == lt(0));
+    CHECK(family_of(spec, ada).empty());  // cuBLASLt's 1x128 and 128x128 scales need compute capability 9.0
+    CHECK_FALSE(op.needs_sm90a(lt(0)));
+  }
+  // Not int8 (no block-scaled int8 GEMM in cuBLASLt), not relu6 (no such epilogue); algo in range.
+  const auto int8 = parse_spec("w8a8_gemm", "k=4096,n=11008,m=16");
+  CHECK(family_of(int8, hopper).empty());
+  CHECK_THROWS_WITH(op.validate_config(int8, lt(0)), Catch::Contains("format=e4m3"));
+  const auto relu6 = parse_spec("w8a8_gemm", "k=4096,n=11008,m=16,format=e4m3,act=relu6");
+  CHECK(family_of(relu6, hopper).empty());
+  CHECK_THROWS_WITH(op.validate_config(relu6, lt(0)), Catch::Contains("relu6"));
+  const auto spec = parse_spec("w8a8_gemm", "k=4096,n=11008,m=256,format=e4m3,x=bf16,bias=yes,act=relu");
+  CHECK_THROWS_WITH(op.validate_config(spec, lt(4)), Catch::Contains("algo must be 0..3"));
+  CHECK_THROWS_WITH(op.validate_config(spec, nlohmann::json{{"family", "cublaslt"}}), Catch::Contains("needs family and algo"));
+
+  // The plan: one kernel (quantization, and one block more for W's scales), then the library step.
+  const auto p = op.plan(spec, lt(2));
+  CHECK_FALSE(p.needs_cublas());
+  CHECK(p.needs_cublaslt());
+  REQUIRE(p.kernels.size() == 1);
+  const auto& quant = p.kernels[0];
+  CHECK(quant.symbol == "qjit_w8a8_quant_a_lt");
+  CHECK(quant.geometry.grid[0] == 256 * 32 / 8 + 1);
+  REQUIRE(p.steps.size() == 2);
+  CHECK((p.steps[0].kind == codegen::PlanStep::Kind::kernel && p.steps[0].kernel == 0));
+  REQUIRE(p.steps[1].kind == codegen::PlanStep::Kind::cublaslt_fp8_gemm);
+  const auto& g = p.steps[1].lt;
+  CHECK((g.w == "wq" && g.bias == "bias" && g.y == "y" && g.rows == "m" && g.k == 4096 && g.n == 11008));
+  CHECK((g.out == codegen::CublasLtFp8Gemm::Out::bf16 && g.relu && g.algo == 2));
+  // The workspace: codes, x's scales [k/128][M ≤ 256] inside the scale array, W's 32 × 86 tile scales after
+  // everything the other families use, each where the kernel's parameters point.
+  const auto ws = codegen::w8a8_workspace(256, 4096, 128);
+  CHECK(g.x_offset == ws.codes);
+  CHECK(g.x_scale_offset == ws.scale);
+  CHECK(ws.offset - ws.scale >= size_t{32} * 256 * 4);
+  CHECK(g.w_scale_offset >= ws.total);
+  CHECK(g.w_scale_offset % 256 == 0);
+  CHECK(p.workspace_fixed == g.w_scale_offset + size_t{32} * 86 * 4);
+  REQUIRE(quant.params.size() == 6);
+  CHECK((quant.params[2].offset == ws.codes && quant.params[3].offset == ws.scale));
+  CHECK((quant.params[4].arg == "w_scale" && quant.params[5].offset == g.w_scale_offset));
+  // cuBLASLt's operands at 16 bytes; no offsets or sums.
+  CHECK(pointer_rule(p, "y").align == 16);
+  CHECK(pointer_rule(p, "wq").align == 16);
+  CHECK(pointer_rule(p, "w_offset").optional);
+  CHECK(pointer_rule(p, "w_sum").optional);
+  CHECK_FALSE(pointer_rule(p, "bias").optional);
+  CHECK(pointer_rule(op.plan(parse_spec("w8a8_gemm", "k=512,n=256,m=1,format=e4m3"), lt(0)), "bias").optional);
+  CHECK_THAT(p.describe(), Catch::Contains("cuBLASLt e4m3 GEMM") && Catch::Contains("algo 2") &&
+                               Catch::Contains("+ bias, relu"));
+  // fp16 and fp32 y; no bias, no relu.
+  const auto f32 = op.plan(parse_spec("w8a8_gemm", "k=512,n=256,m=1,format=e4m3,x=fp32"), lt(0)).steps[1].lt;
+  CHECK((f32.out == codegen::CublasLtFp8Gemm::Out::f32 && f32.bias.empty() && !f32.relu));
+
+  // The module compiles for sm_90 and sm_89 (the kernel alone runs anywhere e4m3 converts), no spill.
+  for (const char* arch : {"sm_90", "sm_89"}) {
+    INFO(arch);
+    const auto src = codegen::generate_source(spec, lt(0));
+    CHECK(src.template_path == "templates/w8a8_gemm/w8a8_gemm_cublaslt.cu");
+    const auto r = codegen::compile(src, arch);
+    INFO(r.log);
+    REQUIRE(r.ok);
+    CHECK(r.ptx.find(".entry qjit_w8a8_quant_a_lt") != std::string::npos);
+    CHECK(r.ptx.find("cvt.rn.satfinite.e4m3x2.f32") != std::string::npos);
+    CHECK(r.spill_bytes == 0);
+  }
+}
+

@@ -655,7 +655,8 @@ class Tuning {
     Timing tm;
     try {
       const CUresult r = call_on_poisoned_output(p, run_, *work_, stream_);
-      if (r == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES || r == CUDA_ERROR_INVALID_VALUE) {
+      // (NOT_SUPPORTED: a library step declined the shape, nothing launched.)
+      if (r == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES || r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_NOT_SUPPORTED) {
         fail(c, cache::TrialStatus::resource_error, runtime::describe(r));
         return std::nullopt;
       }

@@ -83,6 +83,23 @@ struct SimpleConfig {
   nlohmann::json to_json() const { return {{"family", kFamily}, {"threads", threads}}; }
 };
 
+// The library family (format=e4m3, compute capability 9.0+): the plan's
+// first kernel lays x's codes and scales and W's tile scales out as
+// cuBLASLt's block-scaled FP8 GEMM reads them, and the GEMM does the rest
+// (bias and relu in its epilogue). `algo` picks the heuristic's answer:
+// its first kAlgos are the space.
+struct CublasLtConfig {
+  int algo;
+  static constexpr const char* kFamily = "cublaslt";
+  static constexpr int kAlgos = 4;
+  static CublasLtConfig from(const nlohmann::json& j) {
+    if (!j.is_object() || j.size() != 2)
+      throw Error("config", "w8a8_gemm cublaslt config needs family and algo: " + j.dump());
+    return {config_int(j, "algo", "w8a8_gemm cublaslt config")};
+  }
+  nlohmann::json to_json() const { return {{"family", kFamily}, {"algo", algo}}; }
+};
+
 struct Shape {
   int64_t k, n, m, block;
   std::string x;
@@ -168,6 +185,21 @@ std::string wgmma_problem(const Shape& s, const WgmmaConfig& c) {
   return "";
 }
 
+// Why the cublaslt family cannot run a spec, "" when it can (any device).
+std::string cublaslt_applies(const Shape& s) {
+  if (!s.fp8) return "the cublaslt family runs format=e4m3 (cuBLASLt's block scales are FP8 only)";
+  if (s.act == "relu6") return "cuBLASLt's epilogues have relu but not relu6";
+  return "";
+}
+
+std::string cublaslt_problem(const Shape& s, const CublasLtConfig& c) {
+  const std::string why = cublaslt_applies(s);
+  if (!why.empty()) return why;
+  if (c.algo < 0 || c.algo >= CublasLtConfig::kAlgos)
+    return "algo must be 0.." + num(CublasLtConfig::kAlgos - 1) + " (an answer of cuBLASLt's heuristic)";
+  return "";
+}
+
 std::string simple_problem(const SimpleConfig& c) {
   if (c.threads != 64 && c.threads != 128 && c.threads != 256) return "threads must be 64, 128 or 256";
   return "";
@@ -175,12 +207,14 @@ std::string simple_problem(const SimpleConfig& c) {
 
 bool is_simple(const nlohmann::json& config) { return config_family(config) == SimpleConfig::kFamily; }
 bool is_wgmma(const nlohmann::json& config) { return config_family(config) == WgmmaConfig::kFamily; }
+bool is_cublaslt(const nlohmann::json& config) { return config_family(config) == CublasLtConfig::kFamily; }
 
 void check_family(const nlohmann::json& config) {
   const std::string f = config_family(config);
-  if (f != TiledConfig::kFamily && f != SimpleConfig::kFamily && f != WgmmaConfig::kFamily)
-    throw Error("config",
-                "w8a8_gemm config " + config.dump() + ": unknown family '" + f + "' (expected tiled, wgmma or simple)");
+  if (f != TiledConfig::kFamily && f != SimpleConfig::kFamily && f != WgmmaConfig::kFamily &&
+      f != CublasLtConfig::kFamily)
+    throw Error("config", "w8a8_gemm config " + config.dump() + ": unknown family '" + f +
+                              "' (expected tiled, wgmma, cublaslt or simple)");
 }
 
 // Output tiles of the wgmma family for m rows of x.
@@ -258,6 +292,7 @@ std::vector<ArgDef> W8a8GemmOp::args() const {
 
 std::string W8a8GemmOp::template_path(const nlohmann::json& config) const {
   if (is_simple(config)) return "templates/w8a8_gemm/w8a8_gemm_simple.cu";
+  if (is_cublaslt(config)) return "templates/w8a8_gemm/w8a8_gemm_cublaslt.cu";
   if (is_wgmma(config)) return "templates/w8a8_gemm/w8a8_gemm_wgmma.cu";
   return "templates/w8a8_gemm/w8a8_gemm_tiled.cu";
 }
@@ -267,7 +302,13 @@ bool W8a8GemmOp::needs_sm90a(const nlohmann::json& config) const { return is_wgm
 std::vector<nlohmann::json> W8a8GemmOp::candidates(const OpSpec& spec, const DeviceLimits& device) const {
   const Shape s = shape_of(spec);
   std::vector<nlohmann::json> out;
-  if (!tiled_applies(s).empty()) return {SimpleConfig{128}.to_json(), SimpleConfig{256}.to_json()};
+  // The library path first, so that a tune cut short has measured what a user already has.
+  if (device.compute_capability >= 90 && cublaslt_applies(s).empty())
+    for (int algo = 0; algo < CublasLtConfig::kAlgos; ++algo) out.push_back(CublasLtConfig{algo}.to_json());
+  if (!tiled_applies(s).empty()) {
+    for (int threads : {128, 256}) out.push_back(SimpleConfig{threads}.to_json());
+    return out;
+  }
   // The simple kernel first where it is worth timing: a tune cut short still
   // measures the plain path. From m = 128 one thread per output element runs
   // for milliseconds (K MACs each, no reuse) and would dominate the tune.
@@ -324,9 +365,10 @@ nlohmann::json W8a8GemmOp::default_config(const OpSpec& spec) const {
 
 void W8a8GemmOp::validate_config(const OpSpec& spec, const nlohmann::json& config) const {
   check_family(config);
-  const std::string p = is_simple(config)  ? simple_problem(SimpleConfig::from(config))
-                        : is_wgmma(config) ? wgmma_problem(shape_of(spec), WgmmaConfig::from(config))
-                                           : tiled_problem(shape_of(spec), TiledConfig::from(config));
+  const std::string p = is_simple(config)     ? simple_problem(SimpleConfig::from(config))
+                        : is_wgmma(config)    ? wgmma_problem(shape_of(spec), WgmmaConfig::from(config))
+                        : is_cublaslt(config) ? cublaslt_problem(shape_of(spec), CublasLtConfig::from(config))
+                                              : tiled_problem(shape_of(spec), TiledConfig::from(config));
   if (!p.empty()) throw Error("config", "w8a8_gemm config " + config.dump() + " is illegal for " + spec.label() + ": " + p);
 }
 
@@ -352,6 +394,8 @@ std::vector<Constant> W8a8GemmOp::constants(const OpSpec& spec, const nlohmann::
   };
   if (is_simple(config)) {
     c.push_back({"int", "kThreads", num(SimpleConfig::from(config).threads), "tunable: threads per block"});
+  } else if (is_cublaslt(config)) {
+    // (algo is the library's: no constant of the module)
   } else if (is_wgmma(config)) {
     const WgmmaConfig w = WgmmaConfig::from(config);
     c.push_back({"int", "kBM", num(w.bm), "tunable: rows of y per block (wgmma n)"});
@@ -369,8 +413,47 @@ std::vector<Constant> W8a8GemmOp::constants(const OpSpec& spec, const nlohmann::
   return c;
 }
 
+namespace {
+
+// The cublaslt family's plan: qjit_w8a8_quant_a_lt (x's codes and 1×128
+// scales [k/128][M], W's tile scales transposed to [n/128][k/128], after the
+// workspace's other arrays), then cuBLASLt's block-scaled FP8 GEMM.
+Plan cublaslt_plan(const Shape& s, const CublasLtConfig& c) {
+  const W8a8Workspace ws = w8a8_workspace(s.m, s.k, s.block);
+  const int xb = bytes_of(s.x);
+  const size_t w_scale_t = (ws.total + 255) / 256 * 256;
+  const size_t tiles = static_cast<size_t>(s.w_scale_cols() * s.blocks());
+  KernelDef quant{"qjit_w8a8_quant_a_lt", KernelDef::Role::step, {}, {}, {}};
+  quant.geometry.block[0] = 32 * kQuantWarps;
+  // One block more than the quantization needs: the last copies W's scales.
+  quant.geometry.grid[0] = static_cast<unsigned>((s.m * s.blocks() + kQuantWarps - 1) / kQuantWarps + 1);
+  quant.geometry.programmatic = true;
+  quant.params = {arg_param("x"), arg_param("m"), workspace_param(ws.codes), workspace_param(ws.scale),
+                  arg_param("w_scale"), workspace_param(w_scale_t)};
+  CublasLtFp8Gemm g;
+  g.w = "wq", g.bias = s.bias ? "bias" : "", g.y = "y", g.rows = "m";
+  g.k = s.k, g.n = s.n;
+  g.out = s.x == "fp32" ? CublasLtFp8Gemm::Out::f32 : s.x == "bf16" ? CublasLtFp8Gemm::Out::bf16 : CublasLtFp8Gemm::Out::f16;
+  g.relu = s.act == "relu";
+  g.algo = c.algo;
+  g.x_offset = ws.codes, g.x_scale_offset = ws.scale, g.w_scale_offset = w_scale_t;
+  Plan p;
+  p.kernels = {quant};
+  PlanStep gemm{PlanStep::Kind::cublaslt_fp8_gemm, -1, {}};
+  gemm.lt = g;
+  p.steps = {{PlanStep::Kind::kernel, 0, {}}, gemm};
+  // cuBLASLt's operands at 16 bytes (the heuristic is asked for that alignment, runtime/cublaslt.cpp).
+  p.pointers = {{"x", xb}, {"wq", 16}, {"w_scale", 4}, {"w_offset", 1, true}, {"w_sum", 1, true},
+                {"bias", 16, !s.bias}, {"y", 16}};
+  p.workspace_fixed = w_scale_t + tiles * 4;
+  return p;
+}
+
+}  // namespace
+
 Plan W8a8GemmOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
   const Shape s = shape_of(spec);
+  if (is_cublaslt(config)) return cublaslt_plan(s, CublasLtConfig::from(config));
   const W8a8Workspace ws = w8a8_workspace(s.m, s.k, s.block);
   const int xb = bytes_of(s.x);
   Plan p;

@@ -17,7 +17,8 @@
 // One warp per (row, block): lane L holds elements L, L + 32, ... of the block
 // (coalesced loads of x, one byte per lane per store of the codes). Outputs,
 // in the plan's workspace (codegen/ops/w8a8_gemm.h W8a8Workspace):
-//   codes [kChunkRows][kK]; scale, offset, sum [kBlocks][kParamRows].
+//   codes [kChunkRows][kK]; scale, offset, sum [kBlocks][kParamRows] (the
+//   cublaslt family's scales [kBlocks][M], as cuBLASLt reads them).
 
 constexpr int kPerLane = (kBlock + 31) / 32;
 
@@ -48,15 +49,13 @@ __device__ __forceinline__ unsigned char e4m3_code(float v) {
 // The float → int conversion of an out-of-range float is undefined: saturate first.
 __device__ __forceinline__ int saturate_code(float r) { return static_cast<int>(fminf(127.0f, fmaxf(-128.0f, r))); }
 
-extern "C" __global__ void __launch_bounds__(32 * kQuantWarps)
-qjit_w8a8_quant_a(const TX* __restrict__ x, int M, signed char* __restrict__ codes, float* __restrict__ a_scale,
-                  float* __restrict__ a_offset, int* __restrict__ a_sum) {
-  // x may come from the previous kernel, and the previous call's GEMM reads
-  // the workspace written here: nothing before the wait.
-  qjit::wait_for_previous_grid();
-  qjit::allow_next_grid();
+// The calling warp quantizes (row, block) number `item` (row-major over
+// [M][kBlocks]); its parameters go to [block][param_rows] of each array.
+__device__ __forceinline__ void w8a8_quantize_block(const TX* __restrict__ x, int M, long long item,
+                                                    signed char* __restrict__ codes, float* __restrict__ a_scale,
+                                                    float* __restrict__ a_offset, int* __restrict__ a_sum,
+                                                    int param_rows) {
   const int lane = threadIdx.x % 32;
-  const long long item = static_cast<long long>(blockIdx.x) * kQuantWarps + threadIdx.x / 32;
   const int row = static_cast<int>(item / kBlocks), block = static_cast<int>(item % kBlocks);
   if (row >= M) return;
   const long long first = static_cast<long long>(row) * kK + static_cast<long long>(block) * kBlock;
@@ -97,7 +96,7 @@ qjit_w8a8_quant_a(const TX* __restrict__ x, int M, signed char* __restrict__ cod
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j)
       if (in_block(j)) reinterpret_cast<unsigned char*>(codes)[first + lane + 32 * j] = e4m3_code(__fdiv_rn(v[j], scale));
-    if (lane == 0) a_scale[block * kParamRows + row] = scale;
+    if (lane == 0) a_scale[block * param_rows + row] = scale;
     return;
   }
 
@@ -112,9 +111,20 @@ qjit_w8a8_quant_a(const TX* __restrict__ x, int M, signed char* __restrict__ cod
   }
   sum = warp_sum_int(sum);
   if (lane == 0) {
-    const int at = block * kParamRows + row;
+    const int at = block * param_rows + row;
     a_scale[at] = scale;
     if (kOffsetA) a_offset[at] = offset;
     a_sum[at] = sum;
   }
+}
+
+extern "C" __global__ void __launch_bounds__(32 * kQuantWarps)
+qjit_w8a8_quant_a(const TX* __restrict__ x, int M, signed char* __restrict__ codes, float* __restrict__ a_scale,
+                  float* __restrict__ a_offset, int* __restrict__ a_sum) {
+  // x may come from the previous kernel, and the previous call's GEMM reads
+  // the workspace written here: nothing before the wait.
+  qjit::wait_for_previous_grid();
+  qjit::allow_next_grid();
+  const long long item = static_cast<long long>(blockIdx.x) * kQuantWarps + threadIdx.x / 32;
+  w8a8_quantize_block(x, M, item, codes, a_scale, a_offset, a_sum, kParamRows);
 }
