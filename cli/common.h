@@ -8,7 +8,7 @@
 
 namespace qjit::cli {
 
-// Documented in `qjit --help` and README.md.
+// Documented in `qjit --help` and docs/cli.md ("Exit codes and output").
 enum Exit : int {
   kOk = 0,
   kFailed = 1,     // the command ran and failed (compile error, no verified candidate, cache error)

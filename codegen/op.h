@@ -2,7 +2,7 @@
 // parameters → validated spec, the call's arguments, the tunable space, the
 // heuristic default, the named constants of the generated preamble, the plan
 // (kernels of the module and the steps of one call), and the byte/flop model
-// the tuner reports against. Adding an op: README.md "Adding an op".
+// the tuner reports against. Adding an op: docs/adding_an_op.md.
 #pragma once
 #include <cstdint>
 #include <initializer_list>

@@ -8,7 +8,7 @@
 //   runtime/ops/<name>.cpp        the typed entry point and
 //                                   CUresult runtime::run_<name>(plan, args, stream)
 //                                   (one call's launches on the caller's stream).
-// README.md "Adding an op" is the checklist.
+// docs/adding_an_op.md is the checklist.
 #pragma once
 
 #define QJIT_OPS(X) \

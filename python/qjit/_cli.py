@@ -6,7 +6,7 @@ import subprocess
 
 from ._lib import QjitError, find_cli
 
-# The command's exit codes (README, "The qjit command").
+# The command's exit codes (docs/cli.md, "Exit codes and output").
 EXIT_STATUS = {1: "failed", 2: "invalid_argument", 3: "no_device", 4: "not_cached"}
 
 
