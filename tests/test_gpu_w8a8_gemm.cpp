@@ -233,6 +233,23 @@ TEST_CASE("w8a8_gemm wgmma family: M and N not multiples of the tile, every form
   });
 }
 
+TEST_CASE("w8a8_gemm stream family: n off the band, blocks of several pieces, split k, M off the bucket (typed API)",
+          "[gpu]") {
+  // Rows of W past n (bands of 64 or 128 rows over n = 1008 and 400), blocks of 256 and 512 codes (two
+  // and four pieces before a promotion), 1 to 8 slices of k summed by the last block of a band (whose
+  // counter must be back at 0 for the next call: each case calls twice or more), x's rows ahead in
+  // registers (M <= 16) and not (M = 64).
+  const auto stream = [](int warps, int tiles, int splits, int unroll) {
+    return nlohmann::json{{"family", "stream"}, {"warps", warps}, {"tiles", tiles}, {"splits", splits}, {"unroll", unroll}};
+  };
+  run_config_cases({
+      {"k=1024,n=1008,block=128,bias=yes,act=relu", stream(8, 1, 4, 2), {16, 9, 16}},
+      {"k=1536,n=400,block=256,x=bf16,quant_a=symmetric,quant_w=symmetric", stream(4, 2, 2, 2), {8, 5}},
+      {"k=4096,n=512,block=128,x=fp32", stream(4, 1, 8, 4), {1, 1}},
+      {"k=2048,n=272,block=512,quant_w=symmetric,act=relu6,bias=yes", stream(8, 1, 1, 2), {64, 33}},
+  });
+}
+
 TEST_CASE("w8a8_gemm cublaslt family: calls of fewer rows than the bucket, one row, more than a bucket (typed API)",
           "[gpu]") {
   // cuBLASLt's 1x128 and 128x128 block scales: compute capability 9.0 (and later) with cuBLASLt 12.9+.

@@ -555,3 +555,78 @@ TEST_CASE("w8a8_gemm cublaslt family: e4m3 on compute capability 9.0+, the plan'
   }
 }
 
+TEST_CASE("w8a8_gemm stream family: int8, blocks of 128·j, m <= 64; plan, workspace and compiles", "[w8a8][nvrtc]") {
+  const auto& op = codegen::find_op("w8a8_gemm");
+  const auto stream = [](int warps, int tiles, int splits, int unroll) {
+    return nlohmann::json{{"family", "stream"}, {"warps", warps}, {"tiles", tiles}, {"splits", splits}, {"unroll", unroll}};
+  };
+  const auto family_of = [&](const codegen::OpSpec& spec) {
+    std::vector<nlohmann::json> out;
+    for (const auto& c : op.tunable_space(spec))
+      if (c.value("family", "") == "stream") out.push_back(c);
+    return out;
+  };
+  // 2 warp counts × 3 (tiles, unroll) with at most 4 pieces of W ahead × splits dividing the 32 blocks.
+  const auto m16 = parse_spec("w8a8_gemm", "k=4096,n=11008,m=16");
+  CHECK(family_of(m16).size() == 2 * 3 * 4);
+  for (const auto& c : family_of(m16)) CHECK_NOTHROW(op.validate_config(m16, c));
+  // Two tiles of W hold at most four of x's: none at m = 64.
+  for (const auto& c : family_of(parse_spec("w8a8_gemm", "k=4096,n=11008,m=64"))) CHECK(c.at("tiles") == 1);
+  // Not above 64 rows, not e4m3, not blocks that are not whole pieces of 128; splits divide the blocks.
+  for (const char* s : {"k=4096,n=11008,m=128", "k=4096,n=11008,m=16,format=e4m3", "k=4096,n=11008,m=16,block=64",
+                        "k=96,n=40,m=8,block=48"})
+    CHECK(family_of(parse_spec("w8a8_gemm", s)).empty());
+  CHECK_THROWS_WITH(op.validate_config(parse_spec("w8a8_gemm", "k=4096,n=11008,m=128"), stream(8, 1, 1, 2)),
+                    Catch::Contains("above the stream family's 64 rows"));
+  const auto k768 = parse_spec("w8a8_gemm", "k=768,n=128,m=8,block=256");  // 3 blocks
+  CHECK(family_of(k768).size() == 2 * 3);
+  CHECK_THROWS_WITH(op.validate_config(k768, stream(8, 1, 2, 2)), Catch::Contains("divide the 3 blocks"));
+  CHECK_THROWS_WITH(op.validate_config(m16, stream(8, 2, 1, 4)), Catch::Contains("at most 4"));
+  CHECK_THROWS_WITH(op.validate_config(m16, stream(6, 1, 1, 2)), Catch::Contains("warps must be 4 or 8"));
+  auto extra = stream(8, 1, 1, 2);
+  extra["bm"] = 16;
+  CHECK_THROWS_WITH(op.validate_config(m16, extra), Catch::Contains("needs family, warps"));
+
+  // The plan: a block per band of 16·tiles·warps rows and slice of k; with split k the workspace holds a
+  // counter per band and each slice's float sums after the quantization's arrays.
+  const auto p = op.plan(m16, stream(8, 1, 4, 2));
+  REQUIRE(p.kernels.size() == 2);
+  const auto& gemm = p.kernels[1];
+  CHECK(gemm.geometry.block[0] == 256);
+  CHECK(gemm.geometry.grid[0] == 86);  // ceil(11008 / 128)
+  CHECK(gemm.geometry.grid[1] == 4);
+  CHECK(gemm.geometry.programmatic);
+  REQUIRE(gemm.params.size() == 12);
+  const auto ws = codegen::w8a8_workspace(16, 4096, 128);
+  const size_t base = (ws.total + 255) / 256 * 256;
+  CHECK(gemm.params[11].kind == codegen::KernelParam::Kind::workspace);
+  CHECK(gemm.params[11].offset == base);
+  CHECK(p.workspace_fixed == base + 512 + size_t{4} * 86 * 8 * (1 * 2 * 4) * 32 * 4);
+  CHECK(op.plan(m16, stream(8, 1, 1, 2)).workspace_fixed == ws.total);  // no slices to sum
+  CHECK(pointer_rule(p, "wq").align == 16);
+  CHECK(pointer_rule(p, "w_scale").align == 4);
+  const auto src = codegen::generate_source(m16, stream(8, 1, 4, 2));
+  CHECK(src.template_path == "templates/w8a8_gemm/w8a8_gemm_stream.cu");
+  CHECK(src.text.find("constexpr int kMTiles = 2;") != std::string::npos);
+
+  // Each accumulator width, both sides' forms and a block of several pieces compile for sm_80 and sm_90
+  // to the int8 mma, without spills for the configs the tuner would keep at M <= 16.
+  std::vector<test::CompileJob> jobs;
+  jobs.emplace_back(parse_spec("w8a8_gemm", "k=4096,n=11008,m=1"), stream(8, 1, 4, 4));
+  jobs.emplace_back(parse_spec("w8a8_gemm", "k=4096,n=11008,m=16,quant_a=symmetric,bias=yes,act=relu"),
+                    stream(4, 2, 2, 2));
+  jobs.emplace_back(parse_spec("w8a8_gemm", "k=2048,n=272,m=8,block=512,x=bf16,quant_w=symmetric"), stream(8, 1, 1, 2));
+  jobs.emplace_back(parse_spec("w8a8_gemm", "k=4096,n=11008,m=64,x=fp32"), stream(8, 1, 8, 2));
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    auto these = jobs;
+    test::compile_jobs(these, arch, std::string("w8a8_gemm stream ") + arch);
+    for (const auto& j : these) {
+      INFO(arch << " " << j.spec.label() << " " << j.config.dump() << "\n" << j.error << j.result.log);
+      REQUIRE(j.error.empty());
+      REQUIRE(j.result.ok);
+      CHECK(j.result.ptx.find("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32") != std::string::npos);
+      CHECK(j.result.ptx.find("ld.global.nc.L1::no_allocate.v4.u32") != std::string::npos);
+      if (j.spec.get_int("m") <= 16) CHECK(j.result.spill_bytes == 0);
+    }
+  }
+}

@@ -83,6 +83,28 @@ struct SimpleConfig {
   nlohmann::json to_json() const { return {{"family", kFamily}, {"threads", threads}}; }
 };
 
+// The weight-streaming family for small M (int8, blocks of 128·j): each warp
+// streams kTiles tiles of 16 rows of W straight into mma fragments, kUnroll
+// pieces of 128 codes ahead; a block has `warps` warps side by side in n,
+// and k is split into `splits` slices between blocks (their float sums
+// added in slice order by the last block of a band,
+// templates/w8a8_gemm/w8a8_gemm_stream.cu).
+struct StreamConfig {
+  int warps, tiles, splits, unroll;
+  static constexpr const char* kFamily = "stream";
+  static constexpr int kMaxRows = 64;  // the buckets it is for: x's rows are held as mma tiles of 8
+  static StreamConfig from(const nlohmann::json& j) {
+    auto get = [&](const char* k) { return config_int(j, k, "w8a8_gemm stream config"); };
+    if (!j.is_object() || j.size() != 5)
+      throw Error("config", "w8a8_gemm stream config needs family, warps, tiles, splits, unroll: " + j.dump());
+    return {get("warps"), get("tiles"), get("splits"), get("unroll")};
+  }
+  nlohmann::json to_json() const {
+    return {{"family", kFamily}, {"warps", warps}, {"tiles", tiles}, {"splits", splits}, {"unroll", unroll}};
+  }
+  int band_rows() const { return 16 * tiles * warps; }
+};
+
 // The library family (format=e4m3, compute capability 9.0+): the plan's
 // first kernel lays x's codes and scales and W's tile scales out as
 // cuBLASLt's block-scaled FP8 GEMM reads them, and the GEMM does the rest
@@ -185,6 +207,31 @@ std::string wgmma_problem(const Shape& s, const WgmmaConfig& c) {
   return "";
 }
 
+// x's 8-row mma tiles the stream family holds for a bucket of m rows.
+int stream_mtiles(int64_t m) { return static_cast<int>((std::min<int64_t>(m, StreamConfig::kMaxRows) + 7) / 8); }
+
+// Why the stream family cannot run a spec, "" when it can.
+std::string stream_applies(const Shape& s) {
+  if (s.fp8) return "the stream family runs int8 codes (format=e4m3 has the tiled and cublaslt families)";
+  if (s.block % 128) return "block=" + num(s.block) + " is not a multiple of 128 (a lane reads 32 codes of each 128)";
+  if (s.m > StreamConfig::kMaxRows) return "m=" + num(s.m) + " is above the stream family's 64 rows";
+  return "";
+}
+
+std::string stream_problem(const Shape& s, const StreamConfig& c) {
+  const std::string why = stream_applies(s);
+  if (!why.empty()) return why;
+  if (c.warps != 4 && c.warps != 8) return "warps must be 4 or 8";
+  if (c.tiles != 1 && c.tiles != 2) return "tiles must be 1 or 2";
+  if (c.unroll != 2 && c.unroll != 4) return "unroll must be 2 or 4";
+  if (c.splits < 1 || c.splits > 16 || s.blocks() % c.splits)
+    return "splits=" + num(c.splits) + " must be 1..16 and divide the " + num(s.blocks()) + " blocks of k";
+  // W's pieces ahead (16 registers a tile and piece) and the int32 and float sums (4 each a tile of W and of x).
+  if (c.tiles * c.unroll > 4) return "tiles × unroll must be at most 4 (registers for the pieces ahead)";
+  if (c.tiles * stream_mtiles(s.m) > 8) return "tiles × x's 8-row tiles must be at most 8 (registers for the sums)";
+  return "";
+}
+
 // Why the cublaslt family cannot run a spec, "" when it can (any device).
 std::string cublaslt_applies(const Shape& s) {
   if (!s.fp8) return "the cublaslt family runs format=e4m3 (cuBLASLt's block scales are FP8 only)";
@@ -208,13 +255,14 @@ std::string simple_problem(const SimpleConfig& c) {
 bool is_simple(const nlohmann::json& config) { return config_family(config) == SimpleConfig::kFamily; }
 bool is_wgmma(const nlohmann::json& config) { return config_family(config) == WgmmaConfig::kFamily; }
 bool is_cublaslt(const nlohmann::json& config) { return config_family(config) == CublasLtConfig::kFamily; }
+bool is_stream(const nlohmann::json& config) { return config_family(config) == StreamConfig::kFamily; }
 
 void check_family(const nlohmann::json& config) {
   const std::string f = config_family(config);
   if (f != TiledConfig::kFamily && f != SimpleConfig::kFamily && f != WgmmaConfig::kFamily &&
-      f != CublasLtConfig::kFamily)
+      f != CublasLtConfig::kFamily && f != StreamConfig::kFamily)
     throw Error("config", "w8a8_gemm config " + config.dump() + ": unknown family '" + f +
-                              "' (expected tiled, wgmma, cublaslt or simple)");
+                              "' (expected tiled, wgmma, stream, cublaslt or simple)");
 }
 
 // Output tiles of the wgmma family for m rows of x.
@@ -293,6 +341,7 @@ std::vector<ArgDef> W8a8GemmOp::args() const {
 std::string W8a8GemmOp::template_path(const nlohmann::json& config) const {
   if (is_simple(config)) return "templates/w8a8_gemm/w8a8_gemm_simple.cu";
   if (is_cublaslt(config)) return "templates/w8a8_gemm/w8a8_gemm_cublaslt.cu";
+  if (is_stream(config)) return "templates/w8a8_gemm/w8a8_gemm_stream.cu";
   if (is_wgmma(config)) return "templates/w8a8_gemm/w8a8_gemm_wgmma.cu";
   return "templates/w8a8_gemm/w8a8_gemm_tiled.cu";
 }
@@ -338,6 +387,15 @@ std::vector<nlohmann::json> W8a8GemmOp::candidates(const OpSpec& spec, const Dev
             }
       }
   }
+  // The stream family where it applies.
+  if (stream_applies(s).empty())
+    for (int warps : {4, 8})
+      for (int tiles : {1, 2})
+        for (int unroll : {2, 4})
+          for (int splits : {1, 2, 4, 8}) {
+            const StreamConfig c{warps, tiles, splits, unroll};
+            if (stream_problem(s, c).empty()) out.push_back(c.to_json());
+          }
   // The wgmma family on compute capability 9.0, for the large-M buckets it is for (below 128 rows
   // a block's tensor work is too short for a ring of tensor copies to pay).
   if (device.arch == "sm_90" && s.m >= 128 && wgmma_applies(s).empty())
@@ -368,6 +426,7 @@ void W8a8GemmOp::validate_config(const OpSpec& spec, const nlohmann::json& confi
   const std::string p = is_simple(config)     ? simple_problem(SimpleConfig::from(config))
                         : is_wgmma(config)    ? wgmma_problem(shape_of(spec), WgmmaConfig::from(config))
                         : is_cublaslt(config) ? cublaslt_problem(shape_of(spec), CublasLtConfig::from(config))
+                        : is_stream(config)   ? stream_problem(shape_of(spec), StreamConfig::from(config))
                                               : tiled_problem(shape_of(spec), TiledConfig::from(config));
   if (!p.empty()) throw Error("config", "w8a8_gemm config " + config.dump() + " is illegal for " + spec.label() + ": " + p);
 }
@@ -396,6 +455,13 @@ std::vector<Constant> W8a8GemmOp::constants(const OpSpec& spec, const nlohmann::
     c.push_back({"int", "kThreads", num(SimpleConfig::from(config).threads), "tunable: threads per block"});
   } else if (is_cublaslt(config)) {
     // (algo is the library's: no constant of the module)
+  } else if (is_stream(config)) {
+    const StreamConfig st = StreamConfig::from(config);
+    c.push_back({"int", "kWarps", num(st.warps), "tunable: warps per block, side by side in n"});
+    c.push_back({"int", "kTiles", num(st.tiles), "tunable: 16-row tiles of W per warp"});
+    c.push_back({"int", "kSplits", num(st.splits), "tunable: slices of k, one block each"});
+    c.push_back({"int", "kUnroll", num(st.unroll), "tunable: pieces of 128 codes of W loaded ahead"});
+    c.push_back({"int", "kMTiles", num(stream_mtiles(s.m)), "8-row tiles of x (the bucket's rows)"});
   } else if (is_wgmma(config)) {
     const WgmmaConfig w = WgmmaConfig::from(config);
     c.push_back({"int", "kBM", num(w.bm), "tunable: rows of y per block (wgmma n)"});
@@ -472,11 +538,26 @@ Plan W8a8GemmOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
                  arg_param("y"),            arg_param("m")};
   gemm.geometry.programmatic = true;
   int param_align = 4, y_align = xb;
+  size_t stream_workspace = 0;  // the stream family's split sums, when it has any
   if (is_simple(config)) {
     const SimpleConfig c = SimpleConfig::from(config);
     gemm.geometry.block[0] = static_cast<unsigned>(c.threads);
     gemm.geometry.grid[0] = static_cast<unsigned>((s.n + c.threads - 1) / c.threads);
     gemm.geometry.grid[1] = static_cast<unsigned>(s.m);
+  } else if (is_stream(config)) {
+    const StreamConfig c = StreamConfig::from(config);
+    const int64_t bands = (s.n + c.band_rows() - 1) / c.band_rows();
+    gemm.geometry.block[0] = static_cast<unsigned>(32 * c.warps);
+    gemm.geometry.grid[0] = static_cast<unsigned>(bands);
+    gemm.geometry.grid[1] = static_cast<unsigned>(c.splits);
+    // After the quantization's arrays: a counter per band, then each slice's float sums
+    // (templates/w8a8_gemm/w8a8_gemm_stream.cu).
+    const size_t base = (ws.total + 255) / 256 * 256;
+    gemm.params.push_back(workspace_param(base));
+    const size_t counters = (static_cast<size_t>(bands) * 4 + 255) / 256 * 256;
+    const size_t sums = static_cast<size_t>(c.splits) * bands * c.warps * c.tiles * stream_mtiles(s.m) * 4 * 32 * 4;
+    stream_workspace = c.splits > 1 ? base + counters + sums : 0;
+    y_align = xb;
   } else if (is_wgmma(config)) {
     const WgmmaConfig c = WgmmaConfig::from(config);
     gemm.geometry.block[0] = 384;  // two consumer warpgroups and the producer
@@ -524,7 +605,7 @@ Plan W8a8GemmOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
                 {"w_sum", param_align, !s.offset_a},
                 {"bias", xb, !s.bias},
                 {"y", y_align}};
-  p.workspace_fixed = ws.total;
+  p.workspace_fixed = std::max(ws.total, stream_workspace);
   return p;
 }
 

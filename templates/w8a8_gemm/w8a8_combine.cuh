@@ -25,6 +25,17 @@ struct W8a8PartOf<true> {
 };
 using W8a8Part = typename W8a8PartOf<kFp8>::T;
 
+// The GEMM kernels' inputs: x's codes and block parameters from the
+// quantization kernel, W's codes and block parameters.
+struct W8a8Operands {
+  const signed char* codes;
+  const float *a_scale, *a_offset;
+  const int* a_sum;
+  const signed char* wq;
+  const float *w_scale, *w_offset;
+  const int* w_sum;
+};
+
 struct W8a8RowParams {
   float scale, offset, sum;  // A's, for one row and block (sum as float: exact, |ΣA| ≤ 2^16)
 };

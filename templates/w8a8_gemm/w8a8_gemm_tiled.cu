@@ -27,6 +27,7 @@
 using namespace qjit_spec;
 #include "qjit/w8a8_gemm/w8a8_quant_a.cuh"
 #include "qjit/w8a8_gemm/w8a8_combine.cuh"
+#include "qjit/w8a8_gemm/w8a8_mma.cuh"
 
 constexpr int kWarps = kWarpsM * kWarpsN;
 constexpr int kThreads = 32 * kWarps;
@@ -65,31 +66,6 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(p)));
 }
-// d += a·b over k32, by the accumulators' type: int8 codes into int32, e4m3 into fp32.
-__device__ __forceinline__ void mma_k32(int (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void mma_k32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-struct Operands {
-  const signed char* codes;
-  const float *a_scale, *a_offset;
-  const int* a_sum;
-  const signed char* wq;
-  const float *w_scale, *w_offset;
-  const int* w_sum;
-};
-
 // 4 bytes global → shared.
 __device__ __forceinline__ void cp_async4(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
@@ -104,7 +80,7 @@ __device__ __forceinline__ void copy_floats(void* dst, const void* src, int coun
 // W's part of k-tile kt (codes of columns n0.., and W's block parameters on
 // a block's last k-tile) into `stage`: weights only, which no kernel writes,
 // so the prologue queues them before griddepcontrol.wait.
-__device__ __forceinline__ void load_stage_w(const Operands& op, int n0, int kt, unsigned char* stage) {
+__device__ __forceinline__ void load_stage_w(const W8a8Operands& op, int n0, int kt, unsigned char* stage) {
   if (kt >= kKTiles) return;
   const long long k0 = static_cast<long long>(kt) * kBK;
   for (int i = threadIdx.x; i < kBN * kRowChunks; i += kThreads) {
@@ -128,7 +104,7 @@ __device__ __forceinline__ void load_stage_w(const Operands& op, int n0, int kt,
 
 // x's part of k-tile kt (codes of rows m0.., and their block parameters on a
 // block's last k-tile) into `stage`, written by the quantization kernel.
-__device__ __forceinline__ void load_stage_x(const Operands& op, int m0, int M, int kt, unsigned char* stage) {
+__device__ __forceinline__ void load_stage_x(const W8a8Operands& op, int m0, int M, int kt, unsigned char* stage) {
   if (kt >= kKTiles) return;
   const long long k0 = static_cast<long long>(kt) * kBK;
   for (int i = threadIdx.x; i < kBM * kRowChunks; i += kThreads) {
@@ -156,7 +132,7 @@ qjit_w8a8_gemm(const signed char* __restrict__ codes, const float* __restrict__ 
                const float* __restrict__ w_scale, const float* __restrict__ w_offset, const int* __restrict__ w_sum,
                const TX* __restrict__ bias, TX* __restrict__ y, int M) {
   extern __shared__ __align__(128) unsigned char ring[];
-  const Operands op{codes, a_scale, a_offset, a_sum, wq, w_scale, w_offset, w_sum};
+  const W8a8Operands op{codes, a_scale, a_offset, a_sum, wq, w_scale, w_offset, w_sum};
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = warp / kWarpsN, wn = warp % kWarpsN;
   const int gq = lane / 4, t = lane % 4;

@@ -8,7 +8,8 @@
 // blocks that do not complete a split output store their piece, then
 // release its flag (one count each); the block that completes it acquires
 // the flag once every other piece is counted and sets it back to 0 for the
-// next launch, which touches it only after waiting for this grid.
+// next launch, which touches it only after waiting for this grid
+// (templates/common/qjit_pieces.cuh).
 
 // First unit of worker w's run.
 __device__ __forceinline__ int run_start(long long w, long long units, int workers) {
@@ -20,21 +21,5 @@ __device__ __forceinline__ int worker_of(long long u, long long units, int worke
   return static_cast<int>(((u + 1) * workers - 1) / units);
 }
 
-// One more piece stored. The caller has ordered every thread's stores of the
-// piece before this call (__syncwarp or a block barrier); the release is
-// cumulative (PTX ISA, memory consistency model), so an acquirer of the flag
-// sees them all.
-__device__ __forceinline__ void release_piece(unsigned* flag) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(flag) : "memory");
-}
-
-// Waits until `pieces` pieces are stored, then resets the flag. The caller
-// passes the acquire on to the threads that read the pieces (__syncwarp or a
-// block barrier) and reads them through L2 (__ldcg).
-__device__ __forceinline__ void acquire_pieces(unsigned* flag, unsigned pieces) {
-  unsigned stored;
-  do {
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(stored) : "l"(flag) : "memory");
-  } while (stored != pieces);
-  *flag = 0;
-}
+using qjit::acquire_pieces;  // qjit_pieces.cuh
+using qjit::release_piece;
