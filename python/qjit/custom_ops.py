@@ -22,7 +22,9 @@ compiled graph allocates its outputs itself (inductor plans the buffers; under
 CUDA graphs they come from the graph's pool), and a custom op may not return
 an alias of an argument, so an `out=` form would need a second, mutating
 schema that torch.compile functionalizes back into this one with a copy.
-The eager functions (qjit.wq_gemm, ...) keep `out=`.
+The eager functions (qjit.wq_gemm, ...) keep `out=`. They are for inference:
+no autograd formula is registered, so compile under torch.no_grad() (or
+inference_mode) when an input requires grad.
 
 Signatures: qjit.ops' own, but that tensor arguments are positional (torch
 refuses keyword-only tensors: wq_gemm's bias and residual, fused_ffn's scales

@@ -257,8 +257,8 @@ class QuantGRU(torch.nn.Module):
     def forward_codes(self, xq, h0q):
         """Integer codes in (x [T, N, C], h0 [N, H] int32) -> (y int32, y_float float32), both [T, N, H]."""
         if _compiling():
-            return _qjit.gru_quant(xq.contiguous(), h0q.contiguous(), self.W, self.R, self.bw, self.br, self.params_text,
-                                   float_out=True)
+            return _qjit.gru_quant(xq.contiguous(), h0q.contiguous(), self.W, self.R, self.bw, self.br,
+                                   self.params_text, float_out=True)
         W, R, bw, br = _tensors(self)
         return gru_quant(xq.contiguous(), h0q.contiguous(), W, R, bw, br, self.params_text, float_out=True)
 

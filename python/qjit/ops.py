@@ -33,10 +33,12 @@ A call's C arguments are one struct (but fp_lut's), packed into bytes
 (_lib.packer) and handed to its C entry in place: a two-argument ctypes call,
 where each argument costs a conversion.
 
-Adding an op: a Structure and a STRUCT_ENTRIES line in qjit/_lib.py, and here the
+Adding an op: a Structure and a STRUCT_ENTRIES line in qjit/_lib.py, here the
 checked function (tensors checked with a Checker, output from _output,
-launched with _launch) and the public one, whose fast path accepts only
-arguments the checked one accepts.
+launched with _launch; with fake=True it returns the output before any
+launch) and the public one, whose fast path accepts only arguments the
+checked one accepts, and its custom op in qjit/custom_ops.py, whose fake
+implementation is the checked function with fake=True.
 """
 import json
 

@@ -41,8 +41,6 @@ except ImportError:
     torch = None
 
 REGISTERED = torch is not None and custom_ops.unavailable is None
-NAMES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "int8": "int8", "uint8": "uint8", "int32": "int32",
-         "float8_e4m3fn": "e4m3"}
 
 
 def wq_cases(T):
@@ -74,7 +72,8 @@ def ffn_cases(T):
 
 
 def lut_cases(T):
-    return [dict(x=T("float16", 3, 5, 7), fn="gelu"), dict(x=T("bfloat16", 9), fn="silu", cuts="seed", out_dtype="fp32")]
+    return [dict(x=T("float16", 3, 5, 7), fn="gelu"),
+            dict(x=T("bfloat16", 9), fn="silu", cuts="seed", out_dtype="fp32")]
 
 
 def gru_cases(T):
@@ -266,8 +265,9 @@ def model(device):
 
 def inputs(device, batch=2):
     """x, a channels_last image batch, a GRU sequence and its h0."""
+    img = torch.empty(batch, 64, 8, 8, dtype=torch.float16, device=device)
     return (torch.empty(batch, 256, dtype=torch.float16, device=device),
-            torch.empty(batch, 64, 8, 8, dtype=torch.float16, device=device).contiguous(memory_format=torch.channels_last),
+            img.contiguous(memory_format=torch.channels_last),
             torch.zeros(5, batch, 16, device=device), torch.zeros(1, batch, 8, device=device))
 
 
