@@ -59,6 +59,7 @@ def _tensors(m):
     except KeyError:
         return tuple(getattr(m, name) for name in m._TENSORS)
 
+
 class QuantLinear(torch.nn.Module):
     """A drop-in quantized nn.Linear(in_features, out_features): y = act(x·Wᵀ + b).
 
