@@ -41,9 +41,11 @@ that every argument has one type torch.library accepts:
       keeps every value); y_float is an empty float32 [0] unless float_out.
   w8a8_gemm(x, wq, w_scale, w_offset=None, w_sum=None, bias=None, *, block=128, quant_a="offset", format=None,
             act="none")
-  qconv2d(x, qweight, scales, offsets, bias=None, *, bits=4, block=32, kernel, stride, padding, dilation,
+  qconv2d(x, qweight, scales, offsets, bias=None, *, bits=4, block=32, kernel_size, stride, padding, dilation,
           layout="nchw", act="none")
-      kernel, stride, padding, dilation: two ints each (lists or tuples).
+      kernel_size (qjit.qconv2d's kernel: inductor's fallback kernels take an
+      argument named `kernel` of their own), stride, padding, dilation: two
+      ints each (lists or tuples).
 
 Called eagerly, a custom op costs torch's dispatcher on top of qjit.ops'
 function: qjit.nn's modules call them only while torch.compile or
@@ -75,18 +77,19 @@ class _Unregistered:
         raise AttributeError("torch.ops.qjit.%s is not registered: %s" % (name, unavailable))
 
 
-def _register(fn, checked, result=None):
+def _register(fn, checked, result=None, renamed=None):
     """Registers fn (annotated: torch.library infers the schema) as qjit::<its name> with qjit.ops' checked path as
     its fake implementation. The dispatcher hands a Python kernel its arguments positionally and leaves out those
-    equal to their defaults, so the fake binds them to fn's signature and passes each by name (qjit.ops' names).
-    result: maps what the checked path returns to the op's result."""
+    equal to their defaults, so the fake binds them to fn's signature and passes each by name: qjit.ops' names,
+    but those in `renamed` (op name -> qjit.ops name). result: maps what the checked path returns to the op's."""
     op = torch.library.custom_op("qjit::" + fn.__name__, fn, mutates_args=())
     signature = inspect.signature(fn)
+    renamed = renamed or {}
 
     def fake(*args, **kwargs):
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        y = checked(**bound.arguments, fake=True)
+        y = checked(**{renamed.get(k, k): v for k, v in bound.arguments.items()}, fake=True)
         return result(y) if result else y
 
     op.register_fake(fake)
@@ -132,14 +135,15 @@ def _define():
                               act=act)
 
     def qconv2d(x: Tensor, qweight: Tensor, scales: Tensor, offsets: Tensor, bias: Optional[Tensor] = None, *,
-                bits: int = 4, block: int = 32, kernel: List[int], stride: List[int], padding: List[int],
+                bits: int = 4, block: int = 32, kernel_size: List[int], stride: List[int], padding: List[int],
                 dilation: List[int], layout: str = "nchw", act: str = "none") -> Tensor:
-        return _ops.qconv2d(x, qweight, scales, offsets, bits=bits, block=block, kernel=kernel, stride=stride,
+        return _ops.qconv2d(x, qweight, scales, offsets, bits=bits, block=block, kernel=kernel_size, stride=stride,
                             padding=padding, dilation=dilation, layout=layout, bias=bias, act=act)
 
-    for fn in (wq_gemm, awq_dequant, fused_ffn, fp_lut, w8a8_gemm, qconv2d):
+    for fn in (wq_gemm, awq_dequant, fused_ffn, fp_lut, w8a8_gemm):
         _register(fn, getattr(_ops, "_%s_checked" % fn.__name__))
-    _register(gru_quant, _ops._gru_quant_checked, both)
+    _register(gru_quant, _ops._gru_quant_checked, result=both)
+    _register(qconv2d, _ops._qconv2d_checked, renamed={"kernel_size": "kernel"})
 
 
 if unavailable is None:

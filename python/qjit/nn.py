@@ -441,8 +441,8 @@ class QConv2d(torch.nn.Module):
     def _conv(self, x, layout):
         if _compiling():
             return _qjit.qconv2d(x, self.qweight, self.scales, self.offsets, self.bias, bits=self.bits,
-                                 block=self.block, kernel=self.kernel_size, stride=self.stride, padding=self.padding,
-                                 dilation=self.dilation, layout=layout, act=self.act)
+                                 block=self.block, kernel_size=self.kernel_size, stride=self.stride,
+                                 padding=self.padding, dilation=self.dilation, layout=layout, act=self.act)
         qweight, scales, offsets, bias = _tensors(self)
         return qconv2d(x, qweight, scales, offsets, bits=self.bits, block=self.block, kernel=self.kernel_size,
                        stride=self.stride, padding=self.padding, dilation=self.dilation, layout=layout, bias=bias,

@@ -14,7 +14,8 @@ against eager ones, opcheck on real tensors) is test_gpu.py's GpuCompile.
 - torch.library.opcheck on meta tensors (schema, fake, AOT dispatch);
 - a model of qjit.nn modules: torch.compile(fullgraph=True) (a backend that
   keeps the graph, and aot_eager) and torch.export trace it into torch.ops.qjit
-  calls, a dynamic batch staying symbolic; the eager forward never calls them;
+  calls, a dynamic batch staying symbolic; inductor's generated code launches
+  what the eager forward launches; the eager forward never calls them;
 - without torch, or with a torch older than 2.4: the module imports,
   registers nothing and says why.
 """
@@ -31,7 +32,7 @@ PACKAGE = os.path.join(HERE, "..")
 sys.path.insert(0, PACKAGE)
 sys.path.insert(0, HERE)
 import qjit  # noqa: E402
-from support import Fields, TorchAsCuda  # noqa: E402
+from support import Fields, TorchAsCuda, decoded  # noqa: E402
 
 try:
     import torch
@@ -107,6 +108,16 @@ def conv_cases(T):
     ]
 
 
+# The custom ops' argument names where they differ from qjit.ops' (custom_ops.py says why).
+RENAMED = {"qconv2d": {"kernel": "kernel_size"}}
+
+
+def custom(op):
+    """torch.ops.qjit.<op>, called with qjit.ops' argument names."""
+    renamed = RENAMED.get(op, {})
+    return lambda **a: getattr(torch.ops.qjit, op)(**{renamed.get(k, k): v for k, v in a.items()})
+
+
 CASES = {"wq_gemm": wq_cases, "awq_dequant": awq_cases, "fused_ffn": ffn_cases, "fp_lut": lut_cases,
          "gru_quant": gru_cases, "w8a8_gemm": w8_cases, "qconv2d": conv_cases}
 
@@ -163,14 +174,14 @@ class EachOpFourWays(unittest.TestCase):
                 args = case(tensors_on("cpu"))
                 want, launched = self.eager(op, args, getattr(qjit, op))
                 self.assertEqual(len(launched), 1, what)
-                ys, via_op = self.eager(op, args, getattr(torch.ops.qjit, op))
+                ys, via_op = self.eager(op, args, custom(op))
                 self.assertEqual(via_op, launched, what + ": the custom op's real implementation")
                 self.assertEqual(described(ys), described(want), what)
-                meta = outputs(op, getattr(torch.ops.qjit, op)(**case(tensors_on("meta"))))
+                meta = outputs(op, custom(op)(**case(tensors_on("meta"))))
                 self.assertEqual(described(meta), described(want), what + " on meta tensors")
                 self.assertTrue(all(y.device.type == "meta" for y in meta), what)
                 with FakeTensorMode():
-                    fake = outputs(op, getattr(torch.ops.qjit, op)(**case(tensors_on("cuda"))))
+                    fake = outputs(op, custom(op)(**case(tensors_on("cuda"))))
                 self.assertEqual(described(fake), described(want), what + " under FakeTensorMode")
                 self.assertEqual([str(y.device) for y in fake], ["cuda:0"] * len(fake), what)
 
@@ -209,7 +220,7 @@ class EachOpFourWays(unittest.TestCase):
                     getattr(qjit, op)(**case(tensors_on("cpu")))
             with FakeTensorMode():
                 with self.assertRaises(type(eager.exception)) as fake:
-                    getattr(torch.ops.qjit, op)(**case(tensors_on("cuda")))
+                    custom(op)(**case(tensors_on("cuda")))
             self.assertEqual(str(fake.exception), str(eager.exception))
             self.assertTrue(str(fake.exception).startswith(op + ": "), str(fake.exception))
 
@@ -227,8 +238,10 @@ class EachOpFourWays(unittest.TestCase):
         """The schema (nothing mutated or aliased), the fake implementation and AOT dispatch with dynamic shapes;
         on meta tensors the "real" run is the fake one (test_gpu.py's GpuCompile runs opcheck on CUDA)."""
         for op, cases in CASES.items():
+            renamed = RENAMED.get(op, {})
             for case in cases(tensors_on("meta")):
-                result = torch.library.opcheck(getattr(torch.ops.qjit, op).default, (), case, raise_exception=False)
+                kwargs = {renamed.get(k, k): v for k, v in case.items()}
+                result = torch.library.opcheck(getattr(torch.ops.qjit, op).default, (), kwargs, raise_exception=False)
                 self.assertEqual(set(result.values()), {"SUCCESS"}, "%s: %s" % (op, result))
 
 
@@ -319,6 +332,44 @@ class Tracing(unittest.TestCase):
         self.assertEqual(qjit_calls(ep.graph), [t + ".default" for t in QJIT_CALLS])
         y = [n for n in ep.graph.nodes if n.op == "output"][0].args[0][0].meta["val"]
         self.assertIsInstance(y.shape[0], torch.SymInt)  # the batch stays symbolic through the fake implementations
+
+    def test_inductor_launches_what_eager_launches(self):
+        """torch.compile's default backend (inductor, here generating CPU code) calls the real implementations
+        from its generated code: each call launches what eager does, but for pointers, at every batch size.
+        CPU tensors stand for CUDA ones by letting the checks take them (the real implementations run qjit.ops
+        on them, launches recorded); the GPU machine's GpuCompile runs the kernels."""
+        from ctypes import c_void_p
+
+        from qjit import _check, ops
+
+        def values(launch):  # a launch's plain values: its entry, and its struct's fields that are not pointers
+            (_, entry, a) = launch
+            return entry, tuple(v for (name, t), v in zip(a._fields_, a.values()) if t is not c_void_p)
+
+        init, launch = _check.Checker.__init__, ops._launch
+        launches = []
+
+        def on_cpu_too(checker, op, fake=False):
+            init(checker, op, fake)
+            checker.devices += ("cpu",)
+
+        _check.Checker.__init__ = on_cpu_too
+        ops._launch = lambda index, entry, *args: launches.append((index, entry) + decoded(entry, args))
+        try:
+            m = model("cpu")
+            compiled = torch.compile(m, fullgraph=True)
+            with torch.no_grad():
+                for batch in (2, 3, 2):
+                    x = inputs("cpu", batch)
+                    m(*x)
+                    eager = [values(a) for a in launches]
+                    launches.clear()
+                    compiled(*x)
+                    # inductor may order independent calls otherwise (the GRU's and the image's)
+                    self.assertEqual(sorted(values(a) for a in launches), sorted(eager), "batch %d" % batch)
+                    launches.clear()
+        finally:
+            _check.Checker.__init__, ops._launch = init, launch
 
     def test_eager_forward_calls_no_custom_op(self):
         import qjit.nn as qnn

@@ -503,7 +503,7 @@ class GpuCompile(unittest.TestCase):
             "fp_lut": dict(x=self.randn(7, 33), fn="gelu"),
             "w8a8_gemm": dict(x=x, wq=wq, w_scale=ws, w_offset=wo, w_sum=wsum),
             "qconv2d": dict(x=ints(2, 64, 9, 9), qweight=conv.qweight, scales=conv.scales, offsets=conv.offsets,
-                            kernel=[3, 3], stride=[1, 1], padding=[1, 1], dilation=[1, 1]),
+                            kernel_size=[3, 3], stride=[1, 1], padding=[1, 1], dilation=[1, 1]),
         }
         for name, kwargs in cases.items():
             result = torch.library.opcheck(getattr(torch.ops.qjit, name).default, (), kwargs, raise_exception=False)
