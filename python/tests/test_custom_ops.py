@@ -343,8 +343,13 @@ class Tracing(unittest.TestCase):
         from qjit import _check, ops
 
         def values(launch):  # a launch's plain values: its entry, and its struct's fields that are not pointers
-            (_, entry, a) = launch
-            return entry, tuple(v for (name, t), v in zip(a._fields_, a.values()) if t is not c_void_p)
+            (_, entry, *a) = launch
+            if entry == "qjit_fp_lut":  # positional: fn, n, x dtype, out dtype, cuts, x, y
+                return entry, tuple(a[:5])
+            return entry, tuple(v for (name, t), v in zip(a[0]._fields_, a[0].values()) if t is not c_void_p)
+
+        def lut_and_dequant(x, qweight, qzeros, scales):  # the two ops no module calls
+            return torch.ops.qjit.fp_lut(x * 2, "gelu"), torch.ops.qjit.awq_dequant(qweight, qzeros, scales) + 1
 
         init, launch = _check.Checker.__init__, ops._launch
         launches = []
@@ -356,18 +361,21 @@ class Tracing(unittest.TestCase):
         _check.Checker.__init__ = on_cpu_too
         ops._launch = lambda index, entry, *args: launches.append((index, entry) + decoded(entry, args))
         try:
-            m = model("cpu")
-            compiled = torch.compile(m, fullgraph=True)
-            with torch.no_grad():
-                for batch in (2, 3, 2):
-                    x = inputs("cpu", batch)
-                    m(*x)
-                    eager = [values(a) for a in launches]
-                    launches.clear()
-                    compiled(*x)
-                    # inductor may order independent calls otherwise (the GRU's and the image's)
-                    self.assertEqual(sorted(values(a) for a in launches), sorted(eager), "batch %d" % batch)
-                    launches.clear()
+            T = tensors_on("cpu")
+            awq = (T("int32", 256, 8), T("int32", 2, 8), T("float16", 2, 64))
+            for f, make_inputs in ((model("cpu"), lambda b: inputs("cpu", b)),
+                                   (lut_and_dequant, lambda b: (T("float16", b, 7),) + awq)):
+                compiled = torch.compile(f, fullgraph=True)
+                with torch.no_grad():
+                    for batch in (2, 3, 2):
+                        x = make_inputs(batch)
+                        f(*x)
+                        eager = [values(a) for a in launches]
+                        launches.clear()
+                        compiled(*x)
+                        # inductor may order independent calls otherwise (the GRU's and the image's)
+                        self.assertEqual(sorted(values(a) for a in launches), sorted(eager), "batch %d" % batch)
+                        launches.clear()
         finally:
             _check.Checker.__init__, ops._launch = init, launch
 
