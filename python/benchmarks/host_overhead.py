@@ -16,9 +16,13 @@ they stand for), and outputs are allocated by qjit's own code, on the CPU here. 
 are Python code whose costs are not torch's (is_contiguous() loops over the
 dimensions, numel() multiplies them): --torch is the model of a real call,
 the stand-ins only a check that every case takes the fast path.
-Prints one line per op case: µs of the thread's CPU time per call, the best
-and the median of 7 batches (CPU time and the best batch are the steadier on
-a shared machine), and which path ran. Timing only: it asserts nothing.
+With --torch it also times the qjit.nn modules' forward at the same shapes and
+wq_gemm called eagerly through its custom op, torch.ops.qjit.wq_gemm (what
+torch's dispatcher adds: why the modules call the custom ops only while
+torch.compile traces). Prints one line per case: µs of the thread's CPU time
+per call, the best and the median of 7 batches (CPU time and the best batch
+are the steadier on a shared machine), and which path ran. Timing only: it
+asserts nothing.
 """
 import argparse
 import os
@@ -92,6 +96,26 @@ def cases(T):
     ]
 
 
+def torch_cases(T):
+    """--torch only: the same layer shapes through a qjit.nn module's forward, and wq_gemm through its custom op
+    called eagerly (torch.ops.qjit.wq_gemm: what the dispatcher adds, why the modules call it only when compiling)."""
+    import torch
+    import qjit.nn as qnn
+
+    d, h = 4096, 11008
+    x = T("float16", 1, d)
+    lin, w8 = qnn.QuantLinear(d, h), qnn.W8A8Linear(d, h)
+    ffn = qnn.FusedFFN.from_quant(qnn.QuantLinear(d, h), qnn.QuantLinear(d, h))
+    conv, cx = qnn.QConv2d(64, 64, 3, padding=1), T("float16", 1, 64, 56, 56)
+    return [
+        ("torch.ops.qjit.wq_gemm", lambda: torch.ops.qjit.wq_gemm(x, lin.qweight, lin.scales, lin.zeros)),
+        ("QuantLinear forward", lambda: lin(x)),
+        ("FusedFFN forward, quantized", lambda: ffn(x)),
+        ("W8A8Linear forward", lambda: w8(x)),
+        ("QConv2d forward", lambda: conv(cx)),
+    ]
+
+
 def per_call_us(f, batch=2000, batches=7):
     """(best, median) µs of thread CPU time per call of f over `batches` batches of `batch` calls."""
     f()
@@ -124,7 +148,7 @@ def main():
             spied.append(op)
             setattr(ops, "_%s_checked" % op, lambda *args, _f=original, _op=op, **kw: (checked.append(_op),
                                                                                        _f(*args, **kw))[1])
-    for name, f in cases(T):
+    for name, f in cases(T) + (torch_cases(T) if a.torch else []):
         f()  # the first call with a dtype takes the checked path
         launches.clear()
         checked.clear()

@@ -7,7 +7,8 @@ checkpoint repacking through the `qjit` command, and a safetensors reader.
 
 `import qjit` needs neither torch nor the library: torch is imported by the
 ops and qjit.nn, the library is loaded by the first op (see
-qjit._lib.find_library for where it is looked for).
+qjit._lib.find_library for where it is looked for). Importing qjit.nn or
+qjit.custom_ops registers the ops as torch.ops.qjit.* for torch.compile.
 """
 from . import awq, conv, safetensors, w8a8
 from ._cli import import_shipped, repack_checkpoint, tune
@@ -18,13 +19,14 @@ __version__ = "0.1.0"
 
 __all__ = ["QjitError", "QjitArgumentError", "wq_gemm", "awq_dequant", "fused_ffn", "fp_lut", "gru_quant", "w8a8_gemm", "qconv2d", "tune", "import_shipped",
            "repack_checkpoint", "set_cache_path", "preload", "find_library", "find_cli", "safetensors", "awq", "w8a8", "conv",
-           "nn"]
+           "nn", "custom_ops"]
 
 
 def __getattr__(name):
-    # qjit.nn needs torch: imported on first use, so `import qjit` works without it.
-    if name == "nn":
+    # qjit.nn needs torch, and qjit.custom_ops imports it (registering torch.ops.qjit): imported on first use, so
+    # `import qjit` works without torch and does not pay for importing it.
+    if name in ("nn", "custom_ops"):
         import importlib
 
-        return importlib.import_module(".nn", __name__)
+        return importlib.import_module("." + name, __name__)
     raise AttributeError("module 'qjit' has no attribute %r" % name)

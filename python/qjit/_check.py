@@ -11,6 +11,12 @@ torch.device objects, strings). Each call of an op first tries a fast path
 maps a dtype object to its qjit name through _names_by_dtype, which only
 dtype_name() fills: the first call with a dtype takes the checked path.
 
+They are also the fake implementations of torch.ops.qjit (qjit/custom_ops.py,
+Checker(op, fake=True)): the same checks on FakeTensors or meta tensors, which
+give the output's shape and dtype and launch nothing. So sizes are compared,
+never converted with int(), where they may be a traced tensor's symbolic ones
+(x's leading dimensions): int() would fix them.
+
 A wrong dtype raises TypeError; a wrong shape, stride, device or a size that
 does not fit raises ValueError. Each message starts with the op and names the
 tensor, what it is and what was expected.
@@ -51,17 +57,21 @@ def _dims(shape):
 
 
 def numel(shape):
+    """The product of the sizes (symbolic sizes stay symbolic: a traced x's leading dims are not fixed)."""
     n = 1
     for s in shape:
-        n *= int(s)
+        n *= s
     return n
 
 
 class Checker:
     """The checks of one call of op `op`: every tensor on the same CUDA device."""
 
-    def __init__(self, op):
+    def __init__(self, op, fake=False):
         self.op = op
+        # The devices a tensor may be on: CUDA, and for a fake call (torch.ops.qjit's fake implementations,
+        # qjit/custom_ops.py: shapes only, nothing launched) also "meta".
+        self.devices = ("cuda", "meta") if fake else ("cuda",)
         self.device = None  # the first tensor's device
         self.index = None  # its index (what ops._launch takes)
         self.first = None  # its name
@@ -87,11 +97,11 @@ class Checker:
             named = ["%s (%s)" % (d, TORCH_NAMES[d]) for d in dtypes]
             allowed = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " or " + named[-1]
             self.fail("%s has dtype %s; expected %s" % (name, TORCH_NAMES.get(dt, dt), allowed), TypeError)
-        if dev.type != "cuda":
+        if dev.type not in self.devices:
             self.fail("%s is on %s; expected a CUDA tensor" % (name, dev))
         if self.device is None:
             self.device, self.index, self.first, self.like = dev, dev.index, name, t
-        elif dev.index != self.device.index:
+        elif dev.index != self.device.index or dev.type != self.device.type:
             self.fail("%s is on %s but %s is on %s; every tensor of one call must be on the same device"
                       % (name, dev, self.first, self.device))
         if ndim is not None and len(t.shape) != ndim:
@@ -106,7 +116,7 @@ class Checker:
     def shape_is(self, name, t, shape, expected=None):
         """The shape alone (of a tensor already checked): a tuple, None entries matching anything."""
         s = tuple(t.shape)
-        if len(s) != len(shape) or any(w is not None and int(a) != w for a, w in zip(s, shape)):
+        if len(s) != len(shape) or any(w is not None and a != w for a, w in zip(s, shape)):
             want = expected or _dims(["?" if w is None else w for w in shape])
             self.fail("%s has shape %s; expected %s" % (name, _dims(s), want))
 

@@ -19,8 +19,17 @@
 Each module keeps its tensors as buffers of fixed shapes given by its
 constructor's arguments, so a module built with the same arguments loads
 another's state_dict; from_float builds one and fills them.
+
+torch.compile and torch.export: while they trace (torch.compiler.is_compiling()),
+forward calls the custom ops torch.ops.qjit.* (qjit/custom_ops.py, registered
+when this module is imported), which they see through: no graph break, and
+CUDA graphs (mode="reduce-overhead") capture the launches. Otherwise forward
+calls qjit.ops' functions directly (a custom op called eagerly adds torch's
+dispatcher) and reads its tensors from the module's buffer dict (_tensors:
+Module.__getattr__ costs about 0.5 µs a buffer).
 """
 import json
+import operator
 import os
 import tempfile
 
@@ -34,7 +43,22 @@ from . import _cli
 from . import conv as _conv
 from . import safetensors as st
 from . import w8a8 as _w8a8
+from .custom_ops import ops as _qjit  # torch.ops.qjit (or what says why it is not registered)
 from .ops import fused_ffn, gru_quant, qconv2d, w8a8_gemm, wq_gemm
+
+# True while torch.compile or torch.export traces (Dynamo folds the call to a constant), False in eager.
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
+
+
+def _tensors(m):
+    """The tensors named by m's class in _TENSORS, in order, for the eager path: from m._buffers through the class's
+    _get (an operator.itemgetter of those names), tens of ns where the attributes cost µs. A name that is no longer
+    a buffer (an nn.Parameter assigned to it moves it to m._parameters) is read as an attribute."""
+    try:
+        return m._get(m._buffers)
+    except KeyError:
+        return tuple(getattr(m, name) for name in m._TENSORS)
+
 
 class QuantLinear(torch.nn.Module):
     """A drop-in quantized nn.Linear(in_features, out_features): y = act(x·Wᵀ + b).
@@ -45,6 +69,9 @@ class QuantLinear(torch.nn.Module):
     bias [N] of the activations' type or None. forward(x, residual=None)
     takes x [..., K] and adds `residual` [..., N] after the activation.
     """
+
+    _TENSORS = ("qweight", "scales", "zeros", "bias")
+    _get = operator.itemgetter(*_TENSORS)
 
     def __init__(self, in_features, out_features, bias=False, *, bits=4, group_size=128, zero="int",
                  dtype=torch.float16, act="none", device=None):
@@ -65,8 +92,12 @@ class QuantLinear(torch.nn.Module):
         self.register_buffer("bias", torch.zeros(n, dtype=dtype, device=device) if bias else None)
 
     def forward(self, x, residual=None):
-        return wq_gemm(x, self.qweight, self.scales, self.zeros, bits=self.bits, g=self.group_size, zero=self.zero,
-                       bias=self.bias, act=self.act, residual=residual)
+        if _compiling():
+            return _qjit.wq_gemm(x, self.qweight, self.scales, self.zeros, self.bias, residual, bits=self.bits,
+                                 g=self.group_size, zero=self.zero, act=self.act)
+        qweight, scales, zeros, bias = _tensors(self)
+        return wq_gemm(x, qweight, scales, zeros, bits=self.bits, g=self.group_size, zero=self.zero, bias=bias,
+                       act=self.act, residual=residual)
 
     def extra_repr(self):
         return "in_features=%d, out_features=%d, bits=%d, group_size=%d, zero=%s, bias=%s" % (
@@ -125,6 +156,9 @@ class FusedFFN(torch.nn.Module):
     matmuls) and torch's silu, since fused_ffn serves decode-size M only.
     """
 
+    _TENSORS = ("w1", "w3")
+    _get = operator.itemgetter(*_TENSORS)
+
     def __init__(self, gate=None, up=None, w1=None, w3=None, act="silu"):
         super().__init__()
         self.gate, self.up, self.act = gate, up, act
@@ -147,18 +181,33 @@ class FusedFFN(torch.nn.Module):
 
     def forward(self, x):
         rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+        if 1 <= rows <= 8:
+            if _compiling():
+                return self._traced(x)
+            modules = self._modules  # gate and up, when quantized (Module.__getattr__ is slow, as for buffers)
+            if "gate" not in modules:
+                w1, w3 = _tensors(self)
+                return fused_ffn(x, w1, w3, act=self.act)
+            g, u = modules["gate"], modules["up"]
+            qw1, s1, z1, _ = _tensors(g)
+            qw3, s3, z3, _ = _tensors(u)
+            return fused_ffn(x, qw1, qw3, scales1=s1, zeros1=z1, scales3=s3, zeros3=z3, bits=g.bits, g=g.group_size,
+                             zero=g.zero, act=self.act)
         if self.gate is None:
-            if 1 <= rows <= 8:
-                return fused_ffn(x, self.w1, self.w3, act=self.act)
             return F.silu(F.linear(x, self.w1.to(x.dtype))) * F.linear(x, self.w3.to(x.dtype))
         g, u = self.gate, self.up
-        if 1 <= rows <= 8:
-            return fused_ffn(x, g.qweight, u.qweight, scales1=g.scales, zeros1=g.zeros, scales3=u.scales,
-                             zeros3=u.zeros, bits=g.bits, g=g.group_size, zero=g.zero, act=self.act)
         if self.act != "silu":
             raise ValueError("FusedFFN: act=%r is fused_ffn's table SiLU, available for 1..8 rows only; x has %d"
                              % (self.act, rows))
         return F.silu(g(x)) * u(x)
+
+    def _traced(self, x):
+        """forward's fused_ffn (1..8 rows) as the custom op, while torch.compile or torch.export traces."""
+        if self.gate is None:
+            return _qjit.fused_ffn(x, self.w1, self.w3, act=self.act)
+        g, u = self.gate, self.up
+        return _qjit.fused_ffn(x, g.qweight, u.qweight, g.scales, g.zeros, u.scales, u.zeros, bits=g.bits,
+                               g=g.group_size, zero=g.zero, act=self.act)
 
 
 def _qtensor(params, name):
@@ -177,6 +226,9 @@ class QuantGRU(torch.nn.Module):
     to even(v·2^shift) + zp), as `qjit gru run` does (NaN is not checked on
     the GPU). forward_codes runs on integer codes directly.
     """
+
+    _TENSORS = ("W", "R", "bw", "br")
+    _get = operator.itemgetter(*_TENSORS)
 
     def __init__(self, params, W, R, bw, br):
         super().__init__()
@@ -205,8 +257,11 @@ class QuantGRU(torch.nn.Module):
 
     def forward_codes(self, xq, h0q):
         """Integer codes in (x [T, N, C], h0 [N, H] int32) -> (y int32, y_float float32), both [T, N, H]."""
-        return gru_quant(xq.contiguous(), h0q.contiguous(), self.W, self.R, self.bw, self.br, self.params_text,
-                         float_out=True)
+        if _compiling():
+            return _qjit.gru_quant(xq.contiguous(), h0q.contiguous(), self.W, self.R, self.bw, self.br,
+                                   self.params_text, float_out=True)
+        W, R, bw, br = _tensors(self)
+        return gru_quant(xq.contiguous(), h0q.contiguous(), W, R, bw, br, self.params_text, float_out=True)
 
     def forward(self, x, h0=None):
         t, n, _ = x.shape
@@ -241,6 +296,9 @@ class W8A8Linear(torch.nn.Module):
     bias any of them) and returns y [..., N] of x's type.
     """
 
+    _TENSORS = ("wq", "w_scale", "w_offset", "w_sum", "bias")
+    _get = operator.itemgetter(*_TENSORS)
+
     def __init__(self, in_features, out_features, bias=False, *, block=128, quant_a="offset", quant_w="offset",
                  dtype=torch.float16, act="none", device=None):
         super().__init__()
@@ -263,8 +321,12 @@ class W8A8Linear(torch.nn.Module):
         self.register_buffer("bias", torch.zeros(n, dtype=dtype, device=device) if bias else None)
 
     def forward(self, x):
-        return w8a8_gemm(x, self.wq, self.w_scale, self.w_offset, self.w_sum, block=self.block, quant_a=self.quant_a,
-                         bias=self.bias, act=self.act)
+        if _compiling():
+            return _qjit.w8a8_gemm(x, self.wq, self.w_scale, self.w_offset, self.w_sum, self.bias, block=self.block,
+                                   quant_a=self.quant_a, act=self.act)
+        wq, w_scale, w_offset, w_sum, bias = _tensors(self)
+        return w8a8_gemm(x, wq, w_scale, w_offset, w_sum, block=self.block, quant_a=self.quant_a, bias=bias,
+                         act=self.act)
 
     def extra_repr(self):
         return "in_features=%d, out_features=%d, bias=%s, block=%d, quant_a=%s, quant_w=%s, act=%s" % (
@@ -323,6 +385,9 @@ class QConv2d(torch.nn.Module):
     x.contiguous(memory_format=torch.channels_last).
     """
 
+    _TENSORS = ("qweight", "scales", "offsets", "bias")
+    _get = operator.itemgetter(*_TENSORS)
+
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, bias=False, *,
                  bits=4, block=32, act="none", device=None):
         super().__init__()
@@ -365,16 +430,23 @@ class QConv2d(torch.nn.Module):
         if x.shape[1] != self.in_channels:
             raise ValueError("QConv2d: x has %d channels (shape %s); expected in_channels=%d"
                              % (x.shape[1], list(x.shape), self.in_channels))
-        a = dict(bits=self.bits, block=self.block, kernel=self.kernel_size, stride=self.stride, padding=self.padding,
-                 dilation=self.dilation, bias=self.bias, act=self.act)
         if x.is_contiguous():
-            return qconv2d(x, self.qweight, self.scales, self.offsets, layout="nchw", **a)
+            return self._conv(x, "nchw")
         if x.is_contiguous(memory_format=torch.channels_last):
-            y = qconv2d(x.permute(0, 2, 3, 1), self.qweight, self.scales, self.offsets, layout="nhwc", **a)
-            return y.permute(0, 3, 1, 2)
+            return self._conv(x.permute(0, 2, 3, 1), "nhwc").permute(0, 3, 1, 2)
         raise ValueError("QConv2d: x (shape %s, stride %s) is neither contiguous nor channels_last; pass "
                          "x.contiguous() or x.contiguous(memory_format=torch.channels_last)"
                          % (list(x.shape), tuple(x.stride())))
+
+    def _conv(self, x, layout):
+        if _compiling():
+            return _qjit.qconv2d(x, self.qweight, self.scales, self.offsets, self.bias, bits=self.bits,
+                                 block=self.block, kernel_size=self.kernel_size, stride=self.stride,
+                                 padding=self.padding, dilation=self.dilation, layout=layout, act=self.act)
+        qweight, scales, offsets, bias = _tensors(self)
+        return qconv2d(x, qweight, scales, offsets, bits=self.bits, block=self.block, kernel=self.kernel_size,
+                       stride=self.stride, padding=self.padding, dilation=self.dilation, layout=layout, bias=bias,
+                       act=self.act)
 
     def extra_repr(self):
         return ("%d, %d, kernel_size=%s, stride=%s, padding=%s, dilation=%s, bias=%s, bits=%d, block=%d, act=%s"

@@ -33,10 +33,12 @@ A call's C arguments are one struct (but fp_lut's), packed into bytes
 (_lib.packer) and handed to its C entry in place: a two-argument ctypes call,
 where each argument costs a conversion.
 
-Adding an op: a Structure and a STRUCT_ENTRIES line in qjit/_lib.py, and here the
+Adding an op: a Structure and a STRUCT_ENTRIES line in qjit/_lib.py, here the
 checked function (tensors checked with a Checker, output from _output,
-launched with _launch) and the public one, whose fast path accepts only
-arguments the checked one accepts.
+launched with _launch; with fake=True it returns the output before any
+launch) and the public one, whose fast path accepts only arguments the
+checked one accepts, and its custom op in qjit/custom_ops.py, whose fake
+implementation is the checked function with fake=True.
 """
 import json
 
@@ -318,9 +320,9 @@ def wq_gemm(x, qweight, scales, zeros=None, *, bits=4, g=128, zero="int", bias=N
 
 
 def _wq_gemm_checked(x, qweight, scales, zeros=None, *, bits=4, g=128, zero="int", bias=None, act="none", residual=None,
-                     out=None):
+                     out=None, fake=False):
     """wq_gemm with Checker's checks: the reference, and the messages of every refusal."""
-    c = Checker("wq_gemm")
+    c = Checker("wq_gemm", fake)
     xd = c.tensor("x", x, FLOAT)
     if len(x.shape) < 1:
         c.fail("x is a scalar; expected [..., K]")
@@ -330,12 +332,12 @@ def _wq_gemm_checked(x, qweight, scales, zeros=None, *, bits=4, g=128, zero="int
         c.fail("bits=%r; expected 2, 3, 4 or 8" % (bits,))
     k = int(x.shape[-1])
     n, sd = _quant_weight(c, "", qweight, scales, zeros, k, bits, g, zero)
-    lead = tuple(int(s) for s in x.shape[:-1])
+    lead = tuple(x.shape[:-1])
     c.optional("bias", bias, (xd,), (n,), "[N] = [%d]" % n)
     c.optional("residual", residual, (xd,), lead + (n,))
     y = _output(c, out, xd, lead + (n,))
     m = numel(lead)
-    if m == 0:
+    if fake or m == 0:
         return y
     a = _lib.WqGemmArgs(k, n, bits, g, _b(zero), _b(sd), _b(xd), bias is not None, residual is not None, _b(act),
                         x.data_ptr(), qweight.data_ptr(), scales.data_ptr(),
@@ -377,9 +379,10 @@ def awq_dequant(qweight, qzeros, scales, *, layout="awq", symmetric=False, out_d
     return y
 
 
-def _awq_dequant_checked(qweight, qzeros, scales, *, layout="awq", symmetric=False, out_dtype=None, out=None):
+def _awq_dequant_checked(qweight, qzeros, scales, *, layout="awq", symmetric=False, out_dtype=None, out=None,
+                         fake=False):
     """awq_dequant with Checker's checks: the reference, and the messages of every refusal."""
-    c = Checker("awq_dequant")
+    c = Checker("awq_dequant", fake)
     c.choice("layout", layout, ("awq", "gptq"))
     if symmetric and layout != "gptq":
         c.fail("symmetric is for layout='gptq' only")
@@ -399,6 +402,8 @@ def _awq_dequant_checked(qweight, qzeros, scales, *, layout="awq", symmetric=Fal
     od = out_dtype or sd
     c.choice("out_dtype", od, HALF)
     y = _output(c, out, od, (k, n))
+    if fake:
+        return y
     a = _lib.AwqDequantArgs(k, n, k // groups, _b(layout), int(bool(symmetric)), _b(sd), _b(od),
                             qweight.data_ptr(), qzeros.data_ptr() if qzeros is not None else None,
                             scales.data_ptr(), y.data_ptr())
@@ -495,15 +500,15 @@ def fused_ffn(x, w1, w3, *, scales1=None, zeros1=None, scales3=None, zeros3=None
 
 
 def _fused_ffn_checked(x, w1, w3, *, scales1=None, zeros1=None, scales3=None, zeros3=None, bits=4, g=128, zero="int",
-                       act="silu", out=None):
+                       act="silu", out=None, fake=False):
     """fused_ffn with Checker's checks: the reference, and the messages of every refusal."""
-    c = Checker("fused_ffn")
+    c = Checker("fused_ffn", fake)
     xd = c.tensor("x", x, FLOAT)
     if len(x.shape) < 1:
         c.fail("x is a scalar; expected [..., D]")
     c.choice("act", act, ("silu", "silu_lut", "silu_lut_seed"))
     d = int(x.shape[-1])
-    lead = tuple(int(s) for s in x.shape[:-1])
+    lead = tuple(x.shape[:-1])
     m = numel(lead)
     if not 1 <= m <= 8:
         c.fail("x has M = %d rows (shape %s); fused_ffn takes 1..8 (wq_gemm serves any M)" % (m, list(x.shape)))
@@ -523,6 +528,8 @@ def _fused_ffn_checked(x, w1, w3, *, scales1=None, zeros1=None, scales3=None, ze
             c.fail("x is %s and w1 is %s; expected the same type, or fp32 x with fp16 weights"
                    % (TORCH_NAMES[xd], TORCH_NAMES[wd]), TypeError)
         y = _output(c, out, xd, lead + (h,))
+        if fake:
+            return y
         a = _lib.DenseFfnArgs(d, h, m, _b(dtype), _b(act), x.data_ptr(), w1.data_ptr(), w3.data_ptr(), y.data_ptr())
         _launch(c.index, "qjit_dense_ffn", bytes(a))
         return y
@@ -537,6 +544,8 @@ def _fused_ffn_checked(x, w1, w3, *, scales1=None, zeros1=None, scales3=None, ze
         c.fail("scales3 has N = %d columns but scales1 has %d (W1 and W3 are both [H, D])" % (h3, h))
     c.same_dtype("scales3", sd3, "scales1", sd)
     y = _output(c, out, xd, lead + (h,))
+    if fake:
+        return y
     a = _lib.QuantFfnArgs(d, h, m, bits, g, _b(zero), _b(sd), _b(xd), _b(act), x.data_ptr(),
                           w1.data_ptr(), scales1.data_ptr(), zeros1.data_ptr() if zeros1 is not None else None,
                           w3.data_ptr(), scales3.data_ptr(), zeros3.data_ptr() if zeros3 is not None else None,
@@ -569,18 +578,18 @@ def fp_lut(x, fn="silu", *, cuts=None, out_dtype=None, out=None):
     return y
 
 
-def _fp_lut_checked(x, fn="silu", *, cuts=None, out_dtype=None, out=None):
+def _fp_lut_checked(x, fn="silu", *, cuts=None, out_dtype=None, out=None, fake=False):
     """fp_lut with Checker's checks: the reference, and the messages of every refusal."""
-    c = Checker("fp_lut")
+    c = Checker("fp_lut", fake)
     xd = c.tensor("x", x, FLOAT)
     if not isinstance(fn, str):
         c.fail("fn must be a str, got %s" % type(fn).__name__, TypeError)
     od = out_dtype or xd
     c.choice("out_dtype", od, FLOAT)
-    shape = tuple(int(s) for s in x.shape)
+    shape = tuple(x.shape)
     y = _output(c, out, od, shape)
     n = numel(shape)
-    if n == 0:
+    if fake or n == 0:
         return y
     _launch(c.index, "qjit_fp_lut", _b(fn), n, _b(xd), _b(od), _b(cuts), x.data_ptr(), y.data_ptr())
     return y
@@ -621,14 +630,14 @@ def gru_quant(x, h0, W, R, bw, br, params, *, float_out=False, out=None, out_flo
     return (y, yf) if yf is not None else y
 
 
-def _gru_quant_checked(x, h0, W, R, bw, br, params, *, float_out=False, out=None, out_float=None):
+def _gru_quant_checked(x, h0, W, R, bw, br, params, *, float_out=False, out=None, out_float=None, fake=False):
     """gru_quant with Checker's checks: the reference, and the messages of every refusal."""
-    c = Checker("gru_quant")
+    c = Checker("gru_quant", fake)
     c.tensor("x", x, ("int32",), ndim=3)
-    t, n, ci = (int(s) for s in x.shape)
+    t, n, ci = x.shape
     c.tensor("h0", h0, ("int32",), ndim=2)
     h = int(h0.shape[1])
-    c.shape_is("h0", h0, (n, h), "[N, H] = [%d, %d] (N from x)" % (n, h))
+    c.shape_is("h0", h0, (n, h), "[N, H] = [%s, %d] (N from x)" % (n, h))  # %s: a traced N stays symbolic
     c.tensor("W", W, ("int8",), (3 * h, ci), "[3H, C] = [%d, %d]" % (3 * h, ci))
     c.tensor("R", R, ("int8",), (3 * h, h), "[3H, H] = [%d, %d]" % (3 * h, h))
     c.tensor("bw", bw, ("int32",), (3 * h,), "[3H] = [%d]" % (3 * h))
@@ -641,6 +650,8 @@ def _gru_quant_checked(x, h0, W, R, bw, br, params, *, float_out=False, out=None
     yf = None
     if float_out or out_float is not None:
         yf = _output(c, out_float, "fp32", (t, n, h), "out_float")
+    if fake:
+        return (y, yf) if yf is not None else y
     a = _lib.GruQuantArgs(t, n, ci, h, params.encode(), x.data_ptr(), h0.data_ptr(), W.data_ptr(), R.data_ptr(),
                           bw.data_ptr(), br.data_ptr(), y.data_ptr(), yf.data_ptr() if yf is not None else None)
     _launch(c.index, "qjit_gru_quant", bytes(a))
@@ -718,9 +729,9 @@ def w8a8_gemm(x, wq, w_scale, w_offset=None, w_sum=None, *, block=128, quant_a="
 
 
 def _w8a8_gemm_checked(x, wq, w_scale, w_offset=None, w_sum=None, *, block=128, quant_a="offset", format=None,
-                       bias=None, act="none", out=None):
+                       bias=None, act="none", out=None, fake=False):
     """w8a8_gemm with Checker's checks: the reference, and the messages of every refusal."""
-    c = Checker("w8a8_gemm")
+    c = Checker("w8a8_gemm", fake)
     xd = c.tensor("x", x, FLOAT)
     if len(x.shape) < 1:
         c.fail("x is a scalar; expected [..., K]")
@@ -752,11 +763,11 @@ def _w8a8_gemm_checked(x, wq, w_scale, w_offset=None, w_sum=None, *, block=128, 
         if quant_a == "offset" and w_sum is None:
             c.fail("w_sum is None; quant_a='offset' needs it (int32 %s, Σ of each block's codes)" % param)
         c.optional("w_sum", w_sum, ("int32",), (blocks, n), param)
-    lead = tuple(int(s) for s in x.shape[:-1])
+    lead = tuple(x.shape[:-1])
     c.optional("bias", bias, (xd,), (n,), "[N] = [%d]" % n)
     y = _output(c, out, xd, lead + (n,))
     m = numel(lead)
-    if m == 0:
+    if fake or m == 0:
         return y
     if fp8:
         quant_a = quant_w = "e4m3"
@@ -823,9 +834,9 @@ def _pair(v):
 
 
 def _qconv2d_checked(x, qweight, scales, offsets, *, bits=4, block=32, kernel=(3, 3), stride=(1, 1), padding=(0, 0),
-                     dilation=(1, 1), layout="nchw", bias=None, act="none", out=None):
+                     dilation=(1, 1), layout="nchw", bias=None, act="none", out=None, fake=False):
     """qconv2d with Checker's checks: the reference, and the messages of every refusal."""
-    c = Checker("qconv2d")
+    c = Checker("qconv2d", fake)
     xd = c.tensor("x", x, ("fp16", "fp32"), ndim=4)
     c.choice("layout", layout, ("nchw", "nhwc"))
     c.choice("act", act, ("none", "relu", "relu6"))
@@ -834,9 +845,9 @@ def _qconv2d_checked(x, qweight, scales, offsets, *, bits=4, block=32, kernel=(3
     pair = lambda v: (v, v) if isinstance(v, int) else tuple(int(e) for e in v)
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = pair(kernel), pair(stride), pair(padding), pair(dilation)
     if layout == "nchw":
-        nb, ci, h, w = (int(s) for s in x.shape)
+        nb, ci, h, w = x.shape
     else:
-        nb, h, w, ci = (int(s) for s in x.shape)
+        nb, h, w, ci = x.shape
     c.tensor("qweight", qweight, ("int8",) if bits == 8 else ("uint8",), ndim=4)
     co = int(qweight.shape[0])
     per_row = ci if bits == 8 else ci // 2
@@ -853,6 +864,8 @@ def _qconv2d_checked(x, qweight, scales, offsets, *, bits=4, block=32, kernel=(3
         c.fail("the output would be %d × %d (input %d × %d, kernel %d × %d, stride %s, padding %s, dilation %s)"
                % (oh, ow, h, w, kh, kw, (sh, sw), (ph, pw), (dh, dw)))
     y = _output(c, out, xd, (nb, co, oh, ow) if layout == "nchw" else (nb, oh, ow, co))
+    if fake:
+        return y
     a = _lib.QConv2dArgs(nb, ci, h, w, co, kh, kw, sh, sw, ph, pw, dh, dw, _b(layout), bits, block, _b(xd),
                          bias is not None, _b(act), x.data_ptr(), qweight.data_ptr(), scales.data_ptr(),
                          offsets.data_ptr(), bias.data_ptr() if bias is not None else None, y.data_ptr())

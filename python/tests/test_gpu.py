@@ -6,6 +6,9 @@ tests/gpu_python.sh). Skipped without torch or a CUDA device.
 - wrong dtype / device / stride on real tensors: TypeError or ValueError
   naming the tensor, and the output left as it was (nothing launched),
 - CUDA graph capture after a warm call, replayed on new inputs,
+- qjit.nn modules through torch.compile (fullgraph=True, and
+  mode="reduce-overhead": CUDA graphs) against eager, and opcheck of
+  torch.ops.qjit on CUDA tensors,
 - the end-to-end Llama-style MLP: an AWQ-format safetensors file written
   here, repacked, tuned and run through qjit.nn against a float reference,
 - the host cost of a cache hit from Python next to qjit_launch_probe's from
@@ -390,6 +393,121 @@ class GpuModules(unittest.TestCase):
         lin = qjit.nn.W8A8Linear.from_float(torch.nn.Linear(256, 64).to("cuda").half())
         with self.assertRaisesRegex(ValueError, "w8a8_gemm: x is not contiguous"):
             lin(self.randn(256, 2).T)
+
+
+def _custom_ops_registered():
+    from qjit import custom_ops
+
+    return custom_ops.unavailable is None
+
+
+def random_quant_linear(k, n, gen, bias=False):
+    """A QuantLinear(k -> n), 4-bit g=128 zero="int", of random codes, zeros and small scales (|w| ~ 1/√k)."""
+    lin = qjit.nn.QuantLinear(k, n, bias, device="cuda")
+    lin.qweight.copy_(torch.randint(-2 ** 31, 2 ** 31 - 1, lin.qweight.shape, generator=gen, dtype=torch.int32))
+    lin.zeros.copy_(torch.randint(0, 16, lin.zeros.shape, generator=gen).to(torch.uint8))
+    lin.scales.copy_((torch.rand(lin.scales.shape, generator=gen) + 0.5) * 0.25 / k ** 0.5)
+    if bias:
+        lin.bias.copy_(torch.randn(n, generator=gen) * 0.1)
+    return lin
+
+
+@unittest.skipUnless(CUDA and _custom_ops_registered(), "needs torch >= 2.4 with a CUDA device")
+class GpuCompile(unittest.TestCase):
+    """qjit.nn modules under torch.compile(fullgraph=True) (inductor, calling torch.ops.qjit) and
+    mode="reduce-overhead" (CUDA graphs: the first call of a shape runs eagerly on the graph's stream, which
+    loads its kernels and that stream's workspace, then the graph is captured and replayed) give the eager
+    module's outputs, on new inputs at every call; and torch.library.opcheck of each op on CUDA tensors.
+
+    Within 2e-3 of max |eager|, not equal: a split-K kernel may sum in another order from one launch to the
+    next, and inductor computes the torch ops around qjit's in its own kernels (FusedFFN's unfused path:
+    silu and the product). A replay that launched nothing, or a graph fed stale inputs, is off by O(1)."""
+
+    def setUp(self):
+        torch._dynamo.reset()
+        self.gen = torch.Generator().manual_seed(21)
+
+    def randn(self, *shape):
+        return torch.randn(*shape, generator=self.gen).to("cuda", torch.float16)
+
+    def same_as_eager(self, what, module, make_inputs, calls):
+        """Each mode's compiled module against the eager one, a fresh input at each call (calls: the leading sizes
+        of x in order; a repeated one replays its CUDA graph, a new one compiles or records anew)."""
+        for mode in (None, "reduce-overhead"):
+            torch._dynamo.reset()
+            compiled = torch.compile(module, fullgraph=True, mode=mode)
+            for i, rows in enumerate(calls):
+                args = make_inputs(rows)
+                with torch.no_grad():
+                    want = module(*args)
+                    got = compiled(*args).clone()  # a CUDA graph's output is overwritten by its next replay
+                torch.cuda.synchronize()
+                self.assertEqual((got.shape, got.dtype), (want.shape, want.dtype), what)
+                close(self, got, want, 2e-3, "%s, mode=%s, call %d (%s rows)" % (what, mode, i, rows))
+
+    def test_quant_linear(self):
+        lin = random_quant_linear(1024, 512, self.gen, bias=True)
+        self.same_as_eager("QuantLinear", lin, lambda m: (self.randn(m, 1024),), (4, 4, 4, 33, 33, 1))
+
+        class Block(torch.nn.Module):  # torch ops around the custom op, for inductor to fuse
+            def __init__(self):
+                super().__init__()
+                self.lin = lin
+
+            def forward(self, x, r):
+                return torch.relu(self.lin(torch.nn.functional.layer_norm(x, x.shape[-1:]), residual=r * 0.5)) * 2
+
+        self.same_as_eager("QuantLinear in a block, with a residual", Block(),
+                           lambda m: (self.randn(m, 1024), self.randn(m, 512)), (2, 2, 2))
+
+    def test_fused_ffn(self):
+        gate, up = random_quant_linear(512, 1024, self.gen), random_quant_linear(512, 1024, self.gen)
+        ffn = qjit.nn.FusedFFN.from_quant(gate, up)
+        # 1..8 rows: one fused_ffn; 20: two wq_gemm and torch's silu.
+        self.same_as_eager("FusedFFN quantized", ffn, lambda m: (self.randn(m, 512),), (1, 1, 1, 8, 8, 20, 20))
+        w1, w3 = self.randn(1024, 512) / 512 ** 0.5, self.randn(1024, 512) / 512 ** 0.5
+        dense = qjit.nn.FusedFFN.from_dense(w1, w3)
+        self.same_as_eager("FusedFFN dense", dense, lambda m: (self.randn(m, 512),), (3, 3, 3))
+
+    def test_w8a8_linear(self):
+        lin = qjit.nn.W8A8Linear.from_float(torch.nn.Linear(512, 384).to("cuda").half(), act="relu")
+        self.same_as_eager("W8A8Linear", lin, lambda m: (self.randn(m, 512),), (5, 5, 5, 64, 64))
+
+    def test_qconv2d(self):
+        conv = qjit.nn.QConv2d.from_float(torch.nn.Conv2d(64, 32, 3, padding=1).to("cuda"), bits=4, block=32)
+        self.same_as_eager("QConv2d NCHW", conv, lambda n: (self.randn(n, 64, 14, 14),), (2, 2, 2))
+        self.same_as_eager("QConv2d channels_last", conv, lambda n: (
+            self.randn(n, 64, 14, 14).contiguous(memory_format=torch.channels_last),), (2, 2, 2))
+
+    def test_opcheck_on_cuda(self):
+        """The schema, the fake implementation against the real one and AOT dispatch, on real tensors, for each op
+        but gru_quant (its params come from `qjit gru calibrate`; test_custom_ops.py checks it on meta tensors).
+        opcheck compares runs of an op at torch's default tolerances: x and the GEMMs' weights hold small
+        integers (scales powers of two), so that every sum is exact in fp32 whatever order a kernel adds in."""
+        from qjit import w8a8
+
+        gen = self.gen
+        ints = lambda *shape: torch.randint(-2, 3, shape, generator=gen).to("cuda", torch.float16)  # noqa: E731
+        lin = random_quant_linear(512, 256, gen, bias=True)
+        lin.scales.fill_(1 / 16)
+        lin.bias.copy_(ints(256))
+        layer = AwqLayer(512, 256, 128, gen)
+        qw, qz, s = layer.awq_tensors()
+        wq, ws, wo, wsum = w8a8.pack_weights(self.randn(256, 512).float() / 512 ** 0.5, 128)
+        conv = qjit.nn.QConv2d.from_float(torch.nn.Conv2d(64, 32, 3, padding=1).to("cuda"))
+        x = ints(3, 512)
+        cases = {
+            "wq_gemm": dict(x=x, qweight=lin.qweight, scales=lin.scales, zeros=lin.zeros, bias=lin.bias, act="relu"),
+            "awq_dequant": dict(qweight=qw, qzeros=qz, scales=s),
+            "fused_ffn": dict(x=x[:2], w1=ints(256, 512) / 16, w3=ints(256, 512) / 16),
+            "fp_lut": dict(x=self.randn(7, 33), fn="gelu"),
+            "w8a8_gemm": dict(x=x, wq=wq, w_scale=ws, w_offset=wo, w_sum=wsum),
+            "qconv2d": dict(x=ints(2, 64, 9, 9), qweight=conv.qweight, scales=conv.scales, offsets=conv.offsets,
+                            kernel_size=[3, 3], stride=[1, 1], padding=[1, 1], dilation=[1, 1]),
+        }
+        for name, kwargs in cases.items():
+            result = torch.library.opcheck(getattr(torch.ops.qjit, name).default, (), kwargs, raise_exception=False)
+            self.assertEqual(set(result.values()), {"SUCCESS"}, "%s: %s" % (name, result))
 
 
 def measure_launch_overhead():

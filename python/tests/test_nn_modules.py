@@ -8,7 +8,8 @@ CI (no torch). The GPU side, against PyTorch, is test_gpu.py's GpuModules.
 - each module's buffers, state_dict round trip and from_float packing,
 - the refusals, before anything launches,
 - forward's launch (CPU tensors answering as cuda:0, support.TorchAsCuda):
-  the op, its fields and pointers; QConv2d's NCHW and channels_last paths.
+  the op, its fields and pointers; QConv2d's NCHW and channels_last paths;
+  a buffer replaced by a Parameter still read.
 """
 import os
 import sys
@@ -174,6 +175,16 @@ class W8A8LinearModule(unittest.TestCase):
         self.assertEqual((a.x, a.wq, a.w_scale, a.w_offset, a.w_sum, a.bias_ptr, a.y),
                          (x.data_ptr(), m.wq.data_ptr(), m.w_scale.data_ptr(), None, m.w_sum.data_ptr(),
                           m.bias.data_ptr(), y.data_ptr()))
+
+    def test_forward_reads_a_tensor_that_is_no_longer_a_buffer(self):
+        """forward reads the buffers from the module's dict (qjit.nn._tensors); a Parameter assigned to one moves
+        it to _parameters, and forward still finds it."""
+        m = qjit.nn.W8A8Linear.from_float(torch.nn.Linear(256, 64))
+        m.bias = torch.nn.Parameter(torch.randn(64), requires_grad=False)
+        self.assertNotIn("bias", m._buffers)
+        _, launches = record(m, torch.randn(1, 256))
+        (_, _, a), = launches
+        self.assertEqual((a.bias, a.bias_ptr), (1, m.bias.data_ptr()))
 
 
 @unittest.skipUnless(torch, "needs torch")
