@@ -70,9 +70,15 @@ TEST_CASE("qconv2d space: families, pruning, legality of every candidate", "[qco
   CHECK(space.size() <= 90);
   INFO(space.size() << " candidates");
   CHECK(op.default_config(spec).at("family") == "implicit_gemm");
-  // nchw x, or ci without 32, has no igemm_ring.
-  for (const char* s : {"ci=64,h=8,w=8,co=32", "ci=48,h=8,w=8,co=32,block=16,layout=nhwc"})
+  // ci without 32 has no igemm_ring; nchw fp16 x has it (through a transpose step).
+  for (const char* s : {"ci=48,h=8,w=8,co=32,block=16,layout=nhwc", "ci=48,h=8,w=8,co=32,block=16"})
     for (const auto& c : op.tunable_space(codegen::parse_spec("qconv2d", s))) CHECK(c.at("family") != "igemm_ring");
+  {
+    bool ring_nchw = false;
+    for (const auto& c : op.tunable_space(codegen::parse_spec("qconv2d", "ci=64,h=8,w=8,co=32")))
+      ring_nchw |= c.at("family") == "igemm_ring";
+    CHECK(ring_nchw);
+  }
   // fp32 x and ci without 16 leave only the direct kernel.
   for (const char* s : {"ci=64,h=8,w=8,co=32,x=fp32", "ci=6,h=8,w=8,co=32,block=6"}) {
     const auto sp = codegen::parse_spec("qconv2d", s);
@@ -98,8 +104,35 @@ TEST_CASE("qconv2d space: families, pruning, legality of every candidate", "[qco
                          {"warps_n", 2},           {"stages", 3}, {"split", 1}};
   CHECK_THROWS_WITH(op.validate_config(codegen::parse_spec("qconv2d", "ci=32,h=8,w=8,co=32,layout=nhwc"), ring),
                     Catch::Contains("bk=64 does not divide ci=32"));
-  CHECK_THROWS_WITH(op.validate_config(codegen::parse_spec("qconv2d", "ci=64,h=8,w=8,co=32"), ring),
-                    Catch::Contains("layout=nchw"));
+  {
+    // nchw: x transposed to nhwc at the workspace's start by a first step, which the ring reads; the
+    // ring's counters and pieces after it.
+    const auto nchw = codegen::parse_spec("qconv2d", "n=2,ci=64,h=9,w=10,co=32,pad_h=1,pad_w=1");
+    auto split2 = ring;
+    split2["split"] = 2;
+    const auto p = op.plan(nchw, split2);
+    REQUIRE(p.kernels.size() == 2);
+    REQUIRE(p.steps.size() == 2);
+    CHECK(p.kernels[0].symbol == "qjit_qconv2d_to_nhwc");
+    CHECK(p.kernels[0].geometry.grid[0] == 3);  // 90 points in tiles of 32
+    CHECK(p.kernels[0].geometry.grid[1] == 2);  // 64 channels
+    CHECK(p.kernels[0].geometry.grid[2] == 2);  // images
+    const size_t xt = (2 * 90 * 64 * 2 + 255) / 256 * 256;
+    CHECK((p.kernels[0].params[0].arg == "x" && p.kernels[0].params[1].offset == 0));
+    const auto& r = p.kernels[1];
+    CHECK(r.symbol == "qjit_qconv2d_igemm_ring");
+    CHECK((r.params[0].kind == codegen::KernelParam::Kind::workspace && r.params[0].offset == 0));
+    CHECK(r.params.back().offset == xt);
+    CHECK(p.workspace_fixed == xt + 256);  // one counter per tile, rounded
+    CHECK(r.geometry.workspace_per_block == 64 * 64 * 4);
+    CHECK(op.plan(nchw, ring).workspace_fixed == xt);
+    const auto src = codegen::generate_source(nchw, ring);
+    const auto built = codegen::compile(src, "sm_90");
+    INFO(built.log);
+    REQUIRE(built.ok);
+    CHECK(built.ptx.find(".entry qjit_qconv2d_to_nhwc") != std::string::npos);
+    CHECK(built.spill_bytes == 0);
+  }
   const auto small = codegen::parse_spec("qconv2d", "n=1,ci=512,h=14,w=14,co=512,pad_h=1,pad_w=1,layout=nhwc");
   ring["split"] = 5;  // K = 256 is 4 chunks of 64
   CHECK_THROWS_WITH(op.validate_config(codegen::parse_spec("qconv2d", "ci=256,h=7,w=7,co=128,kh=1,kw=1,layout=nhwc"), ring),

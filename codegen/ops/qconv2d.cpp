@@ -135,8 +135,8 @@ struct RingConfig {
 
 std::string ring_applies(const Shape& s) {
   if (!s.fp16) return "x=fp32 (the tensor-core path multiplies fp16)";
-  if (!s.nhwc) return "layout=nchw (the ring copies contiguous channels: nhwc)";
   if (s.ci % 32) return "ci=" + str(s.ci) + " is not a multiple of 32";
+  if (!s.nhwc && s.n > 65535) return "n=" + str(s.n) + " images: nchw x's transpose has a grid row per image (at most 65535)";
   return "";
 }
 
@@ -387,16 +387,31 @@ Plan QConv2dOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
     g.grid[2] = static_cast<unsigned>(c.split);
     g.block[0] = static_cast<unsigned>(c.threads());
     g.dynamic_smem = static_cast<unsigned>(c.smem_bytes(s.bits));
+    // nchw x: a first step transposes it to nhwc at the workspace's start,
+    // which the ring reads instead of x (templates/qconv2d/qconv2d_igemm_ring.cu).
+    const size_t xt_bytes = s.nhwc ? 0 : static_cast<size_t>(s.n * s.h * s.w * s.ci * 2 + 255) / 256 * 256;
     auto ring_params = params;
-    ring_params.push_back(workspace_param(0));
+    if (!s.nhwc) ring_params[0] = workspace_param(0);
+    ring_params.push_back(workspace_param(xt_bytes));
     Plan p = single_kernel_plan("qjit_qconv2d_igemm_ring", g, ring_params,
-                                {{"x", 16}, {"qweight", 16}, {"scales", 4}, {"offsets", 4}, {"bias", 4, no_bias},
-                                 {"y", s.co % 2 ? 2 : 4}});
+                                {{"x", s.nhwc ? 16 : 2}, {"qweight", 16}, {"scales", 4}, {"offsets", 4},
+                                 {"bias", 4, no_bias}, {"y", s.nhwc && s.co % 2 == 0 ? 4 : 2}});
+    p.workspace_fixed = xt_bytes;
     if (c.split > 1) {
-      // The template's workspace: a counter per output tile (256-byte
-      // rounded), then bm·bn floats per block.
-      p.workspace_fixed = static_cast<size_t>((tiles_m * tiles_n * 4 + 255) / 256 * 256);
+      // The ring's own workspace after that: a counter per output tile
+      // (256-byte rounded), then bm·bn floats per block (which the runtime
+      // places after the fixed part, where the template looks for them).
+      p.workspace_fixed += static_cast<size_t>((tiles_m * tiles_n * 4 + 255) / 256 * 256);
       p.kernels[0].geometry.workspace_per_block = static_cast<size_t>(c.bm) * c.bn * 4;
+    }
+    if (!s.nhwc) {
+      KernelDef to_nhwc{"qjit_qconv2d_to_nhwc", KernelDef::Role::step, {}, {arg_param("x"), workspace_param(0)}, {}};
+      to_nhwc.geometry.block[0] = 256;
+      to_nhwc.geometry.grid[0] = static_cast<unsigned>((s.h * s.w + 31) / 32);
+      to_nhwc.geometry.grid[1] = static_cast<unsigned>((s.ci + 31) / 32);
+      to_nhwc.geometry.grid[2] = static_cast<unsigned>(s.n);
+      p.kernels.insert(p.kernels.begin(), to_nhwc);
+      p.steps = {{PlanStep::Kind::kernel, 0, {}}, {PlanStep::Kind::kernel, 1, {}}};
     }
     return p;
   }

@@ -1,9 +1,15 @@
-// qconv2d, the pipelined implicit GEMM for nhwc fp16 x (family igemm_ring):
+// qconv2d, the pipelined implicit GEMM for fp16 x (family igemm_ring):
 //   C[m][n] = Σ_k A[m][k] · B[k][n],  m = output point b·kOh·kOw + oy·kOw + ox,
 //   n = output channel, k = (fy·kKw + fx)·kCi + ci (the packed weights' order),
 //   A[m][k] = x[b][iy][ix][ci], iy = oy·sh − ph + fy·dh, ix likewise (0 outside),
 //   B[k][n] = w[n][fy][fx][ci] = q·s + o.
 // In nhwc, y[b][oy][ox][co] is C itself, row-major [kM][kCo].
+//
+// nchw x (layout=nchw): the gather below needs each input point's channels
+// contiguous, so the plan's first step, qjit_qconv2d_to_nhwc, writes x
+// transposed to [b][iy][ix][ci] into the workspace, and this kernel reads
+// that. It writes y in nchw itself (the epilogue's scalar stores: 8 lanes
+// hold 8 consecutive output points of one channel, 16 contiguous bytes).
 //
 // Chunks: K is cut in chunks of kBK channels of one filter tap (kBK divides
 // kCi). A chunk's A tile is, for each of kBM output points, kBK contiguous
@@ -60,7 +66,6 @@
 #include "qjit/qconv2d/qconv2d_common.cuh"
 
 static_assert(sizeof(TX) == 2, "the tensor-core kernel reads fp16 x");
-static_assert(kNhwc, "the ring gathers contiguous channels: nhwc x");
 static_assert(kBK == 32 || kBK == 64, "a chunk is 4 or 8 pieces of 16 bytes");
 static_assert(kCi % kBK == 0, "a chunk lies inside one filter tap");
 static_assert(kStages >= 3, "the ring holds the chunk multiplied, the one dequantised and one in flight");
@@ -261,6 +266,14 @@ __device__ __forceinline__ void epilogue(half_t* __restrict__ y, const float* __
         float v0 = acc[mi][ni][2 * h] + b0, v1 = acc[mi][ni][2 * h + 1] + b1;
         if constexpr (kAct >= 1) v0 = fmaxf(v0, 0.0f), v1 = fmaxf(v1, 0.0f);
         if constexpr (kAct == 2) v0 = fminf(v0, 6.0f), v1 = fminf(v1, 6.0f);
+        if constexpr (!kNhwc) {
+          // y[b][co][point]: the two channels are kOutPoints apart.
+          unsigned short* at = reinterpret_cast<unsigned short*>(y) +
+                               (static_cast<long long>(m / kOutPoints) * kCo + n) * kOutPoints + m % kOutPoints;
+          at[0] = qjit::from_f32<half_t>(v0).bits;
+          if (n + 1 < kCo) at[kOutPoints] = qjit::from_f32<half_t>(v1).bits;
+          continue;
+        }
         unsigned short* row = reinterpret_cast<unsigned short*>(y) + static_cast<long long>(m) * kCo;
         if constexpr (kCo % 2 == 0) {
           *reinterpret_cast<unsigned*>(row + n) = pack_half2(v0, v1);
@@ -270,6 +283,29 @@ __device__ __forceinline__ void epilogue(half_t* __restrict__ y, const float* __
         }
       }
   }
+}
+
+// nchw x → nhwc in the workspace (the plan's first step for layout=nchw):
+// xt[b][p][c] = x[b][c][p], p the input point iy·kW + ix. Block (p tile, c
+// tile, b) moves a 32 × 32 tile through shared memory, 32 × 8 threads: each
+// warp reads 32 consecutive points of one channel and writes 32 consecutive
+// channels of one point (64 bytes each way). Rows of 33 halves: the 32
+// halves of a column, 33 halves apart, fall in 32 different 4-byte banks.
+constexpr int kPoints = kH * kW;
+extern "C" __global__ void __launch_bounds__(256)
+qjit_qconv2d_to_nhwc(const half_t* __restrict__ x, half_t* __restrict__ xt) {
+  __shared__ unsigned short tile[32][33];
+  const int p0 = blockIdx.x * 32, c0 = blockIdx.y * 32, b = blockIdx.z;
+  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  const unsigned short* in = reinterpret_cast<const unsigned short*>(x) + static_cast<long long>(b) * kCi * kPoints;
+  unsigned short* out = reinterpret_cast<unsigned short*>(xt) + static_cast<long long>(b) * kPoints * kCi;
+#pragma unroll
+  for (int r = ty; r < 32; r += 8)
+    if (c0 + r < kCi && p0 + tx < kPoints) tile[r][tx] = in[static_cast<long long>(c0 + r) * kPoints + p0 + tx];
+  __syncthreads();
+#pragma unroll
+  for (int r = ty; r < 32; r += 8)
+    if (p0 + r < kPoints && c0 + tx < kCi) out[static_cast<long long>(p0 + r) * kCi + c0 + tx] = tile[tx][r];
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
