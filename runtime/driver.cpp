@@ -43,6 +43,13 @@ Loaded load() {
   }
   QJIT_DRIVER_FUNCTIONS(QJIT_LOAD_FN)
 #undef QJIT_LOAD_FN
+  {
+    // In the ABI of CUDA 12.4, which brought it; an older driver leaves it null.
+    void* p = nullptr;
+    CUdriverProcAddressQueryResult status;
+    if (get_proc("cuFuncGetParamInfo", &p, 12040, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS && p)
+      l.fns.cuFuncGetParamInfo = reinterpret_cast<decltype(l.fns.cuFuncGetParamInfo)>(p);
+  }
   CUresult r = l.fns.cuInit(0);
   if (r != CUDA_SUCCESS) {
     const char* name = nullptr;

@@ -27,6 +27,10 @@ struct Driver {
 #define QJIT_DECLARE_FN(name) decltype(&::name) name = nullptr;
   QJIT_DRIVER_FUNCTIONS(QJIT_DECLARE_FN)
 #undef QJIT_DECLARE_FN
+  // Optional (drivers of CUDA 12.4 and newer; nullptr before): a kernel's
+  // parameter sizes as its cubin declares them, which load_plan checks the
+  // plan's parameters against.
+  decltype(&::cuFuncGetParamInfo) cuFuncGetParamInfo = nullptr;
 };
 
 // The loaded driver, or nullptr with the reason in *why (no libcuda, old

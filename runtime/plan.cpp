@@ -96,6 +96,47 @@ void resolve_for_device(LoadedKernel& k) {
                    std::stoi(dev.identity.compute_capability) >= 9;
 }
 
+std::vector<size_t> plan_param_sizes(const codegen::KernelDef& kd, const std::vector<codegen::ArgDef>& args,
+                                     const std::string& op) {
+  std::vector<size_t> sizes;
+  for (const auto& p : kd.params) {
+    const bool is_int = p.kind == codegen::KernelParam::Kind::iteration ||
+                        (p.kind == codegen::KernelParam::Kind::arg &&
+                         args[static_cast<size_t>(arg_position(args, p.arg, op))].kind == codegen::ArgDef::Kind::int32);
+    sizes.push_back(is_int ? 4 : 8);  // an int, or a device pointer (an argument's or into the workspace)
+  }
+  for (size_t m = 0; m < kd.tensor_maps.size(); ++m) sizes.push_back(sizeof(CUtensorMap));
+  return sizes;
+}
+
+namespace {
+
+std::string list_sizes(const std::vector<size_t>& sizes) {
+  std::string s = "(";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
+  return s + ")";
+}
+
+// The kernel's parameters as its cubin declares them (cuFuncGetParamInfo)
+// against what the plan passes: a parameter missing, extra or of another size
+// would make the launch read the wrong bytes, so the load fails instead,
+// naming the kernel and both lists. Skipped on drivers older than 12.4.
+void check_params_against_cubin(const codegen::KernelDef& kd, CUfunction f, const std::vector<codegen::ArgDef>& args,
+                                const std::string& op) {
+  const auto info = driver().cuFuncGetParamInfo;
+  if (!info) return;
+  std::vector<size_t> declared;
+  size_t offset = 0, size = 0;
+  while (declared.size() <= static_cast<size_t>(kMaxParams) && info(f, declared.size(), &offset, &size) == CUDA_SUCCESS)
+    declared.push_back(size);
+  const std::vector<size_t> passed = plan_param_sizes(kd, args, op);
+  if (declared != passed)
+    throw Error("codegen", op + " kernel " + kd.symbol + " declares parameters of " + list_sizes(declared) +
+                               " bytes; its plan passes " + list_sizes(passed));
+}
+
+}  // namespace
+
 int arg_position(const std::vector<codegen::ArgDef>& args, const std::string& name, const std::string& op) {
   for (size_t i = 0; i < args.size(); ++i)
     if (args[i].name == name) return static_cast<int>(i);
@@ -126,14 +167,21 @@ LoadedPlan load_plan(const std::string& op, const codegen::Plan& plan, const std
     p.gemms.push_back(g);
     p.lt_gemms.push_back(std::move(lt));
   }
+  // A cuBLAS step's epilogue kernel takes the parameters the step passes, not a list of its own.
+  std::vector<bool> epilogue(plan.kernels.size(), false);
+  for (const auto& s : plan.steps)
+    if (s.kind == codegen::PlanStep::Kind::cublas_gemm && s.gemm.epilogue >= 0)
+      epilogue.at(static_cast<size_t>(s.gemm.epilogue)) = true;
   QJIT_CU(cuModuleLoadData(&p.module, cubin.data()));
   try {
     size_t workspace = plan.workspace_fixed;
-    for (const auto& kd : plan.kernels) {
+    for (size_t ki = 0; ki < plan.kernels.size(); ++ki) {
+      const auto& kd = plan.kernels[ki];
       LoadedKernel k;
       k.def = kd;
       const CUresult r = driver().cuModuleGetFunction(&k.function, p.module, kd.symbol.c_str());
       if (r != CUDA_SUCCESS) throw Error("driver", "kernel '" + kd.symbol + "' not found in the module: " + describe(r));
+      if (!epilogue[ki]) check_params_against_cubin(kd, k.function, p.args, op);
       if (kd.params.size() + kd.tensor_maps.size() > kMaxParams || kd.tensor_maps.size() > codegen::KernelDef::kMaxTensorMaps)
         throw Error("codegen", kd.symbol + ": more parameters or tensor maps than a launch passes");
       for (const auto& prm : kd.params)

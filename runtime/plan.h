@@ -90,6 +90,12 @@ struct LoadedPlan {
   std::shared_ptr<Workspaces> workspaces;  // when the plan needs workspace bytes
 };
 
+// The byte sizes of the parameters a launch of `kd` passes, in order: 4 for
+// an int (an int argument, the iteration), 8 for a pointer, a CUtensorMap's
+// 128 for each map. load_plan compares them with the cubin's declaration.
+std::vector<size_t> plan_param_sizes(const codegen::KernelDef& kd, const std::vector<codegen::ArgDef>& args,
+                                     const std::string& op);
+
 // Position of argument `name` among `args`; throws Error("codegen", ...) when absent.
 int arg_position(const std::vector<codegen::ArgDef>& args, const std::string& name, const std::string& op);
 

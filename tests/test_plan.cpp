@@ -12,6 +12,7 @@
 #include "qjit/qjit.h"
 #include "runtime/plan.h"
 #include "runtime/spec_key.h"
+#include "tests/helpers.h"
 #include "tests/gru_helpers.h"
 
 using namespace qjit;
@@ -55,6 +56,14 @@ void check_plan(const codegen::OpDef& op, const codegen::OpSpec& spec, const nlo
       CHECK(step_kernel(s.kernel));
       continue;
     }
+    if (s.kind == codegen::PlanStep::Kind::cublaslt_fp8_gemm) {
+      for (const auto* name : {&s.lt.w, &s.lt.y}) CHECK(has_arg(args, *name, Kind::pointer));
+      if (!s.lt.bias.empty()) CHECK(has_arg(args, s.lt.bias, Kind::pointer));
+      CHECK(has_arg(args, s.lt.rows, Kind::int32));
+      for (size_t offset : {s.lt.x_offset, s.lt.x_scale_offset, s.lt.w_scale_offset})
+        CHECK(offset < plan.workspace_fixed);
+      continue;
+    }
     for (const auto* name : {&s.gemm.x, &s.gemm.w, &s.gemm.y, &s.gemm.bias, &s.gemm.residual})
       if (!name->empty()) CHECK(has_arg(args, *name, Kind::pointer));
     if (s.gemm.rows.empty()) CHECK(s.gemm.fixed_rows > 0);
@@ -81,6 +90,9 @@ TEST_CASE("every shipped op's plans name only its arguments and its kernels", "[
       {"wq_gemm", "k=4096,n=11008,m=256,bias=yes,act=relu"},
       {"wq_gemm", "k=4096,n=11008,m=1024,residual=yes,zero=float,scales=bf16,x=bf16"},
       {"w8a8_gemm", "k=4096,n=11008,m=4096"},  // its space ends with the wgmma family (a map over the workspace)
+      {"w8a8_gemm", "k=4096,n=11008,m=16"},    // the stream family
+      {"w8a8_gemm", "k=4096,n=11008,m=64,format=e4m3,bias=yes"},  // the cuBLASLt family leads
+      {"qconv2d", "n=2,ci=64,h=14,w=14,co=64,pad_h=1,pad_w=1"},  // nchw: the ring behind a transpose step
   };
   std::vector<codegen::OpSpec> all;
   for (const auto& [op_name, shape] : specs) all.push_back(codegen::parse_spec(op_name, shape));
@@ -149,4 +161,70 @@ TEST_CASE("a dense fused_ffn's spec leaves out the parameters of quantized weigh
   const auto native = codegen::parse_spec("fused_ffn", "d=64,h=16,bits=3,g=32,weights=native");
   CHECK(native.canonical_json().find("\"bits\":3") != std::string::npos);
   CHECK(native.shape_string().find("g=32") != std::string::npos);
+}
+
+namespace {
+
+// The byte sizes of kernel `symbol`'s parameters as PTX declares them:
+// `.param .u64 name`, `.param .u32 name`, `.param .align 64 .b8 name[128]`.
+std::vector<size_t> ptx_param_sizes(const std::string& ptx, const std::string& symbol) {
+  const size_t entry = ptx.find(".entry " + symbol + "(");
+  if (entry == std::string::npos) return {};
+  const size_t end = ptx.find(')', entry);
+  std::vector<size_t> sizes;
+  for (size_t at = ptx.find(".param", entry); at < end; at = ptx.find(".param", at + 1)) {
+    const std::string decl = ptx.substr(at, ptx.find_first_of(",)", at) - at);
+    const size_t bracket = decl.find('[');
+    if (bracket != std::string::npos) sizes.push_back(std::stoul(decl.substr(bracket + 1)));
+    else sizes.push_back(decl.find("64 ") != std::string::npos ? 8 : decl.find("32 ") != std::string::npos ? 4 : 0);
+  }
+  return sizes;
+}
+
+}  // namespace
+
+TEST_CASE("every family's kernels take the parameters their plans pass (PTX declarations)", "[codegen][nvrtc]") {
+  // load_plan checks the same against the cubin on a GPU (cuFuncGetParamInfo); here the PTX of one
+  // config of each family says it without one: a parameter added to a kernel and not to its plan (or
+  // in another order of sizes) fails here, naming both lists.
+  const std::pair<const char*, nlohmann::json> cases[] = {
+      {"fused_ffn:d=4096,h=11008,m=1", nullptr},
+      {"fp_lut:n=1000003,fn=silu", nullptr},
+      {"awq_dequant:k=4096,n=11008,g=128", nullptr},
+      {"wq_gemm:k=4096,n=11008,m=1", nullptr},
+      {"wq_gemm:k=4096,n=11008,m=256,bias=yes,act=relu", nullptr},
+      {"w8a8_gemm:k=4096,n=11008,m=64", nullptr},
+      {"w8a8_gemm:k=4096,n=11008,m=16", {{"family", "stream"}, {"warps", 8}, {"tiles", 1}, {"splits", 4}, {"unroll", 2}}},
+      {"w8a8_gemm:k=1024,n=256,m=16", {{"family", "simple"}, {"threads", 128}}},
+      {"w8a8_gemm:k=4096,n=11008,m=256,format=e4m3", {{"family", "wgmma"}, {"bm", 128}, {"stages", 4}, {"persistent", 1}}},
+      {"w8a8_gemm:k=4096,n=11008,m=16,format=e4m3", {{"family", "cublaslt"}, {"algo", 0}}},
+      {"qconv2d:n=1,ci=64,h=14,w=14,co=64,pad_h=1,pad_w=1", nullptr},
+      {"qconv2d:n=1,ci=64,h=14,w=14,co=64,pad_h=1,pad_w=1,x=fp32", nullptr},
+      {"qconv2d:n=2,ci=64,h=14,w=14,co=64,pad_h=1,pad_w=1",
+       {{"family", "igemm_ring"}, {"bm", 64}, {"bn", 64}, {"bk", 64}, {"warps_m", 2}, {"warps_n", 2}, {"stages", 3},
+        {"split", 2}}},
+  };
+  std::vector<test::CompileJob> jobs;
+  for (const auto& [text, config] : cases) {
+    const std::string s(text);
+    const auto spec = codegen::parse_spec(s.substr(0, s.find(':')), s.substr(s.find(':') + 1));
+    jobs.emplace_back(spec, config.is_null() ? codegen::find_op(spec.op).default_config(spec) : config);
+  }
+  test::compile_jobs(jobs, "sm_90", "plan parameters");  // (sm_90a where a family needs it)
+  for (const auto& j : jobs) {
+    INFO(j.spec.label() << " " << j.config.dump() << "\n" << j.error);
+    REQUIRE(j.result.ok);
+    const auto& op = codegen::find_op(j.spec.op);
+    const auto plan = op.plan(j.spec, j.config);
+    std::vector<bool> epilogue(plan.kernels.size(), false);  // a cuBLAS step passes its epilogue's parameters
+    for (const auto& s : plan.steps)
+      if (s.kind == codegen::PlanStep::Kind::cublas_gemm && s.gemm.epilogue >= 0) epilogue[s.gemm.epilogue] = true;
+    for (size_t k = 0; k < plan.kernels.size(); ++k) {
+      if (epilogue[k]) continue;
+      const auto& kd = plan.kernels[k];
+      INFO(kd.symbol);
+      const auto declared = ptx_param_sizes(j.result.ptx, kd.symbol);
+      CHECK(declared == runtime::plan_param_sizes(kd, op.args(), op.name()));
+    }
+  }
 }
