@@ -22,7 +22,7 @@ if [ "$PART" = all ] || [ "$PART" = tests ]; then
 fi
 [ "$PART" = tests ] && exit 0
 
-IFS=';' read -r -a CASES <<<"${CASES:-offset 1;offset 16;offset 128;offset 1024;offset 4096;symmetric 4096;e4m3 4096}"
+IFS=';' read -r -a CASES <<<"${CASES:-offset 1;offset 16;symmetric 16;offset 128;offset 1024;offset 4096;symmetric 4096;e4m3 16;e4m3 4096}"
 i=0
 for c in "${CASES[@]}"; do
   i=$((i+1)); set -- $c
@@ -47,8 +47,8 @@ if os.path.exists(f"{out}/peers.json"):
         peers[r["case"]] = r["us"]
 def peer(prefix):
     return next((v for k, v in peers.items() if k.startswith(prefix)), float("nan"))
-print(f"\n{'form':<9} {'M':>5} {'qjit us':>9} {'TOP/s':>7} {'cublas fp16':>11} {'x':>5} {'int8 no scales':>14} {'x':>5} "
-      f"{'torch fp16':>10} {'_int_mm':>8} {'x':>5}  config")
+print(f"\n{'form':<9} {'M':>5} {'qjit us':>9} {'TOP/s':>7} {'floor %':>7} {'cublas fp16':>11} {'x':>5} {'int8 no scales':>14} "
+      f"{'x':>5} {'torch fp16':>10} {'_int_mm':>8} {'x':>5}  config")
 for i, c in enumerate(cases, 1):
     form, m = c.split()
     try:
@@ -63,14 +63,16 @@ for i, c in enumerate(cases, 1):
     tf16 = peer(f"cuBLAS fp16 M={m} K=4096 N=11008")
     imm = peer(f"torch._int_mm (per-tensor, no scales) M={m} K=4096 N=11008")
     tops = 2 * int(m) * 4096 * 11008 / us / 1e6
+    floor_pct = 100 * b.get("floor_us", float("nan")) / us  # the op's bytes at the copy bandwidth (small M's target)
     if form == "e4m3":
-        print(f"{form:<9} {m:>5} {us:>9.1f} {tops:>7.0f} {f16:>11.1f} {f16 / us:>5.2f}  {100 * tops / fp8_peak:.0f}% of "
-              f"{gpu}'s dense FP8 peak {fp8_peak:.0f} TFLOPS (target 60%); torch._scaled_mm row-wise "
-              f"{peer(f'torch._scaled_mm fp8 e4m3 row-wise M={m} K=4096 N=11008'):.1f} us  "
-              f"{json.dumps(q.get('config'), separators=(',', ':'))}")
+        block = peer(f"torch._scaled_mm fp8 e4m3 block-wise 1x128/128x128 M={m} K=4096 N=11008")
+        print(f"{form:<9} {m:>5} {us:>9.1f} {tops:>7.0f} {floor_pct:>7.0f} {f16:>11.1f} {f16 / us:>5.2f}  "
+              f"{100 * tops / fp8_peak:.0f}% of {gpu}'s dense FP8 peak {fp8_peak:.0f} TFLOPS (target 60%); "
+              f"torch._scaled_mm row-wise {peer(f'torch._scaled_mm fp8 e4m3 row-wise M={m} K=4096 N=11008'):.1f} us, "
+              f"block-wise {block:.1f} us ({block / us:.2f}x)  {json.dumps(q.get('config'), separators=(',', ':'))}")
         continue
     cfg = q.get("config")
     cfg = cfg if isinstance(cfg, str) else json.dumps(cfg, separators=(",", ":"))
-    print(f"{form:<9} {m:>5} {us:>9.1f} {tops:>7.0f} {f16:>11.1f} {f16 / us:>5.2f} {i8:>14.1f} {i8 / us:>5.2f} "
-          f"{tf16:>10.1f} {imm:>8.1f} {imm / us:>5.2f}  {cfg}")
+    print(f"{form:<9} {m:>5} {us:>9.1f} {tops:>7.0f} {floor_pct:>7.0f} {f16:>11.1f} {f16 / us:>5.2f} {i8:>14.1f} "
+          f"{i8 / us:>5.2f} {tf16:>10.1f} {imm:>8.1f} {imm / us:>5.2f}  {cfg}")
 PY
