@@ -119,9 +119,16 @@ extern "C" qjit_status qjit_w8a8_gemm(const qjit_w8a8_gemm_args* args, void* str
     qjit::W8a8GemmShape s;
     s.k = a.k, s.n = a.n, s.block = a.block;
     s.x = element_type(a.x_dtype, qjit::DType::fp16, "w8a8_gemm", "x_dtype");
-    // "e4m3" in quant_a or quant_w selects the FP8 format, which quantizes x and W alike.
+    // format names the codes; with format NULL, "e4m3" in quant_a or quant_w selects the FP8 format
+    // (which quantizes x and W alike) as it did before the field existed.
     const std::string qa = a.quant_a ? a.quant_a : "", qw = a.quant_w ? a.quant_w : "";
-    if (qa == "e4m3" || qw == "e4m3") {
+    const std::string format = a.format ? a.format : "";
+    if (!format.empty() && format != "int8" && format != "e4m3")
+      throw qjit::Error("argument", "w8a8_gemm: format=\"" + format + "\" (expected \"int8\" or \"e4m3\")");
+    if (format == "int8" && (qa == "e4m3" || qw == "e4m3"))
+      throw qjit::Error("argument", "w8a8_gemm: format=\"int8\" with quant_a=\"" + qa + "\", quant_w=\"" + qw +
+                                        "\" (e4m3 is format=\"e4m3\")");
+    if (format == "e4m3" || qa == "e4m3" || qw == "e4m3") {
       if ((!qa.empty() && qa != "e4m3") || (!qw.empty() && qw != "e4m3"))
         throw qjit::Error("argument", "w8a8_gemm: quant_a=\"" + qa + "\" with quant_w=\"" + qw +
                                           "\": e4m3 quantizes x and W alike (both \"e4m3\", or the other NULL)");

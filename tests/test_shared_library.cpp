@@ -121,5 +121,17 @@ TEST_CASE("libqjit_runtime.so loads alone and its C API reports bad arguments", 
   c.dil_w = 1, c.layout = "chw";
   CHECK(qconv(&c, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(last_error(), Catch::Contains("layout=chw"));
+  // w8a8_gemm's format: named when unknown, and not mixed with an int8 quant_a or quant_w (before any device).
+  const auto w8 = symbol<qjit_status (*)(const qjit_w8a8_gemm_args*, void*)>(lib, "qjit_w8a8_gemm");
+  qjit_w8a8_gemm_args q{};
+  q.k = 512, q.n = 256, q.block = 128, q.m = 4, q.format = "fp4";
+  CHECK(w8(&q, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Catch::Contains("format=\"fp4\""));
+  q.format = "int8", q.quant_w = "e4m3";
+  CHECK(w8(&q, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Catch::Contains("format=\"int8\" with"));
+  q.format = "e4m3", q.quant_w = "offset";
+  CHECK(w8(&q, nullptr) == QJIT_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(last_error(), Catch::Contains("e4m3 quantizes x and W alike"));
   dlclose(lib);
 }

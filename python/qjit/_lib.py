@@ -148,6 +148,7 @@ class W8a8GemmArgs(Structure):
         ("bias_ptr", c_void_p),
         ("y", c_void_p),
         ("m", c_int),
+        ("format", c_char_p),
     ]
     c_name = "qjit_w8a8_gemm_args"
 

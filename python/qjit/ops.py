@@ -719,12 +719,13 @@ def w8a8_gemm(x, wq, w_scale, w_offset=None, w_sum=None, *, block=128, quant_a="
             _remember(_w8_seen, key, (k, n, m, ys, xd, fp8))
     y = out if out is not None else _empty(ys, xd, x)
     if fp8:
-        qa = qw = _A["e4m3"]
+        qa = qw = 0  # (NULL: they do not apply to e4m3)
     else:
         qa, qw = _A[quant_a], _A["offset" if w_offset is not None else "symmetric"]
     _launch(dev, "qjit_w8a8_gemm", _w8_args(k, n, block, _A[xd], qa, qw, bias is not None, _A[act], x.data_ptr(),
                                             wq.data_ptr(), w_scale.data_ptr(), _ptr(w_offset),
-                                            _ptr(w_sum) if quant_a == "offset" else 0, _ptr(bias), y.data_ptr(), m))
+                                            _ptr(w_sum) if quant_a == "offset" else 0, _ptr(bias), y.data_ptr(), m,
+                                            _A["e4m3" if fp8 else "int8"]))
     return y
 
 
@@ -770,14 +771,14 @@ def _w8a8_gemm_checked(x, wq, w_scale, w_offset=None, w_sum=None, *, block=128, 
     if fake or m == 0:
         return y
     if fp8:
-        quant_a = quant_w = "e4m3"
+        quant_a = quant_w = None  # they do not apply to e4m3
     else:
         quant_w = "offset" if w_offset is not None else "symmetric"
     a = _lib.W8a8GemmArgs(k, n, block, _b(xd), _b(quant_a), _b(quant_w), bias is not None, _b(act),
                           x.data_ptr(), wq.data_ptr(), w_scale.data_ptr(),
                           w_offset.data_ptr() if w_offset is not None else None,
                           w_sum.data_ptr() if (w_sum is not None and quant_a == "offset") else None,
-                          bias.data_ptr() if bias is not None else None, y.data_ptr(), m)
+                          bias.data_ptr() if bias is not None else None, y.data_ptr(), m, _b(format))
     _launch(c.index, "qjit_w8a8_gemm", bytes(a))
     return y
 

@@ -132,6 +132,7 @@ class OpChecks(unittest.TestCase):
         self.assertEqual(entry, "qjit_w8a8_gemm")
         self.assertEqual((s.k, s.n, s.block, s.m, s.bias), (256, 64, 128, 6, 1))
         self.assertEqual((s.x_dtype, s.quant_a, s.quant_w, s.act), (b"bf16", b"offset", b"offset", b"relu6"))
+        self.assertEqual(s.format, b"int8")
         self.assertEqual((s.x, s.wq, s.w_scale, s.w_offset, s.w_sum, s.bias_ptr, s.y),
                          (a["x"].data_ptr(), a["wq"].data_ptr(), a["w_scale"].data_ptr(), a["w_offset"].data_ptr(),
                           a["w_sum"].data_ptr(), a["bias"].data_ptr(), y.data_ptr()))
@@ -166,10 +167,11 @@ class OpChecks(unittest.TestCase):
         y = qjit.w8a8_gemm(**a)
         self.assertEqual((y.shape, y.dtype), ((3, 128), "torch.float16"))
         s = self.rec.launches[0][2][0]
-        self.assertEqual((s.quant_a, s.quant_w, s.block, s.k, s.n, s.m), (b"e4m3", b"e4m3", 128, 256, 128, 3))
+        # The C struct's format says e4m3; quant_a and quant_w, which do not apply, are NULL.
+        self.assertEqual((s.format, s.quant_a, s.quant_w, s.block, s.k, s.n, s.m), (b"e4m3", None, None, 128, 256, 128, 3))
         self.assertEqual((s.wq, s.w_scale, s.w_offset, s.w_sum), (a["wq"].data_ptr(), a["w_scale"].data_ptr(), None, None))
         qjit.w8a8_gemm(a["x"], T("uint8", 128, 256), a["w_scale"], format="e4m3", quant_a="symmetric")
-        self.assertEqual(self.rec.launches[1][2][0].quant_a, b"e4m3")
+        self.assertEqual((self.rec.launches[1][2][0].format, self.rec.launches[1][2][0].quant_a), (b"e4m3", None))
 
     def test_w8a8_gemm_e4m3_refusals(self):
         f = qjit.w8a8_gemm

@@ -104,11 +104,14 @@ typedef struct {
 qjit_status qjit_gru_quant(const qjit_gru_quant_args* args, void* stream);
 /* Online-quantized int8 GEMM (qjit.h: W8a8GemmShape, W8a8GemmArgs). The
  * string fields may be NULL for their defaults: x_dtype "fp16" ("bf16",
- * "fp32"), quant_a and quant_w "offset" ("symmetric"), act "none"; bias is
- * 0 or 1 (whether the call passes bias_ptr). quant_a and quant_w "e4m3"
- * (both, or one with the other NULL) select the FP8 format (W8a8GemmShape's
- * format "e4m3"): wq e4m3 codes, w_scale per 128 x 128 tile [K/128][N/128],
- * block 128, w_offset and w_sum NULL. */
+ * "fp32"), format "int8" ("e4m3"), quant_a and quant_w "offset"
+ * ("symmetric"; int8 only), act "none"; bias is 0 or 1 (whether the call
+ * passes bias_ptr). format "e4m3" is the FP8 format (W8a8GemmShape's
+ * format): wq e4m3 codes, w_scale per 128 x 128 tile [K/128][N/128], block
+ * 128, w_offset and w_sum NULL, quant_a and quant_w NULL (or "e4m3"). With
+ * format NULL, quant_a and quant_w "e4m3" (both, or one with the other NULL)
+ * select the FP8 format too, as before format existed. format is the last
+ * field, so the earlier fields keep their offsets. */
 typedef struct {
   int k, n, block;
   const char* x_dtype;
@@ -124,6 +127,7 @@ typedef struct {
   const void* bias_ptr;
   void* y;
   int m;
+  const char* format;
 } qjit_w8a8_gemm_args;
 qjit_status qjit_w8a8_gemm(const qjit_w8a8_gemm_args* args, void* stream);
 
