@@ -220,6 +220,11 @@ TEST_CASE("w8a8_gemm wgmma family: M and N not multiples of the tile, every form
   const auto wgmma = [](int bm, int stages, int persistent) {
     return nlohmann::json{{"family", "wgmma"}, {"bm", bm}, {"stages", stages}, {"persistent", persistent}};
   };
+  const auto overlapped = [&](int bm, int stages, int persistent) {
+    auto c = wgmma(bm, stages, persistent);
+    c["overlap"] = 1;
+    return c;
+  };
   run_config_cases({
       {"k=1024,n=1008,block=128,bias=yes,act=relu", wgmma(128, 4, 0), {300, 257}},
       // (bm 192 with 3 or 5 stages spills 12 bytes here, so the tuner prunes it and this test would too.)
@@ -230,6 +235,11 @@ TEST_CASE("w8a8_gemm wgmma family: M and N not multiples of the tile, every form
       {"k=1024,n=384,block=128,format=e4m3,bias=yes,act=relu", wgmma(128, 4, 0), {300, 257}},
       {"k=1536,n=256,block=128,format=e4m3,x=bf16", wgmma(192, 3, 1), {200, 129}},
       {"k=512,n=1024,block=128,format=e4m3,x=fp32,act=relu6", wgmma(64, 5, 1), {4133}},
+      // overlap (bm 64): runs of 8 and of 3 blocks, blocks of two stages, e4m3, persistent grids
+      {"k=1024,n=1008,block=128,bias=yes,act=relu", overlapped(64, 3, 1), {300, 257}},
+      {"k=1152,n=400,block=128,x=bf16,quant_a=symmetric,quant_w=symmetric", overlapped(64, 4, 0), {200, 129}},
+      {"k=1536,n=144,block=256,x=fp32", overlapped(64, 4, 1), {128, 100}},
+      {"k=1024,n=384,block=128,format=e4m3,bias=yes,act=relu", overlapped(64, 3, 0), {300, 257}},
   });
 }
 

@@ -381,9 +381,10 @@ TEST_CASE("w8a8_gemm format=e4m3 wgmma family: compute capability 9.0 and m >= 1
   const auto spec = parse_spec("w8a8_gemm", "k=4096,n=11008,m=4096,format=e4m3");
   codegen::DeviceLimits hopper;
   hopper.arch = "sm_90", hopper.compute_capability = 90;
-  // The int8 family's configs (bm 64, 128, 192 × stages 3..6 × persistent 0/1, 192 × 6 over shared memory).
+  // The int8 family's configs (bm 64, 128, 192 × stages 3..6 × persistent 0/1, 192 × 6 over shared memory;
+  // and bm 64 overlapped, 8 more).
   const auto configs = wgmma_configs(spec, hopper);
-  CHECK(configs.size() == 22);
+  CHECK(configs.size() == 30);
   for (const auto& c : configs) {
     INFO(c.dump());
     CHECK_NOTHROW(op.validate_config(spec, c));
@@ -628,5 +629,52 @@ TEST_CASE("w8a8_gemm stream family: int8, blocks of 128·j, m <= 64; plan, works
       CHECK(j.result.ptx.find("ld.global.nc.L1::no_allocate.v4.u32") != std::string::npos);
       if (j.spec.get_int("m") <= 16) CHECK(j.result.spill_bytes == 0);
     }
+  }
+}
+
+TEST_CASE("w8a8_gemm wgmma family, overlap: bm 64, two blocks' stages in the ring; compiles without spills or "
+          "serialised wgmma", "[w8a8][nvrtc]") {
+  const auto& op = codegen::find_op("w8a8_gemm");
+  const auto overlapped = [](int bm, int stages, int persistent) {
+    return nlohmann::json{{"family", "wgmma"}, {"bm", bm}, {"stages", stages}, {"persistent", persistent}, {"overlap", 1}};
+  };
+  const auto spec = parse_spec("w8a8_gemm", "k=4096,n=11008,m=4096");
+  // Offered at bm 64 and every ring deep enough; the key is left out of a config without it.
+  std::vector<nlohmann::json> offered;
+  for (const auto& c : op.tunable_space(spec))
+    if (c.value("overlap", 0) == 1) offered.push_back(c);
+  CHECK(offered.size() == 8);  // stages 3..6 × persistent 0/1
+  for (const auto& c : offered) CHECK(c.at("bm") == 64);
+  for (const auto& c : op.tunable_space(spec))
+    if (c.value("family", "") == "wgmma" && !c.contains("overlap")) CHECK(c.size() == 4);
+  CHECK_NOTHROW(op.validate_config(spec, overlapped(64, 3, 0)));
+  CHECK_THROWS_WITH(op.validate_config(spec, overlapped(128, 4, 0)), Catch::Contains("overlap needs bm=64"));
+  const auto b512 = parse_spec("w8a8_gemm", "k=4096,n=11008,m=4096,block=512");  // 4 stages a block
+  CHECK_THROWS_WITH(op.validate_config(b512, overlapped(64, 6, 0)), Catch::Contains("overlap needs stages >= 8"));
+  auto bad = overlapped(64, 4, 0);
+  bad["overlap"] = 2;
+  CHECK_THROWS_WITH(op.validate_config(spec, bad), Catch::Contains("overlap must be 0 or 1"));
+  CHECK(codegen::generate_source(spec, overlapped(64, 4, 1)).text.find("constexpr bool kOverlap = true;") !=
+        std::string::npos);
+
+  // Every form, blocks of one and two stages, an odd number of blocks (runs of 3), e4m3: no spill, no
+  // ptxas advisory (a consumer's wgmma kept in flight across a loop's back edge serialises them all).
+  const std::pair<const char*, nlohmann::json> cases[] = {
+      {"k=4096,n=11008,m=4096", overlapped(64, 4, 1)},
+      {"k=4096,n=11008,m=4096,x=bf16,quant_a=symmetric,quant_w=symmetric,bias=yes,act=relu", overlapped(64, 3, 0)},
+      {"k=1152,n=1008,m=256,x=fp32,quant_w=symmetric,act=relu6,bias=yes", overlapped(64, 5, 1)},
+      {"k=1536,n=400,m=256,block=256,quant_a=symmetric", overlapped(64, 4, 0)},
+      {"k=4096,n=11008,m=4096,format=e4m3,x=bf16", overlapped(64, 4, 1)},
+  };
+  std::vector<test::CompileJob> jobs;
+  for (const auto& [s, c] : cases) jobs.push_back({parse_spec("w8a8_gemm", s), c});
+  test::compile_jobs(jobs, "sm_90", "w8a8_gemm wgmma overlap");
+  for (const auto& j : jobs) {
+    check_wgmma_module(j, j.spec.get_str("format") == "e4m3" ? "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3"
+                                                             : "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8");
+    // The overlap itself: a wait that leaves the next block's groups (one a stage) in flight.
+    const int stages_per_block = static_cast<int>(j.spec.get_int("block") / 128);
+    CHECK(j.result.ptx.find("wgmma.wait_group.sync.aligned " + std::to_string(stages_per_block) + ";") !=
+          std::string::npos);
   }
 }

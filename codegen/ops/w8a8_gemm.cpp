@@ -42,19 +42,25 @@ struct TiledConfig {
 // `persistent` 1 the grid is one block per SM taking tiles in turn (the next
 // tile's copies overlap the current one's epilogue). int8 (s8 wgmma, int32
 // block sums) and e4m3 (e4m3 wgmma, fp32 block sums) alike.
+// With `overlap` 1 a consumer issues a block's wgmma before it promotes the
+// previous block (two sets of block accumulators): a key added later, left
+// out of the JSON at 0 so that earlier configs keep their form.
 struct WgmmaConfig {
-  int bm, stages, persistent;
+  int bm, stages, persistent, overlap = 0;
   static constexpr const char* kFamily = "wgmma";
   static constexpr int kTileN = 128;  // 64 columns of y per consumer warpgroup
   static constexpr int kStageK = 128;  // codes of k per stage: one 128-byte row of each operand
   static WgmmaConfig from(const nlohmann::json& j) {
     auto get = [&](const char* k) { return config_int(j, k, "w8a8_gemm wgmma config"); };
-    if (!j.is_object() || j.size() != 4)
-      throw Error("config", "w8a8_gemm wgmma config needs family, bm, stages, persistent: " + j.dump());
-    return {get("bm"), get("stages"), get("persistent")};
+    const bool with_overlap = j.is_object() && j.contains("overlap");
+    if (!j.is_object() || j.size() != (with_overlap ? 5u : 4u))
+      throw Error("config", "w8a8_gemm wgmma config needs family, bm, stages, persistent (and overlap): " + j.dump());
+    return {get("bm"), get("stages"), get("persistent"), with_overlap ? get("overlap") : 0};
   }
   nlohmann::json to_json() const {
-    return {{"family", kFamily}, {"bm", bm}, {"stages", stages}, {"persistent", persistent}};
+    nlohmann::json j = {{"family", kFamily}, {"bm", bm}, {"stages", stages}, {"persistent", persistent}};
+    if (overlap) j["overlap"] = overlap;
+    return j;
   }
   // One slot: W's codes (128 rows × 128 bytes), x's (bm rows), then the
   // block parameters of both (3 floats a row or column; e4m3: x's scale
@@ -201,6 +207,11 @@ std::string wgmma_problem(const Shape& s, const WgmmaConfig& c) {
   if (c.bm != 64 && c.bm != 128 && c.bm != 192) return "bm must be 64, 128 or 192";
   if (c.stages < 2 || c.stages > 8) return "stages must be 2..8";
   if (c.persistent != 0 && c.persistent != 1) return "persistent must be 0 or 1";
+  if (c.overlap != 0 && c.overlap != 1) return "overlap must be 0 or 1";
+  // Three sets of bm / 2 accumulators a thread: at bm 128 ptxas spills (CUDA 13.0), 192 does not fit 232 registers.
+  if (c.overlap && c.bm != 64) return "overlap needs bm=64 (three sets of bm / 2 accumulators a thread)";
+  if (c.overlap && c.stages < 2 * s.block / WgmmaConfig::kStageK)
+    return "overlap needs stages >= " + num(2 * s.block / WgmmaConfig::kStageK) + " (two blocks' stages in the ring)";
   if (c.bm > s.m) return "bm=" + num(c.bm) + " exceeds the bucket's rows m=" + num(s.m);
   if (c.smem_total(s.fp8) > kMaxSmem)
     return "shared memory " + num(c.smem_total(s.fp8)) + " bytes exceeds " + num(kMaxSmem);
@@ -399,12 +410,13 @@ std::vector<nlohmann::json> W8a8GemmOp::candidates(const OpSpec& spec, const Dev
   // The wgmma family on compute capability 9.0, for the large-M buckets it is for (below 128 rows
   // a block's tensor work is too short for a ring of tensor copies to pay).
   if (device.arch == "sm_90" && s.m >= 128 && wgmma_applies(s).empty())
-    for (int bm : {64, 128, 192})
-      for (int stages : {3, 4, 5, 6})
-        for (int persistent : {0, 1}) {
-          const WgmmaConfig c{bm, stages, persistent};
-          if (wgmma_problem(s, c).empty()) out.push_back(c.to_json());
-        }
+    for (int overlap : {0, 1})
+      for (int bm : {64, 128, 192})
+        for (int stages : {3, 4, 5, 6})
+          for (int persistent : {0, 1}) {
+            const WgmmaConfig c{bm, stages, persistent, overlap};
+            if (wgmma_problem(s, c).empty()) out.push_back(c.to_json());
+          }
   return out;
 }
 
@@ -467,6 +479,8 @@ std::vector<Constant> W8a8GemmOp::constants(const OpSpec& spec, const nlohmann::
     c.push_back({"int", "kBM", num(w.bm), "tunable: rows of y per block (wgmma n)"});
     // (persistent changes only the grid: the kernel takes tiles b, b + grid, ... either way)
     c.push_back({"int", "kStages", num(w.stages), "tunable: slots of the ring (stages of 128 codes of k)"});
+    c.push_back({"bool", "kOverlap", w.overlap ? "true" : "false",
+                 "tunable: a block's wgmma issued before the previous block is promoted"});
   } else {
     const TiledConfig t = TiledConfig::from(config);
     c.push_back({"int", "kBM", num(t.bm), "tunable: rows of y per block"});

@@ -42,6 +42,9 @@
 // tensor cores keep about 14 bits of their sum (docs/w8a8_gemm.md): the
 // promotion after each 128 of k is what bounds that rounding.
 //
+// With kOverlap a consumer also overlaps its own promotion with its next
+// block's wgmma (below, "overlapped blocks").
+//
 // No wgmma sits behind a run-time branch (ptxas would serialise every wgmma
 // of the kernel, info C7520): the loops have run-time trip counts only, and
 // the roles branch on a shuffled warpgroup index, provably warp-uniform.
@@ -85,6 +88,8 @@ static_assert(kBlock % kStageK == 0 && kK % kStageK == 0, "a block is whole stag
 static_assert(kBM == 64 || kBM == 128 || kBM == 192, "wgmma n of 64, 128 or 192");
 static_assert(kN % 16 == 0 && kParamRows % 64 == 0, "parameter runs of whole 16-byte pieces");
 static_assert(kStages >= 2, "a ring");
+static_assert(!kOverlap || (kStages >= 2 * kStagesPerBlock && kBM <= 128),
+              "two blocks in flight: their stages in the ring, 3·kAcc accumulators a thread (codegen)");
 // e4m3: a block's kTileN columns lie in one 128-column tile of W's scales.
 static_assert(!kFp8 || (kBlock == 128 && kN % kTileN == 0 && kTileN == 128), "e4m3 tiles (codegen/ops/w8a8_gemm.cpp)");
 
@@ -312,6 +317,84 @@ __device__ __forceinline__ void consume_block(const Ring& ring, unsigned q, int 
   });
 }
 
+// --- overlapped blocks (kOverlap) -----------------------------------------------
+//
+// consume_block waits for a block's own wgmma before promoting it, so a
+// consumer's tensor-core work stops while it promotes (the other consumer's
+// may run). With kOverlap each consumer keeps two sets of block
+// accumulators: it issues block b + 1's wgmma into one set, then waits only
+// for block b's (wgmma.wait_group kStagesPerBlock: b + 1's groups may stay
+// in flight) and promotes b's set while b + 1's run. The ring must then hold
+// two blocks' stages at once (kStages ≥ 2·kStagesPerBlock, codegen) and a
+// thread 3·kAcc accumulators (codegen offers it at kBM = 64: at 128 ptxas
+// spills).
+
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+}
+
+// Block q's stages: each waited for, then its 4 wgmma issued into part.
+__device__ __forceinline__ void issue_block(const Ring& ring, unsigned q, int g, Part (&part)[kAcc]) {
+  qjit::static_for<kStagesPerBlock>([&](auto s_) {
+    constexpr int s = decltype(s_)::value;
+    wait_or_trap(ring.full_of(q + s), Ring::phase_of(q + s));
+    multiply_stage<s == 0>(ring.slot(q + s), g, part);
+  });
+}
+
+// Block q, its wgmma complete: its slots released (the last once the
+// promotion has read its parameters) and its sums promoted into acc.
+__device__ __forceinline__ void finish_block(const Ring& ring, unsigned q, int g, int lane, Part (&part)[kAcc],
+                                             float (&acc)[kAcc], float sw) {
+  qjit::static_for<kStagesPerBlock - 1>([&](auto s_) { mbarrier_arrive(ring.empty_of(q + decltype(s_)::value)); });
+  fence_accumulators(part);
+  promote(ring.slot(q + kStagesPerBlock - 1), g, lane, part, acc, sw);
+  mbarrier_arrive(ring.empty_of(q + kStagesPerBlock - 1));
+}
+
+// Blocks per run: the largest divisor of kBlocks up to 8. ptxas keeps a
+// consumer's wgmma in flight while it promotes only in straight-line code:
+// with a block still in flight across a loop's back edge it serialises
+// every wgmma of the kernel (info C7514). So a run of kOverlapRun blocks is
+// unrolled, and only its last block's promotion waits for nothing else.
+constexpr int overlap_run() {
+  for (int d = 8; d > 1; --d)
+    if (kBlocks % d == 0) return d;
+  return 1;
+}
+constexpr int kOverlapRun = overlap_run();
+
+// A tile's blocks, kOverlapRun at a time: within a run, block r + 1's wgmma
+// are issued (into the other set, p0 and p1 alternating) before block r is
+// promoted. q advances by the tile's stages; no wgmma sits behind a run-time
+// branch (the run loop's trip count is the only one).
+__device__ __forceinline__ void consume_tile_overlapped(const Ring& ring, unsigned& q, int g, int lane,
+                                                        Part (&p0)[kAcc], Part (&p1)[kAcc], float (&acc)[kAcc],
+                                                        const float* __restrict__ w_scale, int tile_n0) {
+  const auto sw_of = [&](int blk) { return kFp8 ? __ldg(w_scale + blk * kWScaleCols + tile_n0 / 128) : 0.0f; };
+#pragma unroll 1
+  for (int run = 0; run < kBlocks; run += kOverlapRun) {
+    float sw[kOverlapRun];
+#pragma unroll
+    for (int r = 0; r < kOverlapRun; ++r) sw[r] = sw_of(run + r);
+    issue_block(ring, q, g, p0);
+    qjit::static_for<kOverlapRun>([&](auto r_) {
+      constexpr int r = decltype(r_)::value;
+      Part(&cur)[kAcc] = r % 2 ? p1 : p0;
+      Part(&next)[kAcc] = r % 2 ? p0 : p1;
+      if constexpr (r + 1 < kOverlapRun) {
+        issue_block(ring, q + (r + 1) * kStagesPerBlock, g, next);
+        wgmma_wait<kStagesPerBlock>();  // block r's groups done; r + 1's may run
+      } else {
+        wgmma_wait<0>();
+      }
+      finish_block(ring, q + r * kStagesPerBlock, g, lane, cur, acc, sw[r]);
+    });
+    q += kOverlapRun * kStagesPerBlock;
+  }
+}
+
 // 16-bit y: each 8 × 8 of (n, m) transposed by movmatrix (PTX ISA,
 // "movmatrix"), so lane (gq, t) holds y[m = 8j + gq][n = 2t, 2t + 1] of its
 // warp's 8 columns: 4-byte stores of two adjacent columns of a row.
@@ -395,9 +478,16 @@ qjit_w8a8_gemm(const signed char* __restrict__ codes, const float* __restrict__ 
     float acc[kAcc];
 #pragma unroll
     for (int a = 0; a < kAcc; ++a) acc[a] = 0.0f;
+    if constexpr (kOverlap) {
+      Part spare[kAcc];  // the second set of block accumulators
+#pragma unroll
+      for (int a = 0; a < kAcc; ++a) spare[a] = 0;
+      consume_tile_overlapped(ring, q, g, lane, part, spare, acc, w_scale, tile.n0);
+    } else {
 #pragma unroll 1
-    for (int blk = 0; blk < kBlocks; ++blk, q += kStagesPerBlock)
-      consume_block(ring, q, g, lane, part, acc, w_scale, blk * kWScaleCols + tile.n0 / 128);
+      for (int blk = 0; blk < kBlocks; ++blk, q += kStagesPerBlock)
+        consume_block(ring, q, g, lane, part, acc, w_scale, blk * kWScaleCols + tile.n0 / 128);
+    }
     store_tile(acc, tile, M, g, lane, bias, y);
   }
 }
