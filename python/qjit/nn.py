@@ -2,8 +2,9 @@
 
 - QuantLinear: y = x·Wᵀ (+ bias) with W group-quantized in qjit's native
   layout (wq_gemm). From AWQ tensors (`from_awq`, repacked by the `qjit`
-  command, bit-exact) or a checkpoint `qjit repack --checkpoint` wrote
-  (`from_checkpoint`).
+  command, bit-exact), a checkpoint `qjit repack --checkpoint` wrote
+  (`from_checkpoint`) or a float nn.Linear (`from_float`: 4 bits per group
+  with integer zero points, packed in torch by qjit.wq).
 - FusedFFN: SiLU(x·W1ᵀ) ⊙ (x·W3ᵀ), a Llama MLP's gate and up projections, in
   one fused_ffn launch for 1..8 rows; more rows take two wq_gemm calls (or two
   dense matmuls) and torch's silu, the kernels that serve large M.
@@ -11,7 +12,8 @@
   convention on float input, from `qjit gru calibrate`'s params and weights.
 - W8A8Linear: y = x·Wᵀ (+ bias) with W int8 per output channel and block of
   K and x quantized on the fly per row and block (w8a8_gemm), from a float
-  nn.Linear (`from_float`, qjit.w8a8.pack_weights).
+  nn.Linear (`from_float`, qjit.w8a8.pack_weights); or both in FP8 e4m3
+  (format="e4m3": W per 128 × 128 tile, x per row and block of 128).
 - QConv2d: an nn.Conv2d with int4 or int8 weights per output channel and
   block of input channels (qconv2d) on fp16/fp32 input, contiguous (NCHW) or
   channels_last (NHWC), from a float nn.Conv2d (`from_float`, qjit.conv).
@@ -43,6 +45,7 @@ from . import _cli
 from . import conv as _conv
 from . import safetensors as st
 from . import w8a8 as _w8a8
+from . import wq as _wq
 from .custom_ops import ops as _qjit  # torch.ops.qjit (or what says why it is not registered)
 from .ops import fused_ffn, gru_quant, qconv2d, w8a8_gemm, wq_gemm
 
@@ -58,6 +61,15 @@ def _tensors(m):
         return m._get(m._buffers)
     except KeyError:
         return tuple(getattr(m, name) for name in m._TENSORS)
+
+
+def _native_fits(who, k, n, group_size):
+    """Refuses what the native layout cannot hold (and from_float cannot pack): K % 64, N % 16, g dividing K."""
+    if k % 64 or n % 16:
+        raise ValueError("%s: in_features=%d, out_features=%d; the native layout needs in_features a multiple of 64 "
+                         "and out_features of 16" % (who, k, n))
+    if group_size <= 0 or k % group_size:
+        raise ValueError("%s: group_size=%d must divide in_features=%d" % (who, group_size, k))
 
 
 class QuantLinear(torch.nn.Module):
@@ -102,6 +114,29 @@ class QuantLinear(torch.nn.Module):
     def extra_repr(self):
         return "in_features=%d, out_features=%d, bits=%d, group_size=%d, zero=%s, bias=%s" % (
             self.in_features, self.out_features, self.bits, self.group_size, self.zero, self.bias is not None)
+
+    def dequantized_weight(self):
+        """W [N, K] float32 as the kernel multiplies it, (q − z)·s per group (qjit.wq.dequantize; 4 bits only)."""
+        if self.bits != 4:
+            raise NotImplementedError("QuantLinear.dequantized_weight: bits=%d; qjit.wq unpacks 4-bit weights only"
+                                      % self.bits)
+        return _wq.dequantize(self.qweight, self.scales, self.zeros, self.zero)
+
+    @classmethod
+    def from_float(cls, linear, *, group_size=128, dtype=None, act="none", device=None):
+        """From a float nn.Linear: 4-bit codes per group of `group_size` inputs with integer zero points
+        (qjit.wq.quantize: min-max, round half to even), packed in torch into the native layout (qjit.wq.pack:
+        `qjit repack`'s words, bit for bit). Scales in `dtype` (default: the weight's type if fp16 or bf16, else
+        fp16); the bias kept in the weight's type (the activations'); on `device` (default: the Linear's)."""
+        who = "QuantLinear.from_float"
+        if not isinstance(linear, torch.nn.Linear):
+            raise TypeError("%s: expected a torch.nn.Linear, got %s" % (who, type(linear).__name__))
+        _native_fits(who, linear.in_features, linear.out_features, group_size)
+        w = linear.weight.detach()
+        device = device if device is not None else w.device
+        q, scales, zeros = _wq.quantize(w.to(device), group_size, dtype)
+        bias = linear.bias.detach().to(device) if linear.bias is not None else None
+        return cls.from_native(_wq.pack(q), scales, zeros, bias, act=act, device=device)
 
     @classmethod
     def from_native(cls, qweight, scales, zeros=None, bias=None, *, bits=4, act="none", device=None):
@@ -294,13 +329,20 @@ class W8A8Linear(torch.nn.Module):
     "symmetric", which does not use it), bias [N] of `dtype` or None.
     forward(x) takes x [..., K] of `dtype` (fp16, bf16 or fp32; without a
     bias any of them) and returns y [..., N] of x's type.
+
+    format="e4m3" (compute capability 8.9+): W as FP8 e4m3 codes with one
+    scale per 128 × 128 tile and x quantized to e4m3 per row and block of
+    128 (w8a8_gemm's FP8 format, taken from wq's dtype): wq
+    torch.float8_e4m3fn [N, K], w_scale float32 [K/128, N/128], no w_offset
+    or w_sum; block 128, in_features and out_features multiples of 128;
+    quant_a and quant_w do not apply.
     """
 
     _TENSORS = ("wq", "w_scale", "w_offset", "w_sum", "bias")
     _get = operator.itemgetter(*_TENSORS)
 
     def __init__(self, in_features, out_features, bias=False, *, block=128, quant_a="offset", quant_w="offset",
-                 dtype=torch.float16, act="none", device=None):
+                 format="int8", dtype=torch.float16, act="none", device=None):
         super().__init__()
         k, n = in_features, out_features
         who = "W8A8Linear"
@@ -308,16 +350,21 @@ class W8A8Linear(torch.nn.Module):
             raise ValueError("%s: block=%d; expected 32..512 dividing in_features=%d" % (who, block, k))
         _choice(who, "quant_a", quant_a, ("offset", "symmetric"))
         _choice(who, "quant_w", quant_w, ("offset", "symmetric"))
+        _choice(who, "format", format, ("int8", "e4m3"))
         _choice(who, "act", act, _ACTS)
+        fp8 = format == "e4m3"
+        if fp8 and (block != 128 or k % 128 or n % 128):
+            raise ValueError("%s: format='e4m3' takes block=128 and in_features, out_features multiples of 128; got "
+                             "block=%d, in_features=%d, out_features=%d" % (who, block, k, n))
         self.in_features, self.out_features, self.block = k, n, block
-        self.quant_a, self.quant_w, self.act = quant_a, quant_w, act
-        blocks = (k // block, n)
-        self.register_buffer("wq", torch.zeros(n, k, dtype=torch.int8, device=device))
+        self.quant_a, self.quant_w, self.format, self.act = quant_a, quant_w, format, act
+        blocks = (k // block, n // 128 if fp8 else n)
+        self.register_buffer("wq", torch.zeros(n, k, dtype=torch.float8_e4m3fn if fp8 else torch.int8, device=device))
         self.register_buffer("w_scale", torch.ones(blocks, dtype=torch.float32, device=device))
         self.register_buffer("w_offset", torch.zeros(blocks, dtype=torch.float32, device=device)
-                             if quant_w == "offset" else None)
+                             if quant_w == "offset" and not fp8 else None)
         self.register_buffer("w_sum", torch.zeros(blocks, dtype=torch.int32, device=device)
-                             if quant_a == "offset" else None)
+                             if quant_a == "offset" and not fp8 else None)
         self.register_buffer("bias", torch.zeros(n, dtype=dtype, device=device) if bias else None)
 
     def forward(self, x):
@@ -329,27 +376,32 @@ class W8A8Linear(torch.nn.Module):
                          act=self.act)
 
     def extra_repr(self):
+        if self.format == "e4m3":
+            return "in_features=%d, out_features=%d, bias=%s, format=e4m3, act=%s" % (
+                self.in_features, self.out_features, self.bias is not None, self.act)
         return "in_features=%d, out_features=%d, bias=%s, block=%d, quant_a=%s, quant_w=%s, act=%s" % (
             self.in_features, self.out_features, self.bias is not None, self.block, self.quant_a, self.quant_w,
             self.act)
 
     def dequantized_weight(self):
-        """W [N, K] float32 as the kernel multiplies it: q·s (+ o) per block (qjit.w8a8.dequantize)."""
+        """W [N, K] float32 as the kernel multiplies it: q·s (+ o) per block, or e4m3 code · tile scale
+        (qjit.w8a8.dequantize)."""
         return _w8a8.dequantize(self.wq, self.w_scale, self.w_offset)
 
     @classmethod
-    def from_float(cls, linear, *, block=128, quant_a="offset", quant_w="offset", act="none", dtype=None,
-                   device=None):
-        """From a float nn.Linear: W quantized by qjit.w8a8.pack_weights with rule `quant_w`; the bias kept
-        in `dtype` (default: the Linear's weight type), on `device` (default: the Linear's)."""
+    def from_float(cls, linear, *, block=128, quant_a="offset", quant_w="offset", format="int8", act="none",
+                   dtype=None, device=None):
+        """From a float nn.Linear: W quantized by qjit.w8a8.pack_weights with rule `quant_w` (format "int8") or
+        to e4m3 tiles (format "e4m3"); the bias kept in `dtype` (default: the Linear's weight type), on `device`
+        (default: the Linear's)."""
         if not isinstance(linear, torch.nn.Linear):
             raise TypeError("W8A8Linear.from_float: expected a torch.nn.Linear, got %s" % type(linear).__name__)
         w = linear.weight.detach()
         dtype = dtype or w.dtype
         device = device if device is not None else w.device
         m = cls(linear.in_features, linear.out_features, linear.bias is not None, block=block, quant_a=quant_a,
-                quant_w=quant_w, dtype=dtype, act=act, device="meta")
-        wq, scale, offset, sums = _w8a8.pack_weights(w.to(device), block, quant_w)
+                quant_w=quant_w, format=format, dtype=dtype, act=act, device="meta")
+        wq, scale, offset, sums = _w8a8.pack_weights(w.to(device), block, quant_w, format)
         m.wq, m.w_scale, m.w_offset = wq, scale, offset
         m.w_sum = sums if quant_a == "offset" else None
         m.bias = linear.bias.detach().to(device=device, dtype=dtype) if linear.bias is not None else None
