@@ -30,10 +30,13 @@ calls qjit.ops' functions directly (a custom op called eagerly adds torch's
 dispatcher) and reads its tensors from the module's buffer dict (_tensors:
 Module.__getattr__ costs about 0.5 µs a buffer).
 """
+import difflib
+import fnmatch
 import json
 import operator
 import os
 import tempfile
+from collections import namedtuple
 
 try:
     import torch
@@ -46,6 +49,7 @@ from . import conv as _conv
 from . import safetensors as st
 from . import w8a8 as _w8a8
 from . import wq as _wq
+from ._check import numel
 from .custom_ops import ops as _qjit  # torch.ops.qjit (or what says why it is not registered)
 from .ops import fused_ffn, gru_quant, qconv2d, w8a8_gemm, wq_gemm
 
@@ -530,4 +534,200 @@ class QConv2d(torch.nn.Module):
         return m
 
 
-__all__ = ["QuantLinear", "FusedFFN", "QuantGRU", "W8A8Linear", "QConv2d"]
+class GatedMLP(torch.nn.Module):
+    """A Llama-style MLP, down_proj(SiLU(gate_proj(x)) ⊙ up_proj(x)), with gate and up as one FusedFFN: one
+    fused_ffn launch for 1..8 rows of x (batch × sequence, a decode step), two wq_gemm calls and torch's silu
+    for more (a prefill), then down_proj. quantize_model and load_quantized put one in place of each such MLP
+    of 4-bit layers; its QuantLinears are ffn.gate, ffn.up and down_proj."""
+
+    def __init__(self, ffn, down_proj):
+        super().__init__()
+        self.ffn, self.down_proj = ffn, down_proj
+
+    def forward(self, x):
+        return self.down_proj(self.ffn(x))
+
+
+# ---- whole models -----------------------------------------------------------------------------------------------
+
+SCHEMES = ("int4", "w8a8", "fp8")
+
+
+def _skipped(name, skip):
+    """name matches one of the fnmatch patterns in `skip`, whole or by its last part ("lm_head")."""
+    last = name.rsplit(".", 1)[-1]
+    return any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(last, p) for p in skip)
+
+
+def _replace(model, name, module):
+    parent, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, child, module)
+
+
+def _is_silu(act):
+    return isinstance(act, torch.nn.SiLU) or type(act).__name__ in ("SiLU", "SiLUActivation")
+
+
+def _fuse_mlps(model):
+    """Each module of exactly gate_proj, up_proj and down_proj (gate and up QuantLinears of one format, no bias)
+    and act_fn SiLU, as transformers' Llama, Mistral and Qwen2 MLPs are: a GatedMLP in its place."""
+    for name, m in list(model.named_modules()):
+        children = dict(m.named_children())
+        gate, up = children.get("gate_proj"), children.get("up_proj")
+        if (set(children) == {"gate_proj", "up_proj", "down_proj", "act_fn"} and _is_silu(m.act_fn)
+                and isinstance(gate, QuantLinear) and isinstance(up, QuantLinear)
+                and gate.bias is None and up.bias is None and gate.act == up.act == "none"
+                and (gate.in_features, gate.out_features, gate.bits, gate.group_size, gate.zero)
+                == (up.in_features, up.out_features, up.bits, up.group_size, up.zero)):
+            _replace(model, name, GatedMLP(FusedFFN.from_quant(gate, up), m.down_proj))
+
+
+def quantize_model(model, scheme="int4", *, group_size=128, block=128, quant_a="offset", quant_w="offset",
+                   skip=("lm_head",), fuse_mlp=True):
+    """Quantizes `model` in place: every torch.nn.Linear but those `skip` names becomes a qjit module made
+    from its weights, on its device.
+
+    scheme "int4": QuantLinear.from_float (4 bits per group of `group_size` inputs, integer zero points);
+    "w8a8": W8A8Linear.from_float (int8 per block of `block`, rules quant_a and quant_w); "fp8":
+    W8A8Linear.from_float(format="e4m3"). skip: module names or fnmatch patterns, matched against the whole
+    name or its last part (the default leaves the output head in float; embeddings are no Linear and stay
+    too). fuse_mlp (int4): each Llama-style MLP becomes a GatedMLP (gate and up in one fused_ffn launch
+    where rows allow). A layer whose shape the scheme cannot take raises ValueError naming it, before any
+    layer is replaced. Returns {name: qjit module} of the layers replaced, in model order
+    (load_dequantized makes the float twin that tests compare against)."""
+    _choice("quantize_model", "scheme", scheme, SCHEMES)
+    fmt = "e4m3" if scheme == "fp8" else "int8"
+    layers = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and not _skipped(n, skip)]
+    for name, lin in layers:  # every layer checked (its module's arguments, on meta) before any is replaced
+        k, n = lin.in_features, lin.out_features
+        try:
+            if scheme == "int4":
+                _native_fits("QuantLinear", k, n, group_size)
+            else:
+                W8A8Linear(k, n, block=block, quant_a=quant_a, quant_w=quant_w, format=fmt, device="meta")
+        except ValueError as e:
+            raise ValueError("quantize_model: layer %s (in_features=%d, out_features=%d): %s; skip=[%r] leaves it "
+                             "in float" % (name, k, n, e, name)) from None
+    replaced = {}
+    for name, lin in layers:
+        if scheme == "int4":
+            new = QuantLinear.from_float(lin, group_size=group_size)
+        else:
+            new = W8A8Linear.from_float(lin, block=block, quant_a=quant_a, quant_w=quant_w, format=fmt)
+        _replace(model, name, new)
+        replaced[name] = new
+    if fuse_mlp:
+        _fuse_mlps(model)
+    return replaced
+
+
+LoadResult = namedtuple("LoadResult", "replaced missing unexpected")
+LoadResult.__doc__ = """What load_quantized did: replaced, {layer name: QuantLinear}; missing, the names of the
+model's tensors the checkpoint did not give (tied copies of a loaded tensor left out); unexpected, the
+checkpoint's tensors the model has no place for (left unread)."""
+
+
+def _no_layer(name, model, linears):
+    close = difflib.get_close_matches(name, linears, n=3)
+    return ValueError("load_quantized: checkpoint layer %s is no torch.nn.Linear of %s%s" % (
+        name, type(model).__name__, "; its closest are %s" % ", ".join(close) if close
+        else " (its Linear layers are named like %s)" % (linears[0] if linears else "nothing: it has none")))
+
+
+def load_quantized(model, checkpoint, *, config=None, from_=None, fuse_mlp=True):
+    """Loads a 4-bit AWQ or GPTQ checkpoint (.safetensors) into `model`, a transformers model (or any module)
+    of the checkpoint's architecture, in place: each quantized layer PREFIX (PREFIX.qweight, .qzeros, .scales)
+    replaces the torch.nn.Linear named PREFIX with a QuantLinear (`qjit repack --checkpoint` makes the native
+    tensors, bit-exact, in a temporary folder; needs the `qjit` command); each other tensor of the file is
+    copied into the model's parameter or buffer of that name (a Linear's bias too); with fuse_mlp, each
+    Llama-style MLP becomes a GatedMLP. A file that `qjit repack --checkpoint` wrote (metadata format
+    qjit-native) is read as it is.
+
+    config: the checkpoint's config.json, whose quantization_config gives the method and is checked; else
+    from_="awq" or "gptq"; else model.config.quantization_config when the model has one. A layer the model
+    has no Linear for, or whose shape differs, raises ValueError naming it, before anything is replaced.
+    Returns a LoadResult."""
+    entries, meta = st.read_header(checkpoint)
+    if (meta or {}).get("format") == "qjit-native":
+        return _load_native(model, checkpoint, fuse_mlp)
+    with tempfile.TemporaryDirectory(prefix="qjit_load_") as tmp:
+        if config is None and from_ is None:
+            qc = getattr(getattr(model, "config", None), "quantization_config", None)
+            if qc is None:
+                raise ValueError("load_quantized: %s is not a qjit-native file and nothing says its method: pass "
+                                 "config= (its config.json) or from_='awq' or 'gptq'" % checkpoint)
+            config = os.path.join(tmp, "config.json")
+            with open(config, "w") as f:
+                json.dump({"quantization_config": qc if isinstance(qc, dict) else qc.to_dict()}, f)
+        native = os.path.join(tmp, "native.safetensors")
+        _cli.repack_checkpoint(checkpoint, native, config=config, from_=from_)
+        return _load_native(model, native, fuse_mlp)
+
+
+def _load_native(model, path, fuse_mlp):
+    entries, _ = st.read_header(path)
+    prefixes = {name[:-len(".qweight")] for name in entries if name.endswith(".qweight")}
+    modules = dict(model.named_modules())
+    linears = [n for n, m in modules.items() if isinstance(m, torch.nn.Linear)]
+    for prefix in sorted(prefixes.difference(linears)):
+        raise _no_layer(prefix, model, linears)
+    plan = []
+    for prefix in (n for n in linears if n in prefixes):  # in model order; every layer checked before any is replaced
+        lin = modules[prefix]
+        names = [prefix + ".qweight", prefix + ".scales"] + ([prefix + ".zeros"] if prefix + ".zeros" in entries
+                                                             else [])
+        groups, n = entries[prefix + ".scales"][1]
+        words = numel(entries[prefix + ".qweight"][1])
+        k = words * 8 // n if n else 0
+        if (k, n) != (lin.in_features, lin.out_features):
+            raise ValueError("load_quantized: layer %s is [K, N] = [%d, %d] in the checkpoint (%d words, scales "
+                             "[%d, %d]) but the model's Linear has in_features=%d, out_features=%d"
+                             % (prefix, k, n, words, groups, n, lin.in_features, lin.out_features))
+        plan.append((prefix, lin, names))
+    taken = {name for _, _, names in plan for name in names}
+    state = model.state_dict(keep_vars=True)  # a replaced Linear's bias keeps its name and shape
+    others = [name for name in entries if name not in taken]
+    unexpected = [name for name in others if name not in state]
+    wanted = [name for name in others if name in state]
+    for name in wanted:
+        shape, have = entries[name][1], tuple(state[name].shape)
+        if shape != have:
+            raise ValueError("load_quantized: tensor %s is %s in the checkpoint but %s in the model"
+                             % (name, list(shape), list(have)))
+    replaced = {}
+    for prefix, lin, names in plan:
+        t = {name: st.to_torch(v) for name, v in st.read(path, names).items()}
+        bias = lin.bias.detach().clone() if lin.bias is not None else None
+        new = QuantLinear.from_native(t[names[0]], t[names[1]], t.get(prefix + ".zeros"), bias,
+                                      device=lin.weight.device)
+        _replace(model, prefix, new)
+        replaced[prefix] = new
+    state = model.state_dict(keep_vars=True)
+    loaded = set()
+    with torch.no_grad():
+        for name in wanted:
+            target = state[name]
+            target.copy_(st.to_torch(st.read(path, [name])[name]))
+            loaded.add(target.data_ptr())
+    missing = [name for name, v in state.items() if name not in taken and name not in wanted
+               and v.data_ptr() not in loaded]
+    if fuse_mlp:
+        _fuse_mlps(model)
+    return LoadResult(replaced, missing, unexpected)
+
+
+def load_dequantized(model, replaced):
+    """Writes into float `model` each replaced layer's dequantized_weight() (and its bias), by name: given a
+    copy of the model taken before quantize_model or load_quantized, it makes the float twin that multiplies
+    exactly the weights the kernels do (the reference of qjit's tests and benchmarks). Returns model."""
+    with torch.no_grad():
+        for name, m in replaced.items():
+            lin = model.get_submodule(name)
+            lin.weight.copy_(m.dequantized_weight())
+            if m.bias is not None:
+                lin.bias.copy_(m.bias)
+    return model
+
+
+__all__ = ["QuantLinear", "FusedFFN", "QuantGRU", "W8A8Linear", "QConv2d", "GatedMLP", "quantize_model",
+           "load_quantized", "load_dequantized", "LoadResult", "SCHEMES"]
