@@ -17,6 +17,15 @@
 - QConv2d: an nn.Conv2d with int4 or int8 weights per output channel and
   block of input channels (qconv2d) on fp16/fp32 input, contiguous (NCHW) or
   channels_last (NHWC), from a float nn.Conv2d (`from_float`, qjit.conv).
+- GatedMLP: a Llama-style MLP, down(SiLU(gate(x)) ⊙ up(x)), gate and up as a
+  FusedFFN.
+
+Whole models (a transformers model, or any module): quantize_model turns
+every nn.Linear of a float model into QuantLinear, W8A8Linear or its e4m3
+format; load_quantized maps an AWQ/GPTQ checkpoint's layers to the model's
+Linears by name; both make each Llama-style MLP of 4-bit layers a GatedMLP.
+load_dequantized writes the weights the kernels multiply into a float copy
+(the twin tests and benchmarks compare against).
 
 Each module keeps its tensors as buffers of fixed shapes given by its
 constructor's arguments, so a module built with the same arguments loads
