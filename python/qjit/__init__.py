@@ -10,7 +10,7 @@ ops and qjit.nn, the library is loaded by the first op (see
 qjit._lib.find_library for where it is looked for). Importing qjit.nn or
 qjit.custom_ops registers the ops as torch.ops.qjit.* for torch.compile.
 """
-from . import awq, conv, safetensors, w8a8
+from . import awq, conv, safetensors, w8a8, wq
 from ._cli import import_shipped, repack_checkpoint, tune
 from ._lib import QjitArgumentError, QjitError, find_cli, find_library, preload, set_cache_path
 from .ops import awq_dequant, fp_lut, fused_ffn, gru_quant, qconv2d, w8a8_gemm, wq_gemm
@@ -18,7 +18,7 @@ from .ops import awq_dequant, fp_lut, fused_ffn, gru_quant, qconv2d, w8a8_gemm, 
 __version__ = "0.1.0"
 
 __all__ = ["QjitError", "QjitArgumentError", "wq_gemm", "awq_dequant", "fused_ffn", "fp_lut", "gru_quant", "w8a8_gemm", "qconv2d", "tune", "import_shipped",
-           "repack_checkpoint", "set_cache_path", "preload", "find_library", "find_cli", "safetensors", "awq", "w8a8", "conv",
+           "repack_checkpoint", "set_cache_path", "preload", "find_library", "find_cli", "safetensors", "awq", "w8a8", "wq", "conv",
            "nn", "custom_ops"]
 
 

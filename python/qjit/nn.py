@@ -2,8 +2,9 @@
 
 - QuantLinear: y = x·Wᵀ (+ bias) with W group-quantized in qjit's native
   layout (wq_gemm). From AWQ tensors (`from_awq`, repacked by the `qjit`
-  command, bit-exact) or a checkpoint `qjit repack --checkpoint` wrote
-  (`from_checkpoint`).
+  command, bit-exact), a checkpoint `qjit repack --checkpoint` wrote
+  (`from_checkpoint`) or a float nn.Linear (`from_float`: 4 bits per group
+  with integer zero points, packed in torch by qjit.wq).
 - FusedFFN: SiLU(x·W1ᵀ) ⊙ (x·W3ᵀ), a Llama MLP's gate and up projections, in
   one fused_ffn launch for 1..8 rows; more rows take two wq_gemm calls (or two
   dense matmuls) and torch's silu, the kernels that serve large M.
@@ -11,10 +12,20 @@
   convention on float input, from `qjit gru calibrate`'s params and weights.
 - W8A8Linear: y = x·Wᵀ (+ bias) with W int8 per output channel and block of
   K and x quantized on the fly per row and block (w8a8_gemm), from a float
-  nn.Linear (`from_float`, qjit.w8a8.pack_weights).
+  nn.Linear (`from_float`, qjit.w8a8.pack_weights); or both in FP8 e4m3
+  (format="e4m3": W per 128 × 128 tile, x per row and block of 128).
 - QConv2d: an nn.Conv2d with int4 or int8 weights per output channel and
   block of input channels (qconv2d) on fp16/fp32 input, contiguous (NCHW) or
   channels_last (NHWC), from a float nn.Conv2d (`from_float`, qjit.conv).
+- GatedMLP: a Llama-style MLP, down(SiLU(gate(x)) ⊙ up(x)), gate and up as a
+  FusedFFN.
+
+Whole models (a transformers model, or any module): quantize_model turns
+every nn.Linear of a float model into QuantLinear, W8A8Linear or its e4m3
+format; load_quantized maps an AWQ/GPTQ checkpoint's layers to the model's
+Linears by name; both make each Llama-style MLP of 4-bit layers a GatedMLP.
+load_dequantized writes the weights the kernels multiply into a float copy
+(the twin tests and benchmarks compare against).
 
 Each module keeps its tensors as buffers of fixed shapes given by its
 constructor's arguments, so a module built with the same arguments loads
@@ -28,10 +39,13 @@ calls qjit.ops' functions directly (a custom op called eagerly adds torch's
 dispatcher) and reads its tensors from the module's buffer dict (_tensors:
 Module.__getattr__ costs about 0.5 µs a buffer).
 """
+import difflib
+import fnmatch
 import json
 import operator
 import os
 import tempfile
+from collections import namedtuple
 
 try:
     import torch
@@ -43,6 +57,8 @@ from . import _cli
 from . import conv as _conv
 from . import safetensors as st
 from . import w8a8 as _w8a8
+from . import wq as _wq
+from ._check import numel
 from .custom_ops import ops as _qjit  # torch.ops.qjit (or what says why it is not registered)
 from .ops import fused_ffn, gru_quant, qconv2d, w8a8_gemm, wq_gemm
 
@@ -58,6 +74,15 @@ def _tensors(m):
         return m._get(m._buffers)
     except KeyError:
         return tuple(getattr(m, name) for name in m._TENSORS)
+
+
+def _native_fits(who, k, n, group_size):
+    """Refuses what the native layout cannot hold (and from_float cannot pack): K % 64, N % 16, g dividing K."""
+    if k % 64 or n % 16:
+        raise ValueError("%s: in_features=%d, out_features=%d; the native layout needs in_features a multiple of 64 "
+                         "and out_features of 16" % (who, k, n))
+    if group_size <= 0 or k % group_size:
+        raise ValueError("%s: group_size=%d must divide in_features=%d" % (who, group_size, k))
 
 
 class QuantLinear(torch.nn.Module):
@@ -102,6 +127,29 @@ class QuantLinear(torch.nn.Module):
     def extra_repr(self):
         return "in_features=%d, out_features=%d, bits=%d, group_size=%d, zero=%s, bias=%s" % (
             self.in_features, self.out_features, self.bits, self.group_size, self.zero, self.bias is not None)
+
+    def dequantized_weight(self):
+        """W [N, K] float32 as the kernel multiplies it, (q − z)·s per group (qjit.wq.dequantize; 4 bits only)."""
+        if self.bits != 4:
+            raise NotImplementedError("QuantLinear.dequantized_weight: bits=%d; qjit.wq unpacks 4-bit weights only"
+                                      % self.bits)
+        return _wq.dequantize(self.qweight, self.scales, self.zeros, self.zero)
+
+    @classmethod
+    def from_float(cls, linear, *, group_size=128, dtype=None, act="none", device=None):
+        """From a float nn.Linear: 4-bit codes per group of `group_size` inputs with integer zero points
+        (qjit.wq.quantize: min-max, round half to even), packed in torch into the native layout (qjit.wq.pack:
+        `qjit repack`'s words, bit for bit). Scales in `dtype` (default: the weight's type if fp16 or bf16, else
+        fp16); the bias kept in the weight's type (the activations'); on `device` (default: the Linear's)."""
+        who = "QuantLinear.from_float"
+        if not isinstance(linear, torch.nn.Linear):
+            raise TypeError("%s: expected a torch.nn.Linear, got %s" % (who, type(linear).__name__))
+        _native_fits(who, linear.in_features, linear.out_features, group_size)
+        w = linear.weight.detach()
+        device = device if device is not None else w.device
+        q, scales, zeros = _wq.quantize(w.to(device), group_size, dtype)
+        bias = linear.bias.detach().to(device) if linear.bias is not None else None
+        return cls.from_native(_wq.pack(q), scales, zeros, bias, act=act, device=device)
 
     @classmethod
     def from_native(cls, qweight, scales, zeros=None, bias=None, *, bits=4, act="none", device=None):
@@ -294,13 +342,20 @@ class W8A8Linear(torch.nn.Module):
     "symmetric", which does not use it), bias [N] of `dtype` or None.
     forward(x) takes x [..., K] of `dtype` (fp16, bf16 or fp32; without a
     bias any of them) and returns y [..., N] of x's type.
+
+    format="e4m3" (compute capability 8.9+): W as FP8 e4m3 codes with one
+    scale per 128 × 128 tile and x quantized to e4m3 per row and block of
+    128 (w8a8_gemm's FP8 format, taken from wq's dtype): wq
+    torch.float8_e4m3fn [N, K], w_scale float32 [K/128, N/128], no w_offset
+    or w_sum; block 128, in_features and out_features multiples of 128;
+    quant_a and quant_w do not apply.
     """
 
     _TENSORS = ("wq", "w_scale", "w_offset", "w_sum", "bias")
     _get = operator.itemgetter(*_TENSORS)
 
     def __init__(self, in_features, out_features, bias=False, *, block=128, quant_a="offset", quant_w="offset",
-                 dtype=torch.float16, act="none", device=None):
+                 format="int8", dtype=torch.float16, act="none", device=None):
         super().__init__()
         k, n = in_features, out_features
         who = "W8A8Linear"
@@ -308,16 +363,21 @@ class W8A8Linear(torch.nn.Module):
             raise ValueError("%s: block=%d; expected 32..512 dividing in_features=%d" % (who, block, k))
         _choice(who, "quant_a", quant_a, ("offset", "symmetric"))
         _choice(who, "quant_w", quant_w, ("offset", "symmetric"))
+        _choice(who, "format", format, ("int8", "e4m3"))
         _choice(who, "act", act, _ACTS)
+        fp8 = format == "e4m3"
+        if fp8 and (block != 128 or k % 128 or n % 128):
+            raise ValueError("%s: format='e4m3' takes block=128 and in_features, out_features multiples of 128; got "
+                             "block=%d, in_features=%d, out_features=%d" % (who, block, k, n))
         self.in_features, self.out_features, self.block = k, n, block
-        self.quant_a, self.quant_w, self.act = quant_a, quant_w, act
-        blocks = (k // block, n)
-        self.register_buffer("wq", torch.zeros(n, k, dtype=torch.int8, device=device))
+        self.quant_a, self.quant_w, self.format, self.act = quant_a, quant_w, format, act
+        blocks = (k // block, n // 128 if fp8 else n)
+        self.register_buffer("wq", torch.zeros(n, k, dtype=torch.float8_e4m3fn if fp8 else torch.int8, device=device))
         self.register_buffer("w_scale", torch.ones(blocks, dtype=torch.float32, device=device))
         self.register_buffer("w_offset", torch.zeros(blocks, dtype=torch.float32, device=device)
-                             if quant_w == "offset" else None)
+                             if quant_w == "offset" and not fp8 else None)
         self.register_buffer("w_sum", torch.zeros(blocks, dtype=torch.int32, device=device)
-                             if quant_a == "offset" else None)
+                             if quant_a == "offset" and not fp8 else None)
         self.register_buffer("bias", torch.zeros(n, dtype=dtype, device=device) if bias else None)
 
     def forward(self, x):
@@ -329,27 +389,32 @@ class W8A8Linear(torch.nn.Module):
                          act=self.act)
 
     def extra_repr(self):
+        if self.format == "e4m3":
+            return "in_features=%d, out_features=%d, bias=%s, format=e4m3, act=%s" % (
+                self.in_features, self.out_features, self.bias is not None, self.act)
         return "in_features=%d, out_features=%d, bias=%s, block=%d, quant_a=%s, quant_w=%s, act=%s" % (
             self.in_features, self.out_features, self.bias is not None, self.block, self.quant_a, self.quant_w,
             self.act)
 
     def dequantized_weight(self):
-        """W [N, K] float32 as the kernel multiplies it: q·s (+ o) per block (qjit.w8a8.dequantize)."""
+        """W [N, K] float32 as the kernel multiplies it: q·s (+ o) per block, or e4m3 code · tile scale
+        (qjit.w8a8.dequantize)."""
         return _w8a8.dequantize(self.wq, self.w_scale, self.w_offset)
 
     @classmethod
-    def from_float(cls, linear, *, block=128, quant_a="offset", quant_w="offset", act="none", dtype=None,
-                   device=None):
-        """From a float nn.Linear: W quantized by qjit.w8a8.pack_weights with rule `quant_w`; the bias kept
-        in `dtype` (default: the Linear's weight type), on `device` (default: the Linear's)."""
+    def from_float(cls, linear, *, block=128, quant_a="offset", quant_w="offset", format="int8", act="none",
+                   dtype=None, device=None):
+        """From a float nn.Linear: W quantized by qjit.w8a8.pack_weights with rule `quant_w` (format "int8") or
+        to e4m3 tiles (format "e4m3"); the bias kept in `dtype` (default: the Linear's weight type), on `device`
+        (default: the Linear's)."""
         if not isinstance(linear, torch.nn.Linear):
             raise TypeError("W8A8Linear.from_float: expected a torch.nn.Linear, got %s" % type(linear).__name__)
         w = linear.weight.detach()
         dtype = dtype or w.dtype
         device = device if device is not None else w.device
         m = cls(linear.in_features, linear.out_features, linear.bias is not None, block=block, quant_a=quant_a,
-                quant_w=quant_w, dtype=dtype, act=act, device="meta")
-        wq, scale, offset, sums = _w8a8.pack_weights(w.to(device), block, quant_w)
+                quant_w=quant_w, format=format, dtype=dtype, act=act, device="meta")
+        wq, scale, offset, sums = _w8a8.pack_weights(w.to(device), block, quant_w, format)
         m.wq, m.w_scale, m.w_offset = wq, scale, offset
         m.w_sum = sums if quant_a == "offset" else None
         m.bias = linear.bias.detach().to(device=device, dtype=dtype) if linear.bias is not None else None
@@ -478,4 +543,200 @@ class QConv2d(torch.nn.Module):
         return m
 
 
-__all__ = ["QuantLinear", "FusedFFN", "QuantGRU", "W8A8Linear", "QConv2d"]
+class GatedMLP(torch.nn.Module):
+    """A Llama-style MLP, down_proj(SiLU(gate_proj(x)) ⊙ up_proj(x)), with gate and up as one FusedFFN: one
+    fused_ffn launch for 1..8 rows of x (batch × sequence, a decode step), two wq_gemm calls and torch's silu
+    for more (a prefill), then down_proj. quantize_model and load_quantized put one in place of each such MLP
+    of 4-bit layers; its QuantLinears are ffn.gate, ffn.up and down_proj."""
+
+    def __init__(self, ffn, down_proj):
+        super().__init__()
+        self.ffn, self.down_proj = ffn, down_proj
+
+    def forward(self, x):
+        return self.down_proj(self.ffn(x))
+
+
+# ---- whole models -----------------------------------------------------------------------------------------------
+
+SCHEMES = ("int4", "w8a8", "fp8")
+
+
+def _skipped(name, skip):
+    """name matches one of the fnmatch patterns in `skip`, whole or by its last part ("lm_head")."""
+    last = name.rsplit(".", 1)[-1]
+    return any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(last, p) for p in skip)
+
+
+def _replace(model, name, module):
+    parent, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, child, module)
+
+
+def _is_silu(act):
+    return isinstance(act, torch.nn.SiLU) or type(act).__name__ in ("SiLU", "SiLUActivation")
+
+
+def _fuse_mlps(model):
+    """Each module of exactly gate_proj, up_proj and down_proj (gate and up QuantLinears of one format, no bias)
+    and act_fn SiLU, as transformers' Llama, Mistral and Qwen2 MLPs are: a GatedMLP in its place."""
+    for name, m in list(model.named_modules()):
+        children = dict(m.named_children())
+        gate, up = children.get("gate_proj"), children.get("up_proj")
+        if (set(children) == {"gate_proj", "up_proj", "down_proj", "act_fn"} and _is_silu(m.act_fn)
+                and isinstance(gate, QuantLinear) and isinstance(up, QuantLinear)
+                and gate.bias is None and up.bias is None and gate.act == up.act == "none"
+                and (gate.in_features, gate.out_features, gate.bits, gate.group_size, gate.zero)
+                == (up.in_features, up.out_features, up.bits, up.group_size, up.zero)):
+            _replace(model, name, GatedMLP(FusedFFN.from_quant(gate, up), m.down_proj))
+
+
+def quantize_model(model, scheme="int4", *, group_size=128, block=128, quant_a="offset", quant_w="offset",
+                   skip=("lm_head",), fuse_mlp=True):
+    """Quantizes `model` in place: every torch.nn.Linear but those `skip` names becomes a qjit module made
+    from its weights, on its device.
+
+    scheme "int4": QuantLinear.from_float (4 bits per group of `group_size` inputs, integer zero points);
+    "w8a8": W8A8Linear.from_float (int8 per block of `block`, rules quant_a and quant_w); "fp8":
+    W8A8Linear.from_float(format="e4m3"). skip: module names or fnmatch patterns, matched against the whole
+    name or its last part (the default leaves the output head in float; embeddings are no Linear and stay
+    too). fuse_mlp (int4): each Llama-style MLP becomes a GatedMLP (gate and up in one fused_ffn launch
+    where rows allow). A layer whose shape the scheme cannot take raises ValueError naming it, before any
+    layer is replaced. Returns {name: qjit module} of the layers replaced, in model order
+    (load_dequantized makes the float twin that tests compare against)."""
+    _choice("quantize_model", "scheme", scheme, SCHEMES)
+    fmt = "e4m3" if scheme == "fp8" else "int8"
+    layers = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and not _skipped(n, skip)]
+    for name, lin in layers:  # every layer checked (its module's arguments, on meta) before any is replaced
+        k, n = lin.in_features, lin.out_features
+        try:
+            if scheme == "int4":
+                _native_fits("QuantLinear", k, n, group_size)
+            else:
+                W8A8Linear(k, n, block=block, quant_a=quant_a, quant_w=quant_w, format=fmt, device="meta")
+        except ValueError as e:
+            raise ValueError("quantize_model: layer %s (in_features=%d, out_features=%d): %s; skip=[%r] leaves it "
+                             "in float" % (name, k, n, e, name)) from None
+    replaced = {}
+    for name, lin in layers:
+        if scheme == "int4":
+            new = QuantLinear.from_float(lin, group_size=group_size)
+        else:
+            new = W8A8Linear.from_float(lin, block=block, quant_a=quant_a, quant_w=quant_w, format=fmt)
+        _replace(model, name, new)
+        replaced[name] = new
+    if fuse_mlp:
+        _fuse_mlps(model)
+    return replaced
+
+
+LoadResult = namedtuple("LoadResult", "replaced missing unexpected")
+LoadResult.__doc__ = """What load_quantized did: replaced, {layer name: QuantLinear}; missing, the names of the
+model's tensors the checkpoint did not give (tied copies of a loaded tensor left out); unexpected, the
+checkpoint's tensors the model has no place for (left unread)."""
+
+
+def _no_layer(name, model, linears):
+    close = difflib.get_close_matches(name, linears, n=3)
+    return ValueError("load_quantized: checkpoint layer %s is no torch.nn.Linear of %s%s" % (
+        name, type(model).__name__, "; its closest are %s" % ", ".join(close) if close
+        else " (its Linear layers are named like %s)" % (linears[0] if linears else "nothing: it has none")))
+
+
+def load_quantized(model, checkpoint, *, config=None, from_=None, fuse_mlp=True):
+    """Loads a 4-bit AWQ or GPTQ checkpoint (.safetensors) into `model`, a transformers model (or any module)
+    of the checkpoint's architecture, in place: each quantized layer PREFIX (PREFIX.qweight, .qzeros, .scales)
+    replaces the torch.nn.Linear named PREFIX with a QuantLinear (`qjit repack --checkpoint` makes the native
+    tensors, bit-exact, in a temporary folder; needs the `qjit` command); each other tensor of the file is
+    copied into the model's parameter or buffer of that name (a Linear's bias too); with fuse_mlp, each
+    Llama-style MLP becomes a GatedMLP. A file that `qjit repack --checkpoint` wrote (metadata format
+    qjit-native) is read as it is.
+
+    config: the checkpoint's config.json, whose quantization_config gives the method and is checked; else
+    from_="awq" or "gptq"; else model.config.quantization_config when the model has one. A layer the model
+    has no Linear for, or whose shape differs, raises ValueError naming it, before anything is replaced.
+    Returns a LoadResult."""
+    entries, meta = st.read_header(checkpoint)
+    if (meta or {}).get("format") == "qjit-native":
+        return _load_native(model, checkpoint, fuse_mlp)
+    with tempfile.TemporaryDirectory(prefix="qjit_load_") as tmp:
+        if config is None and from_ is None:
+            qc = getattr(getattr(model, "config", None), "quantization_config", None)
+            if qc is None:
+                raise ValueError("load_quantized: %s is not a qjit-native file and nothing says its method: pass "
+                                 "config= (its config.json) or from_='awq' or 'gptq'" % checkpoint)
+            config = os.path.join(tmp, "config.json")
+            with open(config, "w") as f:
+                json.dump({"quantization_config": qc if isinstance(qc, dict) else qc.to_dict()}, f)
+        native = os.path.join(tmp, "native.safetensors")
+        _cli.repack_checkpoint(checkpoint, native, config=config, from_=from_)
+        return _load_native(model, native, fuse_mlp)
+
+
+def _load_native(model, path, fuse_mlp):
+    entries, _ = st.read_header(path)
+    prefixes = {name[:-len(".qweight")] for name in entries if name.endswith(".qweight")}
+    modules = dict(model.named_modules())
+    linears = [n for n, m in modules.items() if isinstance(m, torch.nn.Linear)]
+    for prefix in sorted(prefixes.difference(linears)):
+        raise _no_layer(prefix, model, linears)
+    plan = []
+    for prefix in (n for n in linears if n in prefixes):  # in model order; every layer checked before any is replaced
+        lin = modules[prefix]
+        names = [prefix + ".qweight", prefix + ".scales"] + ([prefix + ".zeros"] if prefix + ".zeros" in entries
+                                                             else [])
+        groups, n = entries[prefix + ".scales"][1]
+        words = numel(entries[prefix + ".qweight"][1])
+        k = words * 8 // n if n else 0
+        if (k, n) != (lin.in_features, lin.out_features):
+            raise ValueError("load_quantized: layer %s is [K, N] = [%d, %d] in the checkpoint (%d words, scales "
+                             "[%d, %d]) but the model's Linear has in_features=%d, out_features=%d"
+                             % (prefix, k, n, words, groups, n, lin.in_features, lin.out_features))
+        plan.append((prefix, lin, names))
+    taken = {name for _, _, names in plan for name in names}
+    state = model.state_dict(keep_vars=True)  # a replaced Linear's bias keeps its name and shape
+    others = [name for name in entries if name not in taken]
+    unexpected = [name for name in others if name not in state]
+    wanted = [name for name in others if name in state]
+    for name in wanted:
+        shape, have = entries[name][1], tuple(state[name].shape)
+        if shape != have:
+            raise ValueError("load_quantized: tensor %s is %s in the checkpoint but %s in the model"
+                             % (name, list(shape), list(have)))
+    replaced = {}
+    for prefix, lin, names in plan:
+        t = {name: st.to_torch(v) for name, v in st.read(path, names).items()}
+        bias = lin.bias.detach().clone() if lin.bias is not None else None
+        new = QuantLinear.from_native(t[names[0]], t[names[1]], t.get(prefix + ".zeros"), bias,
+                                      device=lin.weight.device)
+        _replace(model, prefix, new)
+        replaced[prefix] = new
+    state = model.state_dict(keep_vars=True)
+    loaded = set()
+    with torch.no_grad():
+        for name in wanted:
+            target = state[name]
+            target.copy_(st.to_torch(st.read(path, [name])[name]))
+            loaded.add(target.data_ptr())
+    missing = [name for name, v in state.items() if name not in taken and name not in wanted
+               and v.data_ptr() not in loaded]
+    if fuse_mlp:
+        _fuse_mlps(model)
+    return LoadResult(replaced, missing, unexpected)
+
+
+def load_dequantized(model, replaced):
+    """Writes into float `model` each replaced layer's dequantized_weight() (and its bias), by name: given a
+    copy of the model taken before quantize_model or load_quantized, it makes the float twin that multiplies
+    exactly the weights the kernels do (the reference of qjit's tests and benchmarks). Returns model."""
+    with torch.no_grad():
+        for name, m in replaced.items():
+            lin = model.get_submodule(name)
+            lin.weight.copy_(m.dequantized_weight())
+            if m.bias is not None:
+                lin.bias.copy_(m.bias)
+    return model
+
+
+__all__ = ["QuantLinear", "FusedFFN", "QuantGRU", "W8A8Linear", "QConv2d", "GatedMLP", "quantize_model",
+           "load_quantized", "load_dequantized", "LoadResult", "SCHEMES"]

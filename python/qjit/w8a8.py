@@ -87,8 +87,12 @@ def _pack_e4m3(w, block):
 
 def dequantize(wq, w_scale, w_offset=None):
     """The weights w8a8_gemm multiplies: float32 W [N, K] = q·scale (+ offset) of each code's block
-    (w_scale, w_offset block-major [K/block, N] as pack_weights returns them; None: symmetric)."""
+    (w_scale, w_offset block-major [K/block, N] as pack_weights returns them; None: symmetric), or for e4m3
+    codes (torch.float8_e4m3fn) code·scale of each 128 × 128 tile (w_scale [K/128, N/128])."""
     n, k = (int(s) for s in wq.shape)
+    if str(wq.dtype) == "torch.float8_e4m3fn":
+        t = wq.float().reshape(n // 128, 128, k // 128, 128) * w_scale.float().t()[:, None, :, None]
+        return t.reshape(n, k)
     blocks = int(w_scale.shape[0])
     q = wq.float().reshape(n, blocks, k // blocks)
     w = q * w_scale.float().t()[..., None]

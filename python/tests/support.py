@@ -162,3 +162,26 @@ class TorchAsCuda:
             delattr(torch.Tensor, name)
         ops._launch = self.saved_launch
         return False
+
+
+def tiny_llama(seed=0, dtype=None, device="cpu", **overrides):
+    """A small random transformers LlamaForCausalLM, built from a LlamaConfig (nothing downloaded), in eval mode:
+    2 layers, hidden 256 (4 heads of 64, 2 KV heads), intermediate 512, vocabulary 512, untied head, no EOS
+    (generate runs every step asked). Every Linear fits each scheme of qjit.nn.quantize_model (K and N
+    multiples of 128). `overrides` go to the LlamaConfig."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = dict(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False, bos_token_id=0,
+               eos_token_id=None, pad_token_id=0)
+    cfg.update(overrides)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(LlamaConfig(**cfg)).eval()
+    return model.to(device=device, dtype=dtype) if dtype is not None else model.to(device)
+
+
+def have_transformers():
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in ("torch", "transformers"))

@@ -1,7 +1,14 @@
-"""qjit.nn's W8A8Linear and QConv2d, and the weight packers behind them
-(qjit.w8a8, qjit.conv), on CPU tensors: run where torch imports, skipped in
-CI (no torch). The GPU side, against PyTorch, is test_gpu.py's GpuModules.
+"""qjit.nn's W8A8Linear, QConv2d and QuantLinear.from_float, and the weight
+packers behind them (qjit.w8a8, qjit.conv, qjit.wq), on CPU tensors: run where
+torch imports, skipped in CI (no torch). The GPU side, against PyTorch, is
+test_gpu.py's GpuModules.
 
+- qjit.wq.quantize equals a plain Python reference of its rule (fp32
+  arithmetic, scales rounded to fp16 or bf16, round half to even), bit for
+  bit, on groups chosen for their edges (all zero, one-signed, exact ties);
+  qjit.wq.pack against an independent decoder of the native layout (and
+  test_model.py against the `qjit repack` command's words); QuantLinear.from_float's
+  buffers and dequantized_weight, W8A8Linear's e4m3 format,
 - the qconv2d packer's bytes equal those tests/test_qconv2d.cpp asserts for
   the C++ packer (pack_qconv2d_weights) on the same codes; round trips; the
   quantization rules (error within half a step, range, degenerate blocks),
@@ -12,6 +19,7 @@ CI (no torch). The GPU side, against PyTorch, is test_gpu.py's GpuModules.
   a buffer replaced by a Parameter still read.
 """
 import os
+import struct
 import sys
 import unittest
 
@@ -23,7 +31,7 @@ from support import TorchAsCuda  # noqa: E402
 
 try:
     import torch
-    from qjit import conv, w8a8
+    from qjit import conv, w8a8, wq
 except ImportError:
     torch = None
 
@@ -112,6 +120,126 @@ class W8a8Packing(unittest.TestCase):
             step = s.t().repeat_interleave(64, 1)
             self.assertTrue(bool(((deq - w).abs() <= step * 0.5001 + 1e-6).all()), rule)
             self.assertTrue(torch.equal(sums, wq.int().reshape(48, 4, 64).sum(-1).t()), rule)
+
+
+def f32(v):
+    return struct.unpack("<f", struct.pack("<f", v))[0]
+
+
+def rounded(v, dtype):
+    """v (a float32 value) rounded to nearest even in fp16 or bf16."""
+    if dtype is torch.float16:
+        return struct.unpack("<e", struct.pack("<e", v))[0]
+    b = struct.unpack("<I", struct.pack("<f", v))[0]
+    b = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
+    return struct.unpack("<f", struct.pack("<I", b << 16))[0]
+
+
+def reference_quantize(w, g, dtype):
+    """qjit.wq's rule written out on Python floats, group by group: (q [K][N], s [K/g][N], z [K/g][N]) as lists.
+    A float32 operation is the double one rounded to float32 (exact for +, −, ×, ÷ of float32 operands)."""
+    n, k = len(w), len(w[0])
+    q = [[0] * n for _ in range(k)]
+    s = [[0.0] * n for _ in range(k // g)]
+    z = [[0] * n for _ in range(k // g)]
+    for row in range(n):
+        for grp in range(k // g):
+            vals = w[row][grp * g:(grp + 1) * g]
+            lo, hi = min(min(vals), 0.0), max(max(vals), 0.0)
+            scale = rounded(f32(f32(hi - lo) / 15.0), dtype) or 1.0
+            zero = min(max(round(f32(-lo / scale)), 0), 15)
+            s[grp][row], z[grp][row] = scale, zero
+            for i, v in enumerate(vals):
+                q[grp * g + i][row] = min(max(round(f32(v / scale)) + zero, 0), 15)
+    return q, s, z
+
+
+def edge_weights(n, k, seed):
+    """float32 W [N, K] ~ N(0, 0.05²), with row 0's first group all zero, row 1's all positive, row 2's all
+    negative, and row 3's first group on exact ties: range [−0.5, 0.4375] (s = 1/16 exactly, z = 8) holding
+    every multiple of 1/32 in it, so that half of w/s are halves."""
+    w = torch.randn(n, k, generator=torch.Generator().manual_seed(seed)) * 0.05
+    w[0, :128] = 0
+    w[1, :128] = w[1, :128].abs() + 0.01
+    w[2, :128] = -w[2, :128].abs() - 0.01
+    w[3, :128] = torch.arange(128).remainder(31).sub(16).float() / 32
+    w[3, 0], w[3, 1] = -0.5, 0.4375
+    return w
+
+
+@unittest.skipUnless(torch, "needs torch")
+class WqPacking(unittest.TestCase):
+    def test_quantize_equals_the_plain_reference(self):
+        w = edge_weights(16, 256, 1)
+        for dtype in (torch.float16, torch.bfloat16):
+            q, s, z = wq.quantize(w, 128, dtype)
+            self.assertEqual((q.dtype, s.dtype, z.dtype, tuple(q.shape), tuple(s.shape)),
+                             (torch.uint8, dtype, torch.uint8, (256, 16), (2, 16)))
+            rq, rs, rz = reference_quantize(w.tolist(), 128, dtype)
+            self.assertEqual(q.tolist(), rq, dtype)
+            self.assertEqual(s.float().tolist(), rs, dtype)
+            self.assertEqual(z.tolist(), rz, dtype)
+            self.assertEqual((q[:128, 0].tolist(), float(s[0, 0])), ([0] * 128, 1.0))  # an all-zero group
+            self.assertEqual((int(z[0, 1]), int(z[0, 2]), int(z[0, 3])), (0, 15, 8))  # one-signed, and the ties
+            self.assertEqual(float(s[0, 3]), 1 / 16)
+            self.assertEqual(sorted(set(q[:128, 3].tolist())), list(range(16)))  # w/s = −8, −7.5, ..., 7
+            # each value within half a step of its code's (a scale rounded down may push the top value a rounding
+            # of the scale past the last code)
+            wd = (q.float() - z.float().repeat_interleave(128, 0)) * s.float().repeat_interleave(128, 0)
+            self.assertTrue(bool(((wd.t() - w).abs() <= s.float().t().repeat_interleave(128, 1) * 0.501).all()))
+
+    def test_pack_unpack_and_an_independent_decoder(self):
+        from test_safetensors_repack import decode_native4
+
+        q = torch.randint(0, 16, (128, 48), generator=torch.Generator().manual_seed(2))
+        words = wq.pack(q)
+        self.assertEqual((words.dtype, tuple(words.shape)), (torch.int32, (128 * 48 // 8,)))
+        self.assertEqual(decode_native4([v & 0xFFFFFFFF for v in words.tolist()], 128, 48), q.flatten().tolist())
+        self.assertTrue(torch.equal(wq.unpack(words, 128, 48), q.to(torch.uint8)))
+        self.assertTrue(torch.equal(wq.unpack(words.view(torch.uint32), 128, 48), q.to(torch.uint8)))
+        for bad, words_ in ((torch.full((64, 16), 16), "codes outside 0..15"), (torch.zeros(96, 16), "K a multiple of 64"),
+                            (torch.zeros(64, 8), "N of 16")):
+            with self.assertRaisesRegex(ValueError, words_):
+                wq.pack(bad)
+
+    def test_quant_linear_from_float(self):
+        lin = torch.nn.Linear(256, 64, bias=True).half()
+        m = qjit.nn.QuantLinear.from_float(lin)
+        q, s, z = wq.quantize(lin.weight, 128)
+        self.assertTrue(torch.equal(m.qweight, wq.pack(q)) and torch.equal(m.scales, s) and torch.equal(m.zeros, z))
+        self.assertTrue(torch.equal(m.bias, lin.bias.detach()))
+        self.assertEqual((m.in_features, m.out_features, m.group_size, m.zero, m.scales.dtype),
+                         (256, 64, 128, "int", torch.float16))
+        exact = ((q.float() - z.float().repeat_interleave(128, 0)) * s.float().repeat_interleave(128, 0)).t()
+        self.assertTrue(torch.equal(m.dequantized_weight(), exact))
+        m32 = qjit.nn.QuantLinear.from_float(torch.nn.Linear(256, 64, bias=True), group_size=64)
+        self.assertEqual((m32.scales.dtype, m32.bias.dtype, m32.group_size), (torch.float16, torch.float32, 64))
+        fresh = qjit.nn.QuantLinear(256, 64, bias=True)
+        fresh.load_state_dict(m.state_dict())
+        self.assertTrue(torch.equal(fresh.dequantized_weight(), exact))
+        for lin, kwargs, words in ((torch.nn.Linear(96, 64), {}, "in_features=96, out_features=64; the native"),
+                                   (torch.nn.Linear(256, 40), {}, "out_features=40"),
+                                   (torch.nn.Linear(256, 64), dict(group_size=96), "group_size=96 must divide")):
+            with self.assertRaisesRegex(ValueError, words):
+                qjit.nn.QuantLinear.from_float(lin, **kwargs)
+        with self.assertRaisesRegex(TypeError, "expected a torch.nn.Linear, got Conv2d"):
+            qjit.nn.QuantLinear.from_float(torch.nn.Conv2d(4, 4, 1))
+
+    def test_w8a8_linear_e4m3(self):
+        lin = torch.nn.Linear(256, 128, bias=True).half()
+        m = qjit.nn.W8A8Linear.from_float(lin, format="e4m3")
+        wq8, ws, _, _ = w8a8.pack_weights(lin.weight.detach(), format="e4m3")
+        self.assertTrue(torch.equal(m.wq.view(torch.uint8), wq8.view(torch.uint8)) and torch.equal(m.w_scale, ws))
+        self.assertEqual((m.w_offset, m.w_sum, m.format), (None, None, "e4m3"))
+        self.assertIn("format=e4m3", repr(m))
+        tiles = (wq8.float().view(1, 128, 2, 128) * ws.t()[:, None, :, None]).view(128, 256)
+        self.assertTrue(torch.equal(m.dequantized_weight(), tiles))
+        fresh = qjit.nn.W8A8Linear(256, 128, bias=True, format="e4m3")
+        fresh.load_state_dict(m.state_dict())
+        self.assertTrue(torch.equal(fresh.dequantized_weight(), tiles))
+        with self.assertRaisesRegex(ValueError, "format='e4m3' takes block=128 and in_features, out_features "
+                                                "multiples of 128; got block=128, in_features=256, out_features=64"):
+            qjit.nn.W8A8Linear(256, 64, format="e4m3")
 
 
 def record(m, x):
