@@ -58,5 +58,6 @@ void add_repack(CLI::App& app, int& rc);
 void add_lut(CLI::App& app, int& rc);
 void add_gru(CLI::App& app, int& rc);
 void add_w8a8(CLI::App& app, int& rc);
+void add_ops(CLI::App& app, int& rc);
 
 }  // namespace qjit::cli

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   add_repack(app, rc);
   add_gru(app, rc);
   add_w8a8(app, rc);
+  add_ops(app, rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

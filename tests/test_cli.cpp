@@ -101,7 +101,7 @@ TEST_CASE("cli: --help everywhere, unknown subcommands", "[cli]") {
   CHECK(top.exit_code == 0);
   CHECK(contains(top.out, "Usage"));
   CHECK(contains(top.out, "Exit codes"));
-  for (const char* sub : {"tune", "bench", "source", "list", "show", "doctor", "export", "import"}) {
+  for (const char* sub : {"tune", "bench", "source", "list", "show", "doctor", "export", "import", "ops"}) {
     auto r = run_qjit(std::string(sub) + " --help", cache);
     INFO(sub << ": " << describe(r));
     CHECK(r.exit_code == 0);
@@ -119,6 +119,15 @@ TEST_CASE("cli: --help everywhere, unknown subcommands", "[cli]") {
   auto badflag = run_qjit("list --no-such-flag", cache);
   CHECK(badflag.exit_code == 2);
   CHECK(contains(badflag.err, "--no-such-flag"));
+  // qjit ops: every op's keys and arguments as codegen defines them; an unknown op is named.
+  auto ops = run_qjit("ops --op w8a8_gemm", cache);
+  INFO(describe(ops));
+  CHECK(ops.exit_code == 0);
+  CHECK(contains(ops.out, "format (int8|e4m3), default \"int8\""));
+  CHECK(contains(ops.out, "arguments: x wq w_scale w_offset w_sum bias y m (int)"));
+  auto no_op = run_qjit("ops --op w4a4_gemm --json", cache);
+  CHECK(no_op.exit_code == 2);
+  CHECK(contains(no_op.err, "unknown op 'w4a4_gemm'"));
   // help and usage errors never create the cache
   CHECK_FALSE(fs::exists(cache));
 }
