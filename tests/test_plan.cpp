@@ -203,6 +203,9 @@ TEST_CASE("every family's kernels take the parameters their plans pass (PTX decl
       {"qconv2d:n=2,ci=64,h=14,w=14,co=64,pad_h=1,pad_w=1",
        {{"family", "igemm_ring"}, {"bm", 64}, {"bn", 64}, {"bk", 64}, {"warps_m", 2}, {"warps_n", 2}, {"stages", 3},
         {"split", 2}}},
+      {"qconv2d:n=1,ci=64,h=14,w=14,co=64,pad_h=1,pad_w=1,layout=nhwc,bits=8",
+       {{"family", "igemm_ring"}, {"bm", 64}, {"bn", 64}, {"bk", 32}, {"warps_m", 2}, {"warps_n", 2}, {"stages", 4},
+        {"split", 1}, {"predeq", 1}}},
   };
   std::vector<test::CompileJob> jobs;
   for (const auto& [text, config] : cases) {

@@ -67,7 +67,7 @@ TEST_CASE("qconv2d space: families, pruning, legality of every candidate", "[qco
   }
   CHECK(families == std::set<std::string>{"direct", "implicit_gemm", "igemm_ring"});
   CHECK(space.size() >= 10);
-  CHECK(space.size() <= 90);
+  CHECK(space.size() <= 120);  // (each unsplit ring config twice: its weights dequantised per block or per call)
   INFO(space.size() << " candidates");
   CHECK(op.default_config(spec).at("family") == "implicit_gemm");
   // ci without 32 has no igemm_ring; nchw fp16 x has it (through a transpose step).
@@ -126,6 +126,29 @@ TEST_CASE("qconv2d space: families, pruning, legality of every candidate", "[qco
     CHECK(p.workspace_fixed == xt + 256);  // one counter per tile, rounded
     CHECK(r.geometry.workspace_per_block == 64 * 64 * 4);
     CHECK(op.plan(nchw, ring).workspace_fixed == xt);
+    // predeq: a second step dequantises the weights to fp16 after the transposed x; the ring reads them in
+    // place of qweight, and its own workspace follows them.
+    auto pre = split2;
+    pre["predeq"] = 1;
+    const auto pp = op.plan(nchw, pre);
+    REQUIRE(pp.kernels.size() == 3);
+    REQUIRE(pp.steps.size() == 3);
+    CHECK(pp.kernels[1].symbol == "qjit_qconv2d_dequant_w");
+    const size_t wh = (32 * 9 * 64 * 2 + 255) / 256 * 256;
+    CHECK(pp.kernels[1].geometry.grid[0] == (32 * 9 * 64 / 8 + 255) / 256);
+    CHECK((pp.kernels[1].params[0].arg == "qweight" && pp.kernels[1].params[3].offset == xt));
+    const auto& pr = pp.kernels[2];
+    CHECK((pr.params[1].kind == codegen::KernelParam::Kind::workspace && pr.params[1].offset == xt));
+    CHECK(pr.params.back().offset == xt + wh);
+    CHECK(pp.workspace_fixed == xt + wh + 256);
+    CHECK(pr.geometry.dynamic_smem == 3 * (64 * 64 * 2 + 64 * 64 * 2));  // both tiles in fp16, no dequant buffers
+    // The key is left out at 0 (configs made before it keep their form); both kinds are in the space.
+    int with = 0, without = 0;
+    for (const auto& c : op.tunable_space(nchw))
+      if (c.at("family") == "igemm_ring") (c.contains("predeq") ? with : without) += 1;
+    CHECK((with > 0 && without > with));
+    pre["predeq"] = 2;
+    CHECK_THROWS_WITH(op.validate_config(nchw, pre), Catch::Contains("predeq must be 0 or 1"));
     const auto src = codegen::generate_source(nchw, ring);
     const auto built = codegen::compile(src, "sm_90");
     INFO(built.log);

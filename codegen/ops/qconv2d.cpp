@@ -114,22 +114,33 @@ struct RingConfig {
   int warps_m, warps_n;   // warps along M and N
   int stages;             // cp.async ring depth
   int split;              // blocks per output tile along K (1: none), summed in order by the last one
+  // 1: the weights dequantised once per call by a step before (into the workspace), the ring copying fp16
+  // tiles; 0: each block dequantises its tiles. A key added later: left out of the JSON at 0.
+  int predeq = 0;
   static RingConfig from(const nlohmann::json& j) {
     const std::string what = "qconv2d igemm_ring config";
-    if (!j.is_object() || j.size() != 8)
-      throw Error("config", what + " needs family, bm, bn, bk, warps_m, warps_n, stages, split: " + json_excerpt(j));
+    const bool with_predeq = j.is_object() && j.contains("predeq");
+    if (!j.is_object() || j.size() != (with_predeq ? 9u : 8u))
+      throw Error("config", what + " needs family, bm, bn, bk, warps_m, warps_n, stages, split (and predeq): " +
+                                json_excerpt(j));
     return {config_int(j, "bm", what),      config_int(j, "bn", what),      config_int(j, "bk", what),
             config_int(j, "warps_m", what), config_int(j, "warps_n", what), config_int(j, "stages", what),
-            config_int(j, "split", what)};
+            config_int(j, "split", what),   with_predeq ? config_int(j, "predeq", what) : 0};
   }
   nlohmann::json to_json() const {
-    return {{"family", "igemm_ring"}, {"bm", bm},         {"bn", bn},         {"bk", bk},
-            {"warps_m", warps_m},     {"warps_n", warps_n}, {"stages", stages}, {"split", split}};
+    nlohmann::json j = {{"family", "igemm_ring"}, {"bm", bm},         {"bn", bn},         {"bk", bk},
+                        {"warps_m", warps_m},     {"warps_n", warps_n}, {"stages", stages}, {"split", split}};
+    if (predeq) j["predeq"] = predeq;
+    return j;
   }
   int threads() const { return 32 * warps_m * warps_n; }
   // The ring's slots (an fp16 A tile and the raw packed B tile each), then
-  // two dequantised fp16 B tiles (templates/qconv2d/qconv2d_igemm_ring.cu).
-  int smem_bytes(int bits) const { return stages * (bm * bk * 2 + bn * bk * bits / 8) + 2 * bn * bk * 2; }
+  // two dequantised fp16 B tiles; with predeq, slots of both tiles in fp16
+  // (templates/qconv2d/qconv2d_igemm_ring.cu).
+  int smem_bytes(int bits) const {
+    if (predeq) return stages * (bm * bk * 2 + bn * bk * 2);
+    return stages * (bm * bk * 2 + bn * bk * bits / 8) + 2 * bn * bk * 2;
+  }
   int64_t tiles(const Shape& s) const { return ((s.gemm_m() + bm - 1) / bm) * ((s.co + bn - 1) / bn); }
 };
 
@@ -149,6 +160,7 @@ std::string ring_problem(const Shape& s, const RingConfig& c, const DeviceLimits
   if (!one_of(c.warps_m, {1, 2, 4}) || !one_of(c.warps_n, {1, 2, 4})) return "warps_m and warps_n must be 1, 2 or 4";
   if (!one_of(c.stages, {3, 4, 5})) return "stages must be 3, 4 or 5";
   if (c.split < 1 || c.split > 64) return "split must be 1 to 64";
+  if (c.predeq != 0 && c.predeq != 1) return "predeq must be 0 or 1";
   if (s.ci % c.bk) return "bk=" + str(c.bk) + " does not divide ci=" + str(s.ci) + " (a chunk reads one filter tap)";
   const int wtm = c.bm / c.warps_m, wtn = c.bn / c.warps_n;
   if (wtm < 16 || wtm % 16 || wtn < 16 || wtn % 16) return "a warp's tile must be a multiple of 16 × 16";
@@ -291,6 +303,11 @@ std::vector<nlohmann::json> QConv2dOp::candidates(const OpSpec& spec, const Devi
             if ((bm / wm / 16) * (bn / wn / 8) < 4) continue;
             if (bk == 32 && stages != 4) continue;
             out.push_back(c.to_json());
+            // The weights dequantised once per call instead of once per block (tiles along M do it again
+            // each): for tiles of one split.
+            RingConfig pre = c;
+            pre.predeq = 1;
+            if (ring_problem(s, pre, device).empty()) out.push_back(pre.to_json());
             // Split-K where the output tiles leave SMs idle: about one and
             // about two blocks per SM, each split at least 4 chunks.
             const int64_t tiles = c.tiles(s), chunks = chunks_per_bk[bk == 64];
@@ -361,6 +378,8 @@ std::vector<Constant> QConv2dOp::constants(const OpSpec& spec, const nlohmann::j
     c.push_back({"int", "kWarpsN", str(r.warps_n), "tunable: warps along the columns"});
     c.push_back({"int", "kStages", str(r.stages), "tunable: cp.async ring depth"});
     c.push_back({"int", "kSplit", str(r.split), "tunable: blocks per output tile along K"});
+    c.push_back({"bool", "kPreDequant", r.predeq ? "true" : "false",
+                 "tunable: the weights dequantised once per call by a step before (fp16 in the workspace)"});
   } else if (is_gemm(config)) {
     const GemmConfig g = GemmConfig::from(config);
     c.push_back({"int", "kBM", str(g.bm), "tunable: output points per block (GEMM rows)"});
@@ -388,15 +407,19 @@ Plan QConv2dOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
     g.block[0] = static_cast<unsigned>(c.threads());
     g.dynamic_smem = static_cast<unsigned>(c.smem_bytes(s.bits));
     // nchw x: a first step transposes it to nhwc at the workspace's start,
-    // which the ring reads instead of x (templates/qconv2d/qconv2d_igemm_ring.cu).
+    // which the ring reads instead of x; predeq: a step dequantises the
+    // weights to fp16 after that, which the ring reads instead of qweight
+    // (templates/qconv2d/qconv2d_igemm_ring.cu). Then the ring's own workspace.
     const size_t xt_bytes = s.nhwc ? 0 : static_cast<size_t>(s.n * s.h * s.w * s.ci * 2 + 255) / 256 * 256;
+    const size_t wh_bytes = c.predeq ? static_cast<size_t>(s.co * s.gemm_k() * 2 + 255) / 256 * 256 : 0;
     auto ring_params = params;
     if (!s.nhwc) ring_params[0] = workspace_param(0);
-    ring_params.push_back(workspace_param(xt_bytes));
+    if (c.predeq) ring_params[1] = workspace_param(xt_bytes);
+    ring_params.push_back(workspace_param(xt_bytes + wh_bytes));
     Plan p = single_kernel_plan("qjit_qconv2d_igemm_ring", g, ring_params,
                                 {{"x", s.nhwc ? 16 : 2}, {"qweight", 16}, {"scales", 4}, {"offsets", 4},
                                  {"bias", 4, no_bias}, {"y", s.nhwc && s.co % 2 == 0 ? 4 : 2}});
-    p.workspace_fixed = xt_bytes;
+    p.workspace_fixed = xt_bytes + wh_bytes;
     if (c.split > 1) {
       // The ring's own workspace after that: a counter per output tile
       // (256-byte rounded), then bm·bn floats per block (which the runtime
@@ -404,15 +427,25 @@ Plan QConv2dOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
       p.workspace_fixed += static_cast<size_t>((tiles_m * tiles_n * 4 + 255) / 256 * 256);
       p.kernels[0].geometry.workspace_per_block = static_cast<size_t>(c.bm) * c.bn * 4;
     }
+    std::vector<KernelDef> before;  // the steps ahead of the ring, in order
     if (!s.nhwc) {
       KernelDef to_nhwc{"qjit_qconv2d_to_nhwc", KernelDef::Role::step, {}, {arg_param("x"), workspace_param(0)}, {}};
       to_nhwc.geometry.block[0] = 256;
       to_nhwc.geometry.grid[0] = static_cast<unsigned>((s.h * s.w + 31) / 32);
       to_nhwc.geometry.grid[1] = static_cast<unsigned>((s.ci + 31) / 32);
       to_nhwc.geometry.grid[2] = static_cast<unsigned>(s.n);
-      p.kernels.insert(p.kernels.begin(), to_nhwc);
-      p.steps = {{PlanStep::Kind::kernel, 0, {}}, {PlanStep::Kind::kernel, 1, {}}};
+      before.push_back(to_nhwc);
     }
+    if (c.predeq) {
+      KernelDef dequant{"qjit_qconv2d_dequant_w", KernelDef::Role::step, {}, {}, {}};
+      dequant.params = {arg_param("qweight"), arg_param("scales"), arg_param("offsets"), workspace_param(xt_bytes)};
+      dequant.geometry.block[0] = 256;
+      dequant.geometry.grid[0] = static_cast<unsigned>((s.co * s.gemm_k() / 8 + 255) / 256);
+      before.push_back(dequant);
+    }
+    p.kernels.insert(p.kernels.begin(), before.begin(), before.end());
+    p.steps.clear();
+    for (size_t k = 0; k < p.kernels.size(); ++k) p.steps.push_back({PlanStep::Kind::kernel, static_cast<int>(k), {}});
     return p;
   }
   if (is_gemm(config)) {

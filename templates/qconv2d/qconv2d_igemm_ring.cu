@@ -84,8 +84,10 @@ constexpr int kABytes = kBM * kBK * 2;        // A tile of a slot
 constexpr int kBRowBytes = kBK * kBits / 8;   // packed bytes of one output channel in a chunk
 constexpr int kBRowPieces = kBRowBytes / 16;
 constexpr int kBRawBytes = kBN * kBRowBytes;  // raw B tile of a slot
-constexpr int kSlotBytes = kABytes + kBRawBytes;
 constexpr int kBhBytes = kBN * kBK * 2;       // one dequantised B buffer
+// kPreDequant: a slot holds the fp16 B tile itself, copied from the weights
+// dequantised by the plan's step before (qjit_qconv2d_dequant_w).
+constexpr int kSlotBytes = kABytes + (kPreDequant ? kBhBytes : kBRawBytes);
 static_assert(kBRowBytes % 16 == 0, "a packed chunk row is whole 16-byte pieces");
 constexpr int kAItems = kBM * kP / kThreads;  // A pieces per thread per chunk
 static_assert(kAItems * kThreads == kBM * kP, "the threads split the A tile evenly");
@@ -152,6 +154,21 @@ __device__ __forceinline__ void queue_chunk(const half_t* __restrict__ x, const 
       cp_async16(as + swizzled(e / kP, e % kP), in ? x + (a.off[i] + shift) : x, in ? 16 : 0);
     }
     char* bs = slot + kABytes;
+    if constexpr (kPreDequant) {
+      // qweight is the fp16 weights [kCo][kK]: kBN rows of kBK halves, swizzled as the dequantised tiles.
+      constexpr int kPieces = kBN * kP;
+#pragma unroll
+      for (int i = 0; i < (kPieces + kThreads - 1) / kThreads; ++i) {
+        const int u = threadIdx.x + i * kThreads;
+        if (kPieces % kThreads != 0 && u >= kPieces) break;
+        const int n = u / kP, p = u % kP;
+        const bool live = n0 + n < kCo;
+        const unsigned char* src = qweight + (static_cast<long long>(n0 + n) * kK + chunk * kBK + p * 8) * 2;
+        cp_async16(reinterpret_cast<unsigned short*>(bs) + swizzled(n, p), live ? src : qweight, live ? 16 : 0);
+      }
+      asm volatile("cp.async.commit_group;" ::: "memory");
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < kBItems; ++i) {
       const int u = threadIdx.x + i * kThreads;
@@ -181,6 +198,38 @@ __device__ __forceinline__ float code_f32(unsigned w0, unsigned w1, int j) {
 // w = q·s + o with one fused rounding (qconv2d_common.cuh's dequant, q already fp32).
 __device__ __forceinline__ float dequant_f(float q, float s, float o) { return fmaf(q, s, o); }
 
+// 8 weights of output channel co from input channel c (one tap): their
+// kBits-wide codes at `raw`, dequantised with their blocks' (scale, offset),
+// as 4 words of two fp16 each.
+__device__ __forceinline__ uint4 dequant8(const unsigned char* raw, int co, int c, const float* __restrict__ scales,
+                                          const float* __restrict__ offsets) {
+  unsigned w0, w1 = 0;
+  if constexpr (kBits == 4) {
+    w0 = *reinterpret_cast<const unsigned*>(raw);
+  } else {
+    const uint2 v = *reinterpret_cast<const uint2*>(raw);
+    w0 = v.x, w1 = v.y;
+  }
+  const float* sp = scales + co * kGroups;
+  const float* op = offsets + co * kGroups;
+  unsigned h[4];
+  if constexpr (kBlock % 8 == 0) {
+    // The 8 channels share one (scale, offset).
+    const float s = __ldg(sp + c / kBlock), o = __ldg(op + c / kBlock);
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      h[k] = pack_half2(dequant_f(code_f32(w0, w1, 2 * k), s, o), dequant_f(code_f32(w0, w1, 2 * k + 1), s, o));
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int ga = (c + 2 * k) / kBlock, gb = (c + 2 * k + 1) / kBlock;
+      h[k] = pack_half2(dequant_f(code_f32(w0, w1, 2 * k), __ldg(sp + ga), __ldg(op + ga)),
+                        dequant_f(code_f32(w0, w1, 2 * k + 1), __ldg(sp + gb), __ldg(op + gb)));
+    }
+  }
+  return make_uint4(h[0], h[1], h[2], h[3]);
+}
+
 // Dequantises the raw B tile of `slot` (chunk `chunk`) into bh ([kBN][kBK]
 // halves, swizzled). Item j: output channel n = j / kP, 8 channels from
 // c0 + (j % kP)·8; its raw bytes are kBits at n·kBRowBytes + (j % kP)·kBits.
@@ -193,34 +242,24 @@ __device__ __forceinline__ void dequant_chunk(const char* slot, int chunk, int n
     const int j = threadIdx.x + i * kThreads;
     if ((kBN * kP) % kThreads != 0 && j >= kBN * kP) break;
     const int n = j / kP, p = j % kP, co = n0 + n, c = c0 + p * 8;
-    unsigned h[4] = {0, 0, 0, 0};  // a column past kCo: zeros (its sums are never stored)
-    if (co < kCo) {
-      unsigned w0, w1 = 0;
-      if constexpr (kBits == 4) {
-        w0 = *reinterpret_cast<const unsigned*>(raw + n * kBRowBytes + p * 4);
-      } else {
-        const uint2 v = *reinterpret_cast<const uint2*>(raw + n * kBRowBytes + p * 8);
-        w0 = v.x, w1 = v.y;
-      }
-      const float* sp = scales + co * kGroups;
-      const float* op = offsets + co * kGroups;
-      if constexpr (kBlock % 8 == 0) {
-        // The item's 8 channels share one (scale, offset).
-        const float s = __ldg(sp + c / kBlock), o = __ldg(op + c / kBlock);
-#pragma unroll
-        for (int k = 0; k < 4; ++k)
-          h[k] = pack_half2(dequant_f(code_f32(w0, w1, 2 * k), s, o), dequant_f(code_f32(w0, w1, 2 * k + 1), s, o));
-      } else {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int ga = (c + 2 * k) / kBlock, gb = (c + 2 * k + 1) / kBlock;
-          h[k] = pack_half2(dequant_f(code_f32(w0, w1, 2 * k), __ldg(sp + ga), __ldg(op + ga)),
-                            dequant_f(code_f32(w0, w1, 2 * k + 1), __ldg(sp + gb), __ldg(op + gb)));
-        }
-      }
-    }
-    *reinterpret_cast<uint4*>(bh + swizzled(n, p)) = make_uint4(h[0], h[1], h[2], h[3]);
+    const uint4 h = co < kCo ? dequant8(raw + n * kBRowBytes + p * kBits, co, c, scales, offsets)
+                             : make_uint4(0, 0, 0, 0);  // a column past kCo: zeros (its sums are never stored)
+    *reinterpret_cast<uint4*>(bh + swizzled(n, p)) = h;
   }
+}
+
+// kPreDequant's first step (after nchw x's transpose): every weight
+// dequantised once per call, w[co][k] = fp16(q·s + o) exactly as
+// dequant_chunk rounds it, into the workspace, which the ring then copies
+// tile by tile. One thread per 8 weights (kCi % 32 == 0: they share a tap).
+extern "C" __global__ void __launch_bounds__(256)
+qjit_qconv2d_dequant_w(const unsigned char* __restrict__ qweight, const float* __restrict__ scales,
+                       const float* __restrict__ offsets, half_t* __restrict__ wh) {
+  const long long item = static_cast<long long>(blockIdx.x) * 256 + threadIdx.x;
+  if (item >= static_cast<long long>(kCo) * (kK / 8)) return;
+  const int co = static_cast<int>(item / (kK / 8)), k = static_cast<int>(item % (kK / 8)) * 8;
+  const uint4 h = dequant8(qweight + static_cast<long long>(co) * kRowBytes + k * kBits / 8, co, k % kCi, scales, offsets);
+  *reinterpret_cast<uint4*>(wh + static_cast<long long>(co) * kK + k) = h;
 }
 
 // acc += the warp's part of one chunk: A from `as`, B from `bh`.
@@ -328,21 +367,36 @@ qjit_qconv2d_igemm_ring(const half_t* __restrict__ x, const unsigned char* __res
   // Prologue: chunks 0 .. kStages − 2 of the range, group s = chunk s.
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) queue_chunk(x, qweight, arows, n0, first + s, end, ring + s * kSlotBytes);
-  asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");
-  __syncthreads();
-  dequant_chunk(ring, first, n0, scales, offsets, bh);
-
+  if constexpr (kPreDequant) {
+    // Both tiles come copied: wait for chunk it itself, then refill the slot chunk it − 1 used.
 #pragma unroll 1
-  for (int it = 0; it < iters; ++it) {
-    // Groups committed: kStages − 1 + it; chunk it + 1 is group it + 1.
-    asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 3) : "memory");
+    for (int it = 0; it < iters; ++it) {
+      asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");
+      __syncthreads();  // everyone's pieces of chunk it visible; everyone done with chunk it − 1's slot
+      queue_chunk(x, qweight, arows, n0, first + it + kStages - 1, end,
+                  ring + (it + kStages - 1) % kStages * kSlotBytes);
+      const char* slot = ring + it % kStages * kSlotBytes;
+      multiply(reinterpret_cast<const unsigned short*>(slot), reinterpret_cast<const unsigned short*>(slot + kABytes),
+               wm, wn, lane, acc);
+    }
+  }
+  if constexpr (!kPreDequant) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");
     __syncthreads();
-    queue_chunk(x, qweight, arows, n0, first + it + kStages - 1, end, ring + (it + kStages - 1) % kStages * kSlotBytes);
-    if (it + 1 < iters)
-      dequant_chunk(ring + (it + 1) % kStages * kSlotBytes, first + it + 1, n0, scales, offsets,
-                    bh + (it + 1) % 2 * (kBhBytes / 2));
-    multiply(reinterpret_cast<const unsigned short*>(ring + it % kStages * kSlotBytes), bh + it % 2 * (kBhBytes / 2),
-             wm, wn, lane, acc);
+    dequant_chunk(ring, first, n0, scales, offsets, bh);
+
+  #pragma unroll 1
+    for (int it = 0; it < iters; ++it) {
+      // Groups committed: kStages − 1 + it; chunk it + 1 is group it + 1.
+      asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 3) : "memory");
+      __syncthreads();
+      queue_chunk(x, qweight, arows, n0, first + it + kStages - 1, end, ring + (it + kStages - 1) % kStages * kSlotBytes);
+      if (it + 1 < iters)
+        dequant_chunk(ring + (it + 1) % kStages * kSlotBytes, first + it + 1, n0, scales, offsets,
+                      bh + (it + 1) % 2 * (kBhBytes / 2));
+      multiply(reinterpret_cast<const unsigned short*>(ring + it % kStages * kSlotBytes), bh + it % 2 * (kBhBytes / 2),
+               wm, wn, lane, acc);
+    }
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
 
