@@ -35,6 +35,20 @@ __device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
   }
 }
 
+// mbarrier_wait that stops the kernel (a trap: a launch error the caller
+// sees) if the phase has not completed after 4 s, far beyond any legitimate
+// wait: a byte count that never lands or a miscounted arrival then fails
+// the launch instead of hanging the GPU.
+__device__ __forceinline__ void mbarrier_wait_or_trap(unsigned bar, unsigned parity) {
+  if (mbarrier_try_wait(bar, parity)) return;
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  while (!mbarrier_try_wait(bar, parity)) {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (now - start > 4000000000ull) __trap();
+  }
+}
+
 // One arrival (release: this thread's earlier reads of the slot are done).
 __device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
   asm volatile("{.reg .b64 state;\n mbarrier.arrive.shared::cta.b64 state, [%0];\n}" ::"r"(bar) : "memory");
@@ -54,6 +68,26 @@ __device__ __forceinline__ void mbarrier_arrive_expect_bytes(unsigned bar, unsig
                "r"(bytes)
                : "memory");
 }
+
+// The barriers of a ring of kSlots stages (the wgmma families' producer /
+// consumer rings): slot i has a full barrier at full + 8i (the stage's
+// bytes have landed) and an empty one at empty + 8i (its consumers are done
+// with it). Stage q (counted from the kernel's start) uses slot q % kSlots
+// in phase (q / kSlots) & 1 of both.
+template <int kSlots>
+struct StageBarriers {
+  unsigned full, empty;
+  __device__ __forceinline__ unsigned full_of(unsigned q) const { return full + 8 * (q % kSlots); }
+  __device__ __forceinline__ unsigned empty_of(unsigned q) const { return empty + 8 * (q % kSlots); }
+  static __device__ __forceinline__ unsigned phase_of(unsigned q) { return (q / kSlots) & 1; }
+  // One thread: every slot's barriers with their arrival counts, the
+  // initialisation made visible to the copy engine's completions as well
+  // (PTX ISA, "fence.mbarrier_init"). The block synchronises before use.
+  __device__ __forceinline__ void init(unsigned full_arrivals, unsigned empty_arrivals) const {
+    for (int i = 0; i < kSlots; ++i) mbarrier_init(full + 8 * i, full_arrivals), mbarrier_init(empty + 8 * i, empty_arrivals);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+};
 
 // --- bulk and tensor copies (PTX ISA, "Data Movement and Conversion Instructions: cp.async.bulk") ---
 

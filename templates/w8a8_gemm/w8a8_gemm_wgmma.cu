@@ -61,7 +61,6 @@ using qjit::bulk_load;
 using qjit::descriptor_at;
 using qjit::mbarrier_arrive;
 using qjit::mbarrier_arrive_expect_bytes;
-using qjit::mbarrier_init;
 using qjit::mbarrier_try_wait;
 using qjit::smem_address;
 using qjit::smem_descriptor_lo;
@@ -111,29 +110,12 @@ __device__ __forceinline__ Tile tile_of(int i, int m_tiles) {
   return {(t % m_tiles) * kBM, (t / m_tiles) * kTileN};
 }
 
-// The ring's barriers: slot i's full at full + 8i, its empty at empty + 8i.
-struct Ring {
+// The ring: kStages slots of kSlotBytes and their barriers (qjit_sm90.cuh).
+struct Ring : qjit::StageBarriers<kStages> {
   unsigned char* slots;
-  unsigned full, empty;
   __device__ __forceinline__ unsigned char* slot(unsigned q) const { return slots + (q % kStages) * kSlotBytes; }
-  __device__ __forceinline__ unsigned full_of(unsigned q) const { return full + 8 * (q % kStages); }
-  __device__ __forceinline__ unsigned empty_of(unsigned q) const { return empty + 8 * (q % kStages); }
-  static __device__ __forceinline__ unsigned phase_of(unsigned q) { return (q / kStages) & 1; }
 };
-
-// Waits for the phase of parity `parity` of the barrier, and stops the
-// kernel (a trap: a launch error the caller sees) if it has not completed
-// after 4 s, far beyond any legitimate wait: a byte count that never lands
-// or a miscounted arrival then fails the launch instead of hanging the GPU.
-__device__ __forceinline__ void wait_or_trap(unsigned bar, unsigned parity) {
-  if (mbarrier_try_wait(bar, parity)) return;
-  unsigned long long start, now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  while (!mbarrier_try_wait(bar, parity)) {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    if (now - start > 4000000000ull) __trap();
-  }
-}
+using qjit::mbarrier_wait_or_trap;
 
 struct Operands {
   const float *a_scale, *a_offset;
@@ -215,7 +197,7 @@ __device__ __forceinline__ void produce(const Operands& op, int m_tiles, int til
   for (unsigned q = head; q < total; ++q) {
     const Tile t = tile_of(static_cast<int>(q / kKStages), m_tiles);
     const int kt = static_cast<int>(q % kKStages);
-    wait_or_trap(ring.empty_of(q), Ring::phase_of(q - kStages));
+    mbarrier_wait_or_trap(ring.empty_of(q), Ring::phase_of(q - kStages));
     // The consumers read the slot's parameters with ordinary loads (the
     // generic proxy) before their arrival; the copies below write through
     // the async proxy, which only a proxy fence orders after those reads
@@ -300,7 +282,7 @@ __device__ __forceinline__ void consume_block(const Ring& ring, unsigned q, int 
   const float sw = kFp8 ? __ldg(w_scale + w_scale_at) : 0.0f;
   qjit::static_for<kStagesPerBlock>([&](auto s_) {
     constexpr int s = decltype(s_)::value;
-    wait_or_trap(ring.full_of(q + s), Ring::phase_of(q + s));
+    mbarrier_wait_or_trap(ring.full_of(q + s), Ring::phase_of(q + s));
     multiply_stage<s == 0>(ring.slot(q + s), g, part);
     if constexpr (s + 1 < kStagesPerBlock) {
       // The previous stage's wgmma are done: its slot is free (its
@@ -338,7 +320,7 @@ __device__ __forceinline__ void wgmma_wait() {
 __device__ __forceinline__ void issue_block(const Ring& ring, unsigned q, int g, Part (&part)[kAcc]) {
   qjit::static_for<kStagesPerBlock>([&](auto s_) {
     constexpr int s = decltype(s_)::value;
-    wait_or_trap(ring.full_of(q + s), Ring::phase_of(q + s));
+    mbarrier_wait_or_trap(ring.full_of(q + s), Ring::phase_of(q + s));
     multiply_stage<s == 0>(ring.slot(q + s), g, part);
   });
 }
@@ -443,14 +425,10 @@ qjit_w8a8_gemm(const signed char* __restrict__ codes, const float* __restrict__ 
   extern __shared__ __align__(128) unsigned char dynamic_smem[];
   __shared__ __align__(8) unsigned long long barriers[2 * kStages];
   const unsigned base = smem_address(dynamic_smem);
-  const Ring ring{dynamic_smem + (1024 - base % 1024) % 1024, smem_address(barriers), smem_address(barriers + kStages)};
+  const Ring ring{{smem_address(barriers), smem_address(barriers + kStages)}, dynamic_smem + (1024 - base % 1024) % 1024};
   (void)codes;  // read through x_map
   (void)wq;     // read through w_map
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < kStages; ++i) mbarrier_init(ring.full + 8 * i, 1), mbarrier_init(ring.empty + 8 * i, kMmaThreads);
-    // The initialisation visible to the copy engine's completions as well (PTX ISA, "fence.mbarrier_init").
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
+  if (threadIdx.x == 0) ring.init(1, kMmaThreads);
   __syncthreads();  // the barriers are initialised before anyone uses them
   qjit::allow_next_grid();  // the next grid waits for this one's completion before it touches anything
 

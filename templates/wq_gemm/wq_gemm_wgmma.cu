@@ -497,8 +497,7 @@ __device__ __forceinline__ void ws_run(const TX* __restrict__ x, const WsMaps& m
   static_assert(kOn, "warp specialisation only");
   __shared__ __align__(8) unsigned long long barriers[2 * kStages];
   const WsBarriers bars{smem_address(barriers), smem_address(barriers + kStages)};
-  if (threadIdx.x == 0)
-    for (int i = 0; i < kStages; ++i) mbarrier_init(bars.full + 8 * i, kFullArrivals), mbarrier_init(bars.empty + 8 * i, kMmaThreads);
+  if (threadIdx.x == 0) bars.init(kFullArrivals, kMmaThreads);
   QJIT_WS_BLOCK(0);
   __syncthreads();  // the barriers are initialised before anyone uses them
   unsigned seq = 0;  // the block's stages so far

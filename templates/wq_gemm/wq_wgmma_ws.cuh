@@ -98,8 +98,7 @@ static_assert(!kWsMovesRegisters ||
 using qjit::bulk_load;
 using qjit::mbarrier_arrive;
 using qjit::mbarrier_expect_bytes;
-using qjit::mbarrier_init;
-using qjit::mbarrier_wait;
+using qjit::mbarrier_wait_or_trap;
 using qjit::smem_address;
 using qjit::tma_load_box;
 using qjit::TensorMapParam;
@@ -182,12 +181,7 @@ __device__ __forceinline__ void tma_load_words(unsigned dst, const TensorMapPara
 }
 
 // The ring's barriers: slot i's full at full + 8i, its empty at empty + 8i.
-struct WsBarriers {
-  unsigned full, empty;
-  __device__ __forceinline__ unsigned full_of(unsigned q) const { return full + 8 * (q % kStages); }
-  __device__ __forceinline__ unsigned empty_of(unsigned q) const { return empty + 8 * (q % kStages); }
-  static __device__ __forceinline__ unsigned phase_of(unsigned q) { return (q / kStages) & 1; }
-};
+using WsBarriers = qjit::StageBarriers<kStages>;  // (qjit_sm90.cuh)
 
 // --- producer ----------------------------------------------------------------------
 
@@ -272,7 +266,7 @@ __device__ __forceinline__ void ws_produce_tile(const TX* __restrict__ x, const 
   for (int s = head; s < count; ++s) {
     const unsigned q = seq + s;
     QJIT_WS_CLOCK(q, 0);
-    if (q >= kStages) mbarrier_wait(bars.empty_of(q), WsBarriers::phase_of(q - kStages));
+    if (q >= kStages) mbarrier_wait_or_trap(bars.empty_of(q), WsBarriers::phase_of(q - kStages));
     QJIT_WS_CLOCK(q, 1);
     const int slot = static_cast<int>(q % kStages);
     stage_w(begin + s, slot, bars.full_of(q));
@@ -289,7 +283,7 @@ __device__ __forceinline__ void ws_produce_tile(const TX* __restrict__ x, const 
 // through the async proxy, so the proxy fence follows the acquire; the
 // tensor copy engine writes x through the async proxy itself.
 __device__ __forceinline__ void ws_wait_stage(const WsBarriers& bars, unsigned q) {
-  mbarrier_wait(bars.full_of(q), WsBarriers::phase_of(q));
+  mbarrier_wait_or_trap(bars.full_of(q), WsBarriers::phase_of(q));
   if constexpr (!kTmaX) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
@@ -388,7 +382,7 @@ __device__ __forceinline__ void ws_produce_parts(int M, void* workspace, unsigne
   for (int v = first; v < last; ++v)
 #pragma unroll 1
     for (int s = 0; s < kPartSlots; ++s, ++seq) {
-      if (seq >= kStages) mbarrier_wait(bars.empty_of(seq), WsBarriers::phase_of(seq - kStages));
+      if (seq >= kStages) mbarrier_wait_or_trap(bars.empty_of(seq), WsBarriers::phase_of(seq - kStages));
       if (copy_thread() == 0) {
         // The consumers read the slot's last part with ordinary loads (the generic proxy) before
         // their arrival; the bulk copy writes it through the async proxy, and only a proxy fence
