@@ -103,6 +103,21 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], unsigned a0, unsigned a
   }
 }
 
+// The shared-memory (.shared window) address of p, as PTX's shared-state
+// instructions take it.
+__device__ __forceinline__ unsigned smem_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// Four 8 × 8 matrices of 16-bit values from shared memory into the mma
+// fragment layout (PTX ISA, "ldmatrix"): lane l gives the address of row
+// l % 8 of matrix l / 8, and register i receives matrix i.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(p)));
+}
+
 // 16 bytes global → shared by cp.async (sm_80+); src_bytes 0 writes zeros and
 // reads nothing. Completes at cp.async.wait_group / wait_all.
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes = 16) {

@@ -1,15 +1,10 @@
 #pragma once
 // Hopper (sm_90) building blocks of the warp-specialised tensor-core kernels
-// (wq_gemm's and w8a8_gemm's wgmma families): shared-memory addresses, the
-// ring's mbarriers, bulk and tensor copies into shared memory, and wgmma's
+// (wq_gemm's and w8a8_gemm's wgmma families): the ring's mbarriers, bulk and tensor copies into shared memory, and wgmma's
 // shared-memory matrix descriptors. Each names the PTX ISA section it
 // follows. Compiled only for sm_90 and later: no other target can call them.
 namespace qjit {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-
-__device__ __forceinline__ unsigned smem_address(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
 
 // --- mbarriers (PTX ISA, "Parallel Synchronization and Communication Instructions: mbarrier") ---
 

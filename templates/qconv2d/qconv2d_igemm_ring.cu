@@ -101,17 +101,11 @@ static_assert(kSplit >= 1 && kSplit <= kChunks, "every split has a chunk");
 // Half offset of piece p of staged row r (see the swizzle above).
 __device__ __forceinline__ int swizzled(int r, int p) { return r * kBK + ((p ^ ((r / (8 / kP)) % kP)) * 8); }
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
+using qjit::ldmatrix_x4;
+using qjit::smem_address;
 
 using qjit::cp_async16;
 
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
 
 // The thread's A pieces: where each one's output point reads x at tap (0, 0).
 // off: x offset of input point (b, iy0, ix0), channel of the piece (iy0, ix0

@@ -57,18 +57,12 @@ __device__ __forceinline__ int swizzled(int r, int c) {
   return r * kBK + ((c ^ ((r / (8 / kRowChunks)) % kRowChunks)) * 16);
 }
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
+using qjit::ldmatrix_x4;
+using qjit::smem_address;
 using qjit::cp_async16;
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
 // 4 bytes global → shared.
 __device__ __forceinline__ void cp_async4(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_address(dst)), "l"(src) : "memory");
 }
 
 // `count` floats (a multiple of 4) from src to dst, 16 bytes per thread and pass.
