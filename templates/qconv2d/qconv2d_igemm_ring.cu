@@ -409,17 +409,13 @@ qjit_qconv2d_igemm_ring(const half_t* __restrict__ x, const unsigned char* __res
       for (int ni = 0; ni < kNI; ++ni)
 #pragma unroll
         for (int r = 0; r < 4; ++r) __stcg(at(blockIdx.z, mi, ni, r), acc[mi][ni][r]);
-    __threadfence();  // the piece is visible device-wide before the count
+    // Every thread's stores before the count (a cumulative release), the count's acquire passed on by the
+    // second barrier (qjit_pieces.cuh); the counter is back at 0 for the next launch.
     __syncthreads();
-    __shared__ int last;
-    if (threadIdx.x == 0) {
-      unsigned* counter = static_cast<unsigned*>(workspace) + tile;
-      last = static_cast<int>(atomicAdd(counter, 1u)) == kSplit - 1;
-      if (last) *counter = 0;  // every block of the tile has counted: ready for the next launch
-    }
+    __shared__ bool last;
+    if (threadIdx.x == 0) last = qjit::last_piece(static_cast<unsigned*>(workspace) + tile, kSplit);
     __syncthreads();
     if (!last) return;
-    __threadfence();  // the others' pieces, after their counts
     float sum[kMI][kNI][4] = {};
     // Its own piece too from the workspace (this thread stored it): the
     // accumulators are dead by now, which keeps the registers of one tile.
