@@ -257,6 +257,8 @@ TEST_CASE("w8a8_gemm stream family: n off the band, blocks of several pieces, sp
       {"k=1536,n=400,block=256,x=bf16,quant_a=symmetric,quant_w=symmetric", stream(4, 2, 2, 2), {8, 5}},
       {"k=4096,n=512,block=128,x=fp32", stream(4, 1, 8, 4), {1, 1}},
       {"k=2048,n=272,block=512,quant_w=symmetric,act=relu6,bias=yes", stream(8, 1, 1, 2), {64, 33}},
+      // symmetric x with W's offsets: ΣA still multiplies them
+      {"k=1024,n=1008,block=128,quant_a=symmetric,x=bf16,bias=yes", stream(4, 2, 2, 2), {16, 3}},
   });
 }
 

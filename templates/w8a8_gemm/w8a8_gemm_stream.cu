@@ -118,8 +118,9 @@ __device__ __forceinline__ void load_x(const W8a8Operands& op, const WRows& r, i
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int at_param = block * kParamRows + min(8 * j + 2 * t + e, M - 1);
+      // (ΣA multiplies W's offsets: read where W has them; the quantization kernel writes it for every int8 x.)
       p.a[j][e] = {op.a_scale[at_param], kOffsetA ? op.a_offset[at_param] : 0.0f,
-                   kOffsetA ? static_cast<float>(op.a_sum[at_param]) : 0.0f};
+                   kOffsetW ? static_cast<float>(op.a_sum[at_param]) : 0.0f};
     }
   }
 #pragma unroll
