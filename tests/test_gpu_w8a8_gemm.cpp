@@ -252,6 +252,11 @@ TEST_CASE("w8a8_gemm stream family: n off the band, blocks of several pieces, sp
   const auto stream = [](int warps, int tiles, int splits, int unroll) {
     return nlohmann::json{{"family", "stream"}, {"warps", warps}, {"tiles", tiles}, {"splits", splits}, {"unroll", unroll}};
   };
+  const auto fused = [&](int warps, int tiles, int splits, int unroll) {
+    auto c = stream(warps, tiles, splits, unroll);
+    c["fuse"] = 1;
+    return c;
+  };
   run_config_cases({
       {"k=1024,n=1008,block=128,bias=yes,act=relu", stream(8, 1, 4, 2), {16, 9, 16}},
       {"k=1536,n=400,block=256,x=bf16,quant_a=symmetric,quant_w=symmetric", stream(4, 2, 2, 2), {8, 5}},
@@ -259,6 +264,9 @@ TEST_CASE("w8a8_gemm stream family: n off the band, blocks of several pieces, sp
       {"k=2048,n=272,block=512,quant_w=symmetric,act=relu6,bias=yes", stream(8, 1, 1, 2), {64, 33}},
       // symmetric x with W's offsets: ΣA still multiplies them
       {"k=1024,n=1008,block=128,quant_a=symmetric,x=bf16,bias=yes", stream(4, 2, 2, 2), {16, 3}},
+      // fuse: x quantized by each block over its slice (one kernel), blocks of one and two pieces
+      {"k=1024,n=1008,block=128,bias=yes,act=relu", fused(8, 1, 4, 2), {16, 9, 16}},
+      {"k=1536,n=400,block=256,x=fp32,quant_w=symmetric", fused(4, 2, 1, 2), {1, 1}},
   });
 }
 

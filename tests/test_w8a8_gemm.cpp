@@ -567,12 +567,16 @@ TEST_CASE("w8a8_gemm stream family: int8, blocks of 128·j, m <= 64; plan, works
       if (c.value("family", "") == "stream") out.push_back(c);
     return out;
   };
-  // 2 warp counts × 3 (tiles, unroll) with at most 4 pieces of W ahead × splits dividing the 32 blocks.
+  // 2 warp counts × 3 (tiles, unroll) with at most 4 pieces of W ahead × splits dividing the 32 blocks ×
+  // x quantized by a kernel before or inside (fuse, up to 16 rows).
   const auto m16 = parse_spec("w8a8_gemm", "k=4096,n=11008,m=16");
-  CHECK(family_of(m16).size() == 2 * 3 * 4);
+  CHECK(family_of(m16).size() == 2 * 3 * 4 * 2);
   for (const auto& c : family_of(m16)) CHECK_NOTHROW(op.validate_config(m16, c));
   // Two tiles of W hold at most four of x's: none at m = 64.
-  for (const auto& c : family_of(parse_spec("w8a8_gemm", "k=4096,n=11008,m=64"))) CHECK(c.at("tiles") == 1);
+  for (const auto& c : family_of(parse_spec("w8a8_gemm", "k=4096,n=11008,m=64"))) {
+    CHECK(c.at("tiles") == 1);
+    CHECK_FALSE(c.contains("fuse"));  // x's 64 rows over a slice of k do not stay in a block
+  }
   // Not above 64 rows, not e4m3, not blocks that are not whole pieces of 128; splits divide the blocks.
   for (const char* s : {"k=4096,n=11008,m=128", "k=4096,n=11008,m=16,format=e4m3", "k=4096,n=11008,m=16,block=64",
                         "k=96,n=40,m=8,block=48"})
@@ -580,7 +584,7 @@ TEST_CASE("w8a8_gemm stream family: int8, blocks of 128·j, m <= 64; plan, works
   CHECK_THROWS_WITH(op.validate_config(parse_spec("w8a8_gemm", "k=4096,n=11008,m=128"), stream(8, 1, 1, 2)),
                     Catch::Contains("above the stream family's 64 rows"));
   const auto k768 = parse_spec("w8a8_gemm", "k=768,n=128,m=8,block=256");  // 3 blocks
-  CHECK(family_of(k768).size() == 2 * 3);
+  CHECK(family_of(k768).size() == 2 * 3 * 2);
   CHECK_THROWS_WITH(op.validate_config(k768, stream(8, 1, 2, 2)), Catch::Contains("divide the 3 blocks"));
   CHECK_THROWS_WITH(op.validate_config(m16, stream(8, 2, 1, 4)), Catch::Contains("at most 4"));
   CHECK_THROWS_WITH(op.validate_config(m16, stream(6, 1, 1, 2)), Catch::Contains("warps must be 4 or 8"));
@@ -609,6 +613,22 @@ TEST_CASE("w8a8_gemm stream family: int8, blocks of 128·j, m <= 64; plan, works
   const auto src = codegen::generate_source(m16, stream(8, 1, 4, 2));
   CHECK(src.template_path == "templates/w8a8_gemm/w8a8_gemm_stream.cu");
   CHECK(src.text.find("constexpr int kMTiles = 2;") != std::string::npos);
+  // fuse: one kernel taking x itself, its slice of x's codes and parameters in shared memory, only the split
+  // sums in the workspace.
+  auto fused = stream(8, 1, 4, 2);
+  fused["fuse"] = 1;
+  const auto fp = op.plan(m16, fused);
+  REQUIRE(fp.kernels.size() == 1);
+  REQUIRE(fp.steps.size() == 1);
+  CHECK(fp.kernels[0].symbol == "qjit_w8a8_gemm_fused");
+  REQUIRE(fp.kernels[0].params.size() == 9);
+  CHECK((fp.kernels[0].params[0].arg == "x" && fp.kernels[0].params[8].offset == 0));
+  CHECK(fp.kernels[0].geometry.dynamic_smem == 16 * (1024 + 16) + 12 * 8 * 16);
+  CHECK(fp.workspace_fixed == 512 + size_t{4} * 86 * 8 * (1 * 2 * 4) * 32 * 4);
+  fused["splits"] = 1;
+  CHECK(op.plan(m16, fused).workspace_fixed == 0);
+  CHECK_THROWS_WITH(op.validate_config(parse_spec("w8a8_gemm", "k=4096,n=11008,m=32"), fused),
+                    Catch::Contains("fuse needs m <= 16"));
 
   // Each accumulator width, both sides' forms and a block of several pieces compile for sm_80 and sm_90
   // to the int8 mma, without spills for the configs the tuner would keep at M <= 16.
@@ -618,6 +638,10 @@ TEST_CASE("w8a8_gemm stream family: int8, blocks of 128·j, m <= 64; plan, works
                     stream(4, 2, 2, 2));
   jobs.emplace_back(parse_spec("w8a8_gemm", "k=2048,n=272,m=8,block=512,x=bf16,quant_w=symmetric"), stream(8, 1, 1, 2));
   jobs.emplace_back(parse_spec("w8a8_gemm", "k=4096,n=11008,m=64,x=fp32"), stream(8, 1, 8, 2));
+  auto fused16 = stream(4, 2, 1, 2), fused1 = stream(8, 1, 8, 4);
+  fused16["fuse"] = fused1["fuse"] = 1;
+  jobs.emplace_back(parse_spec("w8a8_gemm", "k=4096,n=11008,m=16,quant_a=symmetric,x=bf16"), fused16);
+  jobs.emplace_back(parse_spec("w8a8_gemm", "k=2048,n=512,m=1,block=256"), fused1);
   for (const char* arch : {"sm_80", "sm_90"}) {
     auto these = jobs;
     test::compile_jobs(these, arch, std::string("w8a8_gemm stream ") + arch);

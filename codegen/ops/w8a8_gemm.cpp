@@ -95,20 +95,32 @@ struct SimpleConfig {
 // and k is split into `splits` slices between blocks (their float sums
 // added in slice order by the last block of a band,
 // templates/w8a8_gemm/w8a8_gemm_stream.cu).
+// With `fuse` 1 (buckets of at most 16 rows) the kernel quantizes x itself,
+// each block its slice of k into shared memory, and the plan is that one
+// kernel; left out of the JSON at 0.
 struct StreamConfig {
-  int warps, tiles, splits, unroll;
+  int warps, tiles, splits, unroll, fuse = 0;
   static constexpr const char* kFamily = "stream";
   static constexpr int kMaxRows = 64;  // the buckets it is for: x's rows are held as mma tiles of 8
   static StreamConfig from(const nlohmann::json& j) {
     auto get = [&](const char* k) { return config_int(j, k, "w8a8_gemm stream config"); };
-    if (!j.is_object() || j.size() != 5)
-      throw Error("config", "w8a8_gemm stream config needs family, warps, tiles, splits, unroll: " + j.dump());
-    return {get("warps"), get("tiles"), get("splits"), get("unroll")};
+    const bool with_fuse = j.is_object() && j.contains("fuse");
+    if (!j.is_object() || j.size() != (with_fuse ? 6u : 5u))
+      throw Error("config", "w8a8_gemm stream config needs family, warps, tiles, splits, unroll (and fuse): " + j.dump());
+    return {get("warps"), get("tiles"), get("splits"), get("unroll"), with_fuse ? get("fuse") : 0};
   }
   nlohmann::json to_json() const {
-    return {{"family", kFamily}, {"warps", warps}, {"tiles", tiles}, {"splits", splits}, {"unroll", unroll}};
+    nlohmann::json j = {{"family", kFamily}, {"warps", warps}, {"tiles", tiles}, {"splits", splits}, {"unroll", unroll}};
+    if (fuse) j["fuse"] = fuse;
+    return j;
   }
   int band_rows() const { return 16 * tiles * warps; }
+  // The fused block's shared memory: x's codes (kXRows rows of the slice and
+  // 16 bytes), then scale, offset and sum per row and block of the slice.
+  int fused_smem(int64_t k, int64_t block, int x_rows) const {
+    const int64_t slice = k / splits;
+    return static_cast<int>(x_rows * (slice + 16) + 12 * (slice / block) * x_rows);
+  }
 };
 
 // The library family (format=e4m3, compute capability 9.0+): the plan's
@@ -240,6 +252,11 @@ std::string stream_problem(const Shape& s, const StreamConfig& c) {
   // W's pieces ahead (16 registers a tile and piece) and the int32 and float sums (4 each a tile of W and of x).
   if (c.tiles * c.unroll > 4) return "tiles × unroll must be at most 4 (registers for the pieces ahead)";
   if (c.tiles * stream_mtiles(s.m) > 8) return "tiles × x's 8-row tiles must be at most 8 (registers for the sums)";
+  if (c.fuse != 0 && c.fuse != 1) return "fuse must be 0 or 1";
+  if (c.fuse && stream_mtiles(s.m) > 2) return "fuse needs m <= 16 (a block holds x's rows over its slice of k)";
+  if (c.fuse && c.fused_smem(s.k, s.block, 8 * stream_mtiles(s.m)) > kMaxSmem)
+    return "fuse: x's slice takes " + num(c.fused_smem(s.k, s.block, 8 * stream_mtiles(s.m))) +
+           " bytes of shared memory, over " + num(kMaxSmem);
   return "";
 }
 
@@ -403,10 +420,11 @@ std::vector<nlohmann::json> W8a8GemmOp::candidates(const OpSpec& spec, const Dev
     for (int warps : {4, 8})
       for (int tiles : {1, 2})
         for (int unroll : {2, 4})
-          for (int splits : {1, 2, 4, 8}) {
-            const StreamConfig c{warps, tiles, splits, unroll};
-            if (stream_problem(s, c).empty()) out.push_back(c.to_json());
-          }
+          for (int splits : {1, 2, 4, 8})
+            for (int fuse : {0, 1}) {
+              const StreamConfig c{warps, tiles, splits, unroll, fuse};
+              if (stream_problem(s, c).empty()) out.push_back(c.to_json());
+            }
   // The wgmma family on compute capability 9.0, for the large-M buckets it is for (below 128 rows
   // a block's tensor work is too short for a ring of tensor copies to pay).
   if (device.arch == "sm_90" && s.m >= 128 && wgmma_applies(s).empty())
@@ -474,6 +492,7 @@ std::vector<Constant> W8a8GemmOp::constants(const OpSpec& spec, const nlohmann::
     c.push_back({"int", "kSplits", num(st.splits), "tunable: slices of k, one block each"});
     c.push_back({"int", "kUnroll", num(st.unroll), "tunable: pieces of 128 codes of W loaded ahead"});
     c.push_back({"int", "kMTiles", num(stream_mtiles(s.m)), "8-row tiles of x (the bucket's rows)"});
+    c.push_back({"bool", "kFuse", st.fuse ? "true" : "false", "tunable: x quantized by each block (one kernel)"});
   } else if (is_wgmma(config)) {
     const WgmmaConfig w = WgmmaConfig::from(config);
     c.push_back({"int", "kBM", num(w.bm), "tunable: rows of y per block (wgmma n)"});
@@ -564,9 +583,15 @@ Plan W8a8GemmOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
     gemm.geometry.block[0] = static_cast<unsigned>(32 * c.warps);
     gemm.geometry.grid[0] = static_cast<unsigned>(bands);
     gemm.geometry.grid[1] = static_cast<unsigned>(c.splits);
-    // After the quantization's arrays: a counter per band, then each slice's float sums
+    // After the quantization's arrays (none when fused): a counter per band, then each slice's float sums
     // (templates/w8a8_gemm/w8a8_gemm_stream.cu).
-    const size_t base = (ws.total + 255) / 256 * 256;
+    const size_t base = c.fuse ? 0 : (ws.total + 255) / 256 * 256;
+    if (c.fuse) {
+      gemm.symbol = "qjit_w8a8_gemm_fused";
+      gemm.params = {arg_param("x"), arg_param("wq"), arg_param("w_scale"), arg_param("w_offset"),
+                     arg_param("w_sum"), arg_param("bias"),    arg_param("y"),       arg_param("m")};
+      gemm.geometry.dynamic_smem = static_cast<unsigned>(c.fused_smem(s.k, s.block, 8 * stream_mtiles(s.m)));
+    }
     gemm.params.push_back(workspace_param(base));
     const size_t counters = (static_cast<size_t>(bands) * 4 + 255) / 256 * 256;
     const size_t sums = static_cast<size_t>(c.splits) * bands * c.warps * c.tiles * stream_mtiles(s.m) * 4 * 32 * 4;
@@ -611,6 +636,10 @@ Plan W8a8GemmOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
   }
   p.kernels = {quant, gemm};
   p.steps = {{PlanStep::Kind::kernel, 0, {}}, {PlanStep::Kind::kernel, 1, {}}};
+  if (is_stream(config) && StreamConfig::from(config).fuse) {
+    p.kernels = {gemm};  // x quantized inside: one kernel, no codes in the workspace
+    p.steps = {{PlanStep::Kind::kernel, 0, {}}};
+  }
   // x is read one element per lane; W's codes by 16-byte cp.async (tiled) or 4 bytes (simple).
   p.pointers = {{"x", xb},
                 {"wq", is_simple(config) ? 4 : 16},  // (wgmma: a tensor map's base, 16-byte aligned)
@@ -619,7 +648,8 @@ Plan W8a8GemmOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
                 {"w_sum", param_align, !s.offset_a},
                 {"bias", xb, !s.bias},
                 {"y", y_align}};
-  p.workspace_fixed = std::max(ws.total, stream_workspace);
+  p.workspace_fixed = is_stream(config) && StreamConfig::from(config).fuse ? stream_workspace
+                                                                           : std::max(ws.total, stream_workspace);
   return p;
 }
 

@@ -37,6 +37,11 @@
 //
 // Under PDL the first kUnroll pieces of W are requested before waiting for
 // the quantization kernel, whose codes and parameters come after the wait.
+//
+// kFuse (up to 16 rows of x): no quantization kernel. Each block quantizes
+// x's rows over its own slice of k into shared memory after the wait (the
+// quantizer of w8a8_quant_a.cuh, bit for bit), then reads its codes there:
+// the plan is one kernel.
 using namespace qjit_spec;
 #include "qjit/w8a8_gemm/w8a8_quant_a.cuh"
 #include "qjit/w8a8_gemm/w8a8_combine.cuh"
@@ -106,21 +111,44 @@ __device__ __forceinline__ void load_w(const WRows& r, int piece, int t, WPiece&
     }
 }
 
+// Where a block reads x's codes and block parameters: the plan's workspace,
+// written by the quantization kernel (codes [rows][kK], parameters
+// [block][kParamRows]), or with kFuse shared memory the block filled with its
+// own slice of k (codes [kXRows][kXStride], parameters [block of the
+// slice][kXRows]). Codes of row r and piece p at codes + r·row_stride +
+// (p − piece0)·128; parameters at (block − block0)·param_stride + r.
+struct XSource {
+  const signed char* codes;
+  int row_stride, piece0;
+  const float *scale, *offset;
+  const int* sum;
+  int block0, param_stride;
+};
+
+// 16 bytes of x's codes: from global memory by the read-only path, from shared memory plainly.
+template <bool kShared>
+__device__ __forceinline__ uint4 load_codes16(const signed char* p) {
+  if constexpr (kShared) return *reinterpret_cast<const uint4*>(p);
+  else return qjit::load_raw16<false>(p);
+}
+
 // x's codes of the piece and, for its block, x's and W's parameters.
-__device__ __forceinline__ void load_x(const W8a8Operands& op, const WRows& r, int piece, int M, int g, int t,
-                                       XPiece& p) {
+template <bool kShared>
+__device__ __forceinline__ void load_x(const XSource& src, const W8a8Operands& op, const WRows& r, int piece, int M,
+                                       int g, int t, XPiece& p) {
   const int block = piece / kPiecesPerBlock;
 #pragma unroll
   for (int j = 0; j < kMTiles; ++j) {
-    const signed char* at = op.codes + static_cast<long long>(min(8 * j + g, M - 1)) * kK + piece * 128 + 32 * t;
-    p.row[j][0] = qjit::load_raw16<false>(at);
-    p.row[j][1] = qjit::load_raw16<false>(at + 16);
+    const signed char* at = src.codes + static_cast<long long>(min(8 * j + g, M - 1)) * src.row_stride +
+                            (piece - src.piece0) * 128 + 32 * t;
+    p.row[j][0] = load_codes16<kShared>(at);
+    p.row[j][1] = load_codes16<kShared>(at + 16);
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int at_param = block * kParamRows + min(8 * j + 2 * t + e, M - 1);
-      // (ΣA multiplies W's offsets: read where W has them; the quantization kernel writes it for every int8 x.)
-      p.a[j][e] = {op.a_scale[at_param], kOffsetA ? op.a_offset[at_param] : 0.0f,
-                   kOffsetW ? static_cast<float>(op.a_sum[at_param]) : 0.0f};
+      const int at_param = (block - src.block0) * src.param_stride + min(8 * j + 2 * t + e, M - 1);
+      // (ΣA multiplies W's offsets: read where W has them; the quantization writes it for every int8 x.)
+      p.a[j][e] = {src.scale[at_param], kOffsetA ? src.offset[at_param] : 0.0f,
+                   kOffsetW ? static_cast<float>(src.sum[at_param]) : 0.0f};
     }
   }
 #pragma unroll
@@ -200,23 +228,31 @@ __device__ __forceinline__ void sum_slices_and_store(const float (&acc)[kTiles][
   store_y(sum, n0, M, g, t, bias, y);
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads)
-qjit_w8a8_gemm(const signed char* __restrict__ codes, const float* __restrict__ a_scale,
-               const float* __restrict__ a_offset, const int* __restrict__ a_sum, const signed char* __restrict__ wq,
-               const float* __restrict__ w_scale, const float* __restrict__ w_offset, const int* __restrict__ w_sum,
-               const TX* __restrict__ bias, TX* __restrict__ y, int M, void* __restrict__ workspace) {
+// x's rows a fused block quantizes and holds (the bucket's, at most 16), and
+// its shared codes' row stride: the slice's codes and 16 bytes, so that the 8
+// lanes of a 16-byte load phase (rows g, g + 1 × t = 0..3) fall in distinct banks.
+constexpr int kXRows = 8 * kMTiles;
+constexpr int kXStride = kSliceBlocks * kBlock + 16;
+static_assert(!kFuse || kMTiles <= 2, "the fused quantization holds at most 16 rows of x (codegen)");
+
+// The block's band and slice: W streamed, x from `src`, y or the split sums
+// written. With kFuse the block first quantizes x's rows over its slice of k
+// into shared memory (every band's block of the slice does the same work: it
+// is M·K / splits values, small beside the block's W).
+template <bool kFused>
+__device__ __forceinline__ void stream_gemm(const TX* __restrict__ x, const W8a8Operands& op, const TX* __restrict__ bias,
+                                            TX* __restrict__ y, int M, void* __restrict__ workspace) {
   qjit::allow_next_grid();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int band = blockIdx.x, slice = blockIdx.y;
   const int first_row = band * kBandRows + warp * 16 * kTiles;  // the warp's first tile
-  const W8a8Operands op{codes, a_scale, a_offset, a_sum, wq, w_scale, w_offset, w_sum};
   WRows rows;
 #pragma unroll
   for (int i = 0; i < kTiles; ++i)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       rows.n[i][h] = min(first_row + 16 * i + 8 * h + g, kN - 1);
-      rows.row[i][h] = wq + static_cast<long long>(rows.n[i][h]) * kK;
+      rows.row[i][h] = op.wq + static_cast<long long>(rows.n[i][h]) * kK;
     }
   const int piece0 = slice * kSlicePieces;
 
@@ -224,9 +260,26 @@ qjit_w8a8_gemm(const signed char* __restrict__ codes, const float* __restrict__ 
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u)
     if (u < kSlicePieces) load_w(rows, piece0 + u, t, w[u]);
-  qjit::wait_for_previous_grid();  // the quantization kernel's codes and parameters
-  XPiece x[kXAhead ? 2 : 1];
-  if constexpr (kXAhead) load_x(op, rows, piece0, M, g, t, x[0]);
+  qjit::wait_for_previous_grid();  // x (fused), or the quantization kernel's codes and parameters
+
+  XSource src{op.codes, kK, 0, op.a_scale, op.a_offset, op.a_sum, 0, kParamRows};
+  if constexpr (kFused) {
+    extern __shared__ uint4 stream_smem[];
+    signed char* codes = reinterpret_cast<signed char*>(stream_smem);
+    float* scale = reinterpret_cast<float*>(codes + kXRows * kXStride);
+    float* offset = scale + kSliceBlocks * kXRows;
+    int* sum = reinterpret_cast<int*>(offset + kSliceBlocks * kXRows);
+    const int block0 = slice * kSliceBlocks;
+    for (int item = warp; item < M * kSliceBlocks; item += kWarps) {
+      const int row = item / kSliceBlocks, b = item % kSliceBlocks;
+      w8a8_quantize_one(x, row, block0 + b, codes + row * kXStride + b * kBlock, scale, offset, sum, b * kXRows + row);
+    }
+    __syncthreads();
+    src = {codes, kXStride, piece0, scale, offset, sum, block0, kXRows};
+  }
+
+  XPiece xp[kXAhead ? 2 : 1];
+  if constexpr (kXAhead) load_x<kFused>(src, op, rows, piece0, M, g, t, xp[0]);
 
   int sums[kTiles][kMTiles][4];
   float acc[kTiles][kMTiles][4];
@@ -240,11 +293,11 @@ qjit_w8a8_gemm(const signed char* __restrict__ codes, const float* __restrict__ 
       const int p = p0 + b;
       if (p >= kSlicePieces) break;
       if constexpr (kXAhead) {
-        if (p + 1 < kSlicePieces) load_x(op, rows, piece0 + p + 1, M, g, t, x[(b + 1) % 2]);
-        step(w[b], x[b % 2], piece0 + p, sums, acc);
+        if (p + 1 < kSlicePieces) load_x<kFused>(src, op, rows, piece0 + p + 1, M, g, t, xp[(b + 1) % 2]);
+        step(w[b], xp[b % 2], piece0 + p, sums, acc);
       } else {
-        load_x(op, rows, piece0 + p, M, g, t, x[0]);
-        step(w[b], x[0], piece0 + p, sums, acc);
+        load_x<kFused>(src, op, rows, piece0 + p, M, g, t, xp[0]);
+        step(w[b], xp[0], piece0 + p, sums, acc);
       }
       if (p + kUnroll < kSlicePieces) load_w(rows, piece0 + p + kUnroll, t, w[b]);
     }
@@ -257,3 +310,21 @@ qjit_w8a8_gemm(const signed char* __restrict__ codes, const float* __restrict__ 
   }
 }
 
+// The plan's second kernel, after the quantization kernel.
+extern "C" __global__ void __launch_bounds__(kThreads)
+qjit_w8a8_gemm(const signed char* __restrict__ codes, const float* __restrict__ a_scale,
+               const float* __restrict__ a_offset, const int* __restrict__ a_sum, const signed char* __restrict__ wq,
+               const float* __restrict__ w_scale, const float* __restrict__ w_offset, const int* __restrict__ w_sum,
+               const TX* __restrict__ bias, TX* __restrict__ y, int M, void* __restrict__ workspace) {
+  if constexpr (!kFuse)
+    stream_gemm<false>(nullptr, {codes, a_scale, a_offset, a_sum, wq, w_scale, w_offset, w_sum}, bias, y, M, workspace);
+}
+
+// kFuse: the plan's only kernel, x quantized by each block for its slice of k.
+extern "C" __global__ void __launch_bounds__(kThreads)
+qjit_w8a8_gemm_fused(const TX* __restrict__ x, const signed char* __restrict__ wq, const float* __restrict__ w_scale,
+                     const float* __restrict__ w_offset, const int* __restrict__ w_sum, const TX* __restrict__ bias,
+                     TX* __restrict__ y, int M, void* __restrict__ workspace) {
+  if constexpr (kFuse)
+    stream_gemm<true>(x, {nullptr, nullptr, nullptr, nullptr, wq, w_scale, w_offset, w_sum}, bias, y, M, workspace);
+}

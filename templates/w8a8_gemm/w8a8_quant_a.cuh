@@ -49,15 +49,12 @@ __device__ __forceinline__ unsigned char e4m3_code(float v) {
 // The float → int conversion of an out-of-range float is undefined: saturate first.
 __device__ __forceinline__ int saturate_code(float r) { return static_cast<int>(fminf(127.0f, fmaxf(-128.0f, r))); }
 
-// The calling warp quantizes (row, block) number `item` (row-major over
-// [M][kBlocks]); its parameters go to [block][param_rows] of each array.
-__device__ __forceinline__ void w8a8_quantize_block(const TX* __restrict__ x, int M, long long item,
-                                                    signed char* __restrict__ codes, float* __restrict__ a_scale,
-                                                    float* __restrict__ a_offset, int* __restrict__ a_sum,
-                                                    int param_rows) {
+// The calling warp quantizes block `block` of x's row `row`: its kBlock
+// codes go to code[0 ..) and its parameters to index `at` of each array
+// (global or shared memory alike).
+__device__ __forceinline__ void w8a8_quantize_one(const TX* __restrict__ x, int row, int block, signed char* code,
+                                                  float* a_scale, float* a_offset, int* a_sum, int at) {
   const int lane = threadIdx.x % 32;
-  const int row = static_cast<int>(item / kBlocks), block = static_cast<int>(item % kBlocks);
-  if (row >= M) return;
   const long long first = static_cast<long long>(row) * kK + static_cast<long long>(block) * kBlock;
 
   float v[kPerLane];
@@ -95,8 +92,8 @@ __device__ __forceinline__ void w8a8_quantize_block(const TX* __restrict__ x, in
   if constexpr (kFp8) {
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j)
-      if (in_block(j)) reinterpret_cast<unsigned char*>(codes)[first + lane + 32 * j] = e4m3_code(__fdiv_rn(v[j], scale));
-    if (lane == 0) a_scale[block * param_rows + row] = scale;
+      if (in_block(j)) reinterpret_cast<unsigned char*>(code)[lane + 32 * j] = e4m3_code(__fdiv_rn(v[j], scale));
+    if (lane == 0) a_scale[at] = scale;
     return;
   }
 
@@ -107,15 +104,27 @@ __device__ __forceinline__ void w8a8_quantize_block(const TX* __restrict__ x, in
     const float r = kOffsetA ? roundf(__fdiv_rn(__fsub_rn(v[j], offset), scale)) : rintf(__fdiv_rn(v[j], scale));
     const int q = saturate_code(r);
     sum += q;
-    codes[first + lane + 32 * j] = static_cast<signed char>(q);
+    code[lane + 32 * j] = static_cast<signed char>(q);
   }
   sum = warp_sum_int(sum);
   if (lane == 0) {
-    const int at = block * param_rows + row;
     a_scale[at] = scale;
     if (kOffsetA) a_offset[at] = offset;
     a_sum[at] = sum;
   }
+}
+
+// The calling warp quantizes (row, block) number `item` (row-major over
+// [M][kBlocks]) into the plan's workspace: codes [rows][kK], parameters at
+// [block][param_rows] of each array.
+__device__ __forceinline__ void w8a8_quantize_block(const TX* __restrict__ x, int M, long long item,
+                                                    signed char* __restrict__ codes, float* __restrict__ a_scale,
+                                                    float* __restrict__ a_offset, int* __restrict__ a_sum,
+                                                    int param_rows) {
+  const int row = static_cast<int>(item / kBlocks), block = static_cast<int>(item % kBlocks);
+  if (row >= M) return;
+  w8a8_quantize_one(x, row, block, codes + static_cast<long long>(row) * kK + static_cast<long long>(block) * kBlock,
+                    a_scale, a_offset, a_sum, block * param_rows + row);
 }
 
 extern "C" __global__ void __launch_bounds__(32 * kQuantWarps)
