@@ -2,6 +2,8 @@
 // plan uses is an argument of its op, every step refers to a kernel, and each
 // typed argument struct packs exactly the op's argument list.
 #include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -10,6 +12,8 @@
 #include "codegen/registry.h"
 #include "codegen/spec.h"
 #include "qjit/qjit.h"
+#include "runtime/cublas.h"
+#include "runtime/cublaslt.h"
 #include "runtime/plan.h"
 #include "runtime/spec_key.h"
 #include "tests/helpers.h"
@@ -230,4 +234,20 @@ TEST_CASE("every family's kernels take the parameters their plans pass (PTX decl
       CHECK(declared == runtime::plan_param_sizes(kd, op.args(), op.name()));
     }
   }
+}
+
+TEST_CASE("cuBLASLt and cuBLAS load by dlopen with every entry point the plans call (no GPU needed)", "[codegen]") {
+  // A misspelt symbol or a too-old library would otherwise show only on a GPU, as a family that never
+  // runs. Where the toolkit's libraries are not installed the loaders say so, naming the library.
+  std::string why;
+  const auto* lt = runtime::try_cublaslt(&why);
+  const auto* blas = runtime::try_cublas(&why);
+  if (!std::ifstream("/usr/local/cuda/lib64/libcublasLt.so.13").good() && !std::getenv("CUDA_HOME")) {
+    CHECK((lt != nullptr || why.find("libcublas") != std::string::npos));
+    return;
+  }
+  INFO(why);
+  REQUIRE(lt != nullptr);
+  CHECK(lt->version() >= 120900);  // the 1x128 and 128x128 FP8 block scales
+  CHECK(blas != nullptr);
 }
