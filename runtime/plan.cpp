@@ -449,15 +449,15 @@ void end_preload() {
 void run_checked(RunPlan run, const LoadedPlan& p, const ArgPack& a, CUstream stream) {
   check_pointers(p, a);
   if (preloading) {
-    // What a first launch would allocate: the stream's workspace, its cuBLAS handle.
-    CUdeviceptr workspace = 0;
+    // What a first launch would allocate: the stream's workspace, its cuBLAS handle, cuBLASLt's scratch.
+    CUdeviceptr workspace = 0, scratch = 0;
     if (const CUresult r = workspace_of(p, stream, &workspace); r != CUDA_SUCCESS)
       throw Error("driver", p.op + ": allocating the workspace failed: " + describe(r));
     if (p.needs_cublas || p.needs_cublaslt)
       if (const std::string why = plan_unavailable(p, stream); !why.empty())
         throw Error("cublas", p.op + " kernel " + p.key.substr(0, 12) + " multiplies with cuBLAS: " + why);
     if (p.needs_cublaslt)
-      if (const CUresult r = cublaslt_workspace(stream, &workspace); r != CUDA_SUCCESS)
+      if (const CUresult r = cublaslt_workspace(stream, &scratch); r != CUDA_SUCCESS)
         throw Error("driver", p.op + ": allocating cuBLASLt's workspace failed: " + describe(r));
     return;
   }

@@ -572,6 +572,8 @@ Plan W8a8GemmOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
   gemm.geometry.programmatic = true;
   int param_align = 4, y_align = xb;
   size_t stream_workspace = 0;  // the stream family's split sums, when it has any
+  // The stream family's fuse: x quantized inside the GEMM kernel, so the plan has no quantization step.
+  const bool fused = is_stream(config) && StreamConfig::from(config).fuse;
   if (is_simple(config)) {
     const SimpleConfig c = SimpleConfig::from(config);
     gemm.geometry.block[0] = static_cast<unsigned>(c.threads);
@@ -585,8 +587,8 @@ Plan W8a8GemmOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
     gemm.geometry.grid[1] = static_cast<unsigned>(c.splits);
     // After the quantization's arrays (none when fused): a counter per band, then each slice's float sums
     // (templates/w8a8_gemm/w8a8_gemm_stream.cu).
-    const size_t base = c.fuse ? 0 : (ws.total + 255) / 256 * 256;
-    if (c.fuse) {
+    const size_t base = fused ? 0 : (ws.total + 255) / 256 * 256;
+    if (fused) {
       gemm.symbol = "qjit_w8a8_gemm_fused";
       gemm.params = {arg_param("x"), arg_param("wq"), arg_param("w_scale"), arg_param("w_offset"),
                      arg_param("w_sum"), arg_param("bias"),    arg_param("y"),       arg_param("m")};
@@ -634,11 +636,12 @@ Plan W8a8GemmOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
     param_align = s.fp8 ? 4 : 16;  // a tile's parameters arrive by cp.async: 16 bytes, or W's e4m3 tile scales 4
     y_align = 2 * xb;  // a lane stores two adjacent columns
   }
-  p.kernels = {quant, gemm};
-  p.steps = {{PlanStep::Kind::kernel, 0, {}}, {PlanStep::Kind::kernel, 1, {}}};
-  if (is_stream(config) && StreamConfig::from(config).fuse) {
-    p.kernels = {gemm};  // x quantized inside: one kernel, no codes in the workspace
+  if (fused) {
+    p.kernels = {gemm};  // no codes in the workspace
     p.steps = {{PlanStep::Kind::kernel, 0, {}}};
+  } else {
+    p.kernels = {quant, gemm};
+    p.steps = {{PlanStep::Kind::kernel, 0, {}}, {PlanStep::Kind::kernel, 1, {}}};
   }
   // x is read one element per lane; W's codes by 16-byte cp.async (tiled) or 4 bytes (simple).
   p.pointers = {{"x", xb},
@@ -648,8 +651,7 @@ Plan W8a8GemmOp::plan(const OpSpec& spec, const nlohmann::json& config) const {
                 {"w_sum", param_align, !s.offset_a},
                 {"bias", xb, !s.bias},
                 {"y", y_align}};
-  p.workspace_fixed = is_stream(config) && StreamConfig::from(config).fuse ? stream_workspace
-                                                                           : std::max(ws.total, stream_workspace);
+  p.workspace_fixed = fused ? stream_workspace : std::max(ws.total, stream_workspace);
   return p;
 }
 

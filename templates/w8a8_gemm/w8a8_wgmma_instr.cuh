@@ -14,11 +14,8 @@
 //
 // d += A · B over 32 k (scale_d 0: d = A · B, the first step of a block),
 // A at desc_a (64 rows × 32 bytes), B at desc_b (N rows × 32 bytes), both
-// K-major in the 128-byte swizzle (qjit_sm90.cuh's descriptors). Accumulator
-// i of a thread (lane (gq, t) of warp w) is row 16w + gq + 8·((i % 4) / 2),
-// column 8·(i / 4) + 2t + i % 2, for the s32 and the f32 forms alike
-// ("Register Fragments and Shared Memory Matrix Layouts" of wgmma: one figure
-// for the m64nNk32 accumulator D).
+// K-major in the 128-byte swizzle (qjit_sm90.cuh's descriptors); the
+// accumulators' layout is in qjit_wgmma.cuh.
 
 // The instruction is qjit_wgmma.cuh's (wgmma_k32<N>(d, desc_a, desc_b,
 // scale_d) for both code types), as is fence_accumulators.

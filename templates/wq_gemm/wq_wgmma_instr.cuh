@@ -32,7 +32,4 @@ __device__ __forceinline__ void wgmma_k16(float (&d)[N / 2], unsigned long long 
 // wgmma asm. Only where no wgmma is in flight: ptxas makes a read of an
 // accumulator wait for every wgmma writing it, so a fence between two
 // iterations would serialise the tensor cores with the dequantisation.
-__device__ __forceinline__ void fence_acc(float (&d)[kAcc]) {
-#pragma unroll
-  for (int i = 0; i < kAcc; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
+__device__ __forceinline__ void fence_acc(float (&d)[kAcc]) { qjit::fence_accumulators(d); }
