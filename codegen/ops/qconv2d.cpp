@@ -117,29 +117,36 @@ struct RingConfig {
   // 1: the weights dequantised once per call by a step before (into the workspace), the ring copying fp16
   // tiles; 0: each block dequantises its tiles. A key added later: left out of the JSON at 0.
   int predeq = 0;
+  // 1: the multiply on Hopper's wgmma (sm_90a) instead of mma.sync, a warpgroup per 64 rows of the
+  // tile by all its columns (warps_m = bm / 16, warps_n = 1, bk = 64). Left out of the JSON at 0.
+  int wgmma = 0;
   static RingConfig from(const nlohmann::json& j) {
     const std::string what = "qconv2d igemm_ring config";
-    const bool with_predeq = j.is_object() && j.contains("predeq");
-    if (!j.is_object() || j.size() != (with_predeq ? 9u : 8u))
-      throw Error("config", what + " needs family, bm, bn, bk, warps_m, warps_n, stages, split (and predeq): " +
+    const bool with_predeq = j.is_object() && j.contains("predeq"), with_wgmma = j.is_object() && j.contains("wgmma");
+    if (!j.is_object() || j.size() != 8u + with_predeq + with_wgmma)
+      throw Error("config", what + " needs family, bm, bn, bk, warps_m, warps_n, stages, split (and predeq, wgmma): " +
                                 json_excerpt(j));
     return {config_int(j, "bm", what),      config_int(j, "bn", what),      config_int(j, "bk", what),
             config_int(j, "warps_m", what), config_int(j, "warps_n", what), config_int(j, "stages", what),
-            config_int(j, "split", what),   with_predeq ? config_int(j, "predeq", what) : 0};
+            config_int(j, "split", what),   with_predeq ? config_int(j, "predeq", what) : 0,
+            with_wgmma ? config_int(j, "wgmma", what) : 0};
   }
   nlohmann::json to_json() const {
     nlohmann::json j = {{"family", "igemm_ring"}, {"bm", bm},         {"bn", bn},         {"bk", bk},
                         {"warps_m", warps_m},     {"warps_n", warps_n}, {"stages", stages}, {"split", split}};
     if (predeq) j["predeq"] = predeq;
+    if (wgmma) j["wgmma"] = wgmma;
     return j;
   }
   int threads() const { return 32 * warps_m * warps_n; }
   // The ring's slots (an fp16 A tile and the raw packed B tile each), then
   // two dequantised fp16 B tiles; with predeq, slots of both tiles in fp16
-  // (templates/qconv2d/qconv2d_igemm_ring.cu).
+  // (templates/qconv2d/qconv2d_igemm_ring.cu). wgmma: 1024 bytes more, to
+  // start the ring on the swizzle atoms' 1024-byte boundary.
   int smem_bytes(int bits) const {
-    if (predeq) return stages * (bm * bk * 2 + bn * bk * 2);
-    return stages * (bm * bk * 2 + bn * bk * bits / 8) + 2 * bn * bk * 2;
+    const int align = wgmma ? 1024 : 0;
+    if (predeq) return stages * (bm * bk * 2 + bn * bk * 2) + align;
+    return stages * (bm * bk * 2 + bn * bk * bits / 8) + 2 * bn * bk * 2 + align;
   }
   int64_t tiles(const Shape& s) const { return ((s.gemm_m() + bm - 1) / bm) * ((s.co + bn - 1) / bn); }
 };
@@ -154,6 +161,21 @@ std::string ring_applies(const Shape& s) {
 std::string ring_problem(const Shape& s, const RingConfig& c, const DeviceLimits& d) {
   if (const std::string why = ring_applies(s); !why.empty()) return why;
   auto one_of = [](int v, std::initializer_list<int> set) { return std::find(set.begin(), set.end(), v) != set.end(); };
+  if (c.wgmma != 0 && c.wgmma != 1) return "wgmma must be 0 or 1";
+  if (c.wgmma == 1) {
+    // (templates/qconv2d/qconv2d_igemm_ring.cu, "wgmma")
+    if (d.arch != "sm_90") return "wgmma runs on compute capability 9.0 only";
+    if (c.predeq != 0 && c.predeq != 1) return "predeq must be 0 or 1";
+    if (s.ci % 64) return "wgmma reads rows of 64 channels of one tap: ci=" + str(s.ci) + " is not a multiple of 64";
+    if (c.bk != 64) return "wgmma reads rows of 64 channels (bk=64)";
+    if (c.bm != 64 && c.bm != 128) return "wgmma needs bm 64 or 128 (a warpgroup per 64 rows)";
+    if (c.bn != 64 && c.bn != 128) return "wgmma needs bn 64 or 128";
+    if (c.warps_m != c.bm / 16 || c.warps_n != 1) return "wgmma needs warps_m = bm / 16 and warps_n = 1";
+    if (c.split < 1 || c.split > s.gemm_k() / c.bk) return "split=" + str(c.split) + " is not 1 to the " + str(s.gemm_k() / c.bk) + " chunks of K";
+    if ((s.gemm_k() / c.bk) % c.split) return "wgmma needs split to divide the " + str(s.gemm_k() / c.bk) + " chunks";
+    if (c.smem_bytes(s.bits) > d.smem_per_sm - d.smem_reserved_per_block) return "shared memory exceeds the device's";
+    return "";
+  }
   if (!one_of(c.bm, {32, 64, 128})) return "bm must be 32, 64 or 128";
   if (!one_of(c.bn, {32, 64, 128})) return "bn must be 32, 64 or 128";
   if (!one_of(c.bk, {32, 64})) return "bk must be 32 or 64";
@@ -175,6 +197,7 @@ std::string ring_problem(const Shape& s, const RingConfig& c, const DeviceLimits
 
 bool is_gemm(const nlohmann::json& config) { return config_family(config) == "implicit_gemm"; }
 bool is_ring(const nlohmann::json& config) { return config_family(config) == "igemm_ring"; }
+bool is_wgmma_ring(const nlohmann::json& config) { return is_ring(config) && config.value("wgmma", 0) == 1; }
 
 void check_family(const nlohmann::json& config) {
   const std::string f = config_family(config);
@@ -251,6 +274,8 @@ std::string QConv2dOp::template_path(const nlohmann::json& config) const {
   return is_gemm(config) ? "templates/qconv2d/qconv2d_implicit_gemm.cu" : "templates/qconv2d/qconv2d_direct.cu";
 }
 
+bool QConv2dOp::needs_sm90a(const nlohmann::json& config) const { return is_wgmma_ring(config); }
+
 std::vector<ArgDef> QConv2dOp::args() const {
   return {{"x"}, {"qweight"}, {"scales"}, {"offsets"}, {"bias"}, {"y"}};
 }
@@ -322,6 +347,35 @@ std::vector<nlohmann::json> QConv2dOp::candidates(const OpSpec& spec, const Devi
               if (ring_problem(s, c, device).empty()) out.push_back(c.to_json());
             }
           }
+  // The ring on wgmma (sm_90a): a warpgroup per 64 rows, bk 64. Named prune
+  // rules as above (no tile twice the problem); split-k where the output
+  // tiles leave SMs idle, to about one and two blocks per SM, as the largest
+  // split at most that which divides the chunks (every block the same count)
+  // and leaves each at least 4 chunks.
+  if (device.arch == "sm_90" && s.ci % 64 == 0) {
+    const int64_t chunks = s.gemm_k() / 64;
+    for (int bm : {64, 128})
+      for (int bn : {64, 128})
+        for (int stages : {3, 4})
+          for (int predeq : {0, 1}) {
+            RingConfig c{bm, bn, 64, bm / 16, 1, stages, 1, predeq, 1};
+            if (!ring_problem(s, c, device).empty()) continue;
+            if ((bm > 64 && s.gemm_m() * 2 <= bm) || (bn > 64 && s.co * 2 <= bn)) continue;
+            out.push_back(c.to_json());
+            const int64_t tiles = c.tiles(s);
+            if (tiles >= device.sm_count) continue;
+            std::set<int64_t> splits;
+            for (int64_t per_sm : {1, 2}) {
+              int64_t sp = std::min<int64_t>({per_sm * device.sm_count / tiles, 16, chunks / 4});
+              while (sp >= 2 && chunks % sp) --sp;
+              if (sp >= 2) splits.insert(sp);
+            }
+            for (int64_t sp : splits) {
+              c.split = static_cast<int>(sp);
+              if (ring_problem(s, c, device).empty()) out.push_back(c.to_json());
+            }
+          }
+  }
   return out;
 }
 
@@ -380,6 +434,7 @@ std::vector<Constant> QConv2dOp::constants(const OpSpec& spec, const nlohmann::j
     c.push_back({"int", "kSplit", str(r.split), "tunable: blocks per output tile along K"});
     c.push_back({"bool", "kPreDequant", r.predeq ? "true" : "false",
                  "tunable: the weights dequantised once per call by a step before (fp16 in the workspace)"});
+    c.push_back({"bool", "kWgmma", r.wgmma ? "true" : "false", "tunable: the multiply on wgmma (sm_90a)"});
   } else if (is_gemm(config)) {
     const GemmConfig g = GemmConfig::from(config);
     c.push_back({"int", "kBM", str(g.bm), "tunable: output points per block (GEMM rows)"});

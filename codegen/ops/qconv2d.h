@@ -24,6 +24,10 @@
 //   implicit_gemm  mma.sync m16n8k16 fp16 × fp16 → fp32 on the GEMM
 //                  M = n·oh·ow, N = co, K = kh·kw·ci (K ordered fy, fx, ci as
 //                  the packed weights are); x fp16 and ci a multiple of bk only.
+//   igemm_ring     the same GEMM through a cp.async ring of shared-memory
+//                  slots, split-k, nchw x through a transpose step; keys
+//                  predeq (weights dequantised once per call by a step
+//                  before) and wgmma (the multiply on sm_90a's wgmma).
 #pragma once
 #include <cstdint>
 #include "codegen/op.h"
@@ -44,6 +48,7 @@ class QConv2dOp final : public OpDef {
   std::vector<ParamDef> params() const override;
   void validate(const nlohmann::json& params) const override;
   std::string template_path(const nlohmann::json& config) const override;
+  bool needs_sm90a(const nlohmann::json& config) const override;
   std::vector<ArgDef> args() const override;
   std::vector<nlohmann::json> candidates(const OpSpec& spec, const DeviceLimits& device) const override;
   nlohmann::json default_config(const OpSpec& spec) const override;

@@ -63,6 +63,25 @@
 // for the next launch (which starts after this grid ends).
 // Workspace (runtime-owned, zeroed when allocated): kCounterBytes of
 // counters, one per output tile; then kBM·kBN floats per block, [warp][mi][ni][r][lane].
+//
+// wgmma (kWgmma, sm_90a): the same ring, slots and dequantisation, the
+// multiply on Hopper's warpgroup instruction instead of ldmatrix + mma.sync.
+// With kBK = 64 a staged row is 128 bytes and the swizzle above is f(r) =
+// r % 8: exactly wgmma's canonical K-major layout with the 128-byte swizzle
+// (qjit_sm90.cuh), once the ring starts on a 1024-byte boundary (the host
+// adds 1024 bytes). So A (the slot's x tile, rows = output points) and B (Bh
+// or the predeq slot's tile, rows = output channels) are read in place by
+// descriptors. Warpgroup g multiplies rows 64g .. 64g + 63 of the block tile
+// by all kBN columns: one wgmma.m64n<kBN>k16 per 16 k, four per chunk. Its
+// accumulators are mma.m16n8's, tile by tile (qjit_wgmma.cuh's layout), so
+// warp w is the ldmatrix kernel's warp (wm = w, wn = 0) of a 16 × kBN tile,
+// and the epilogue and split-k pieces are unchanged. Per iteration: wait and
+// barrier as above (with fence.proxy.async first: the cp.async and dequant
+// writes are generic-proxy stores that wgmma reads through the async proxy),
+// queue the refill, issue chunk it's four wgmma, dequantise chunk it + 1
+// while they run, then wgmma.wait_group 0 (the next iteration refills this
+// chunk's slot and dequantises into its Bh). The trip count is a constant
+// (kChunks % kSplit == 0): ptxas serialises wgmma behind a branch.
 #include "qjit/qconv2d/qconv2d_common.cuh"
 
 static_assert(sizeof(TX) == 2, "the tensor-core kernel reads fp16 x");
@@ -97,6 +116,10 @@ constexpr int kDqItems = (kBN * kP + kThreads - 1) / kThreads;  // 8-weight item
 constexpr int kTilesM = (kM + kBM - 1) / kBM, kTilesN = (kCo + kBN - 1) / kBN;
 constexpr int kCounterBytes = (kTilesM * kTilesN * 4 + 255) / 256 * 256;  // codegen/ops/qconv2d.cpp's workspace
 static_assert(kSplit >= 1 && kSplit <= kChunks, "every split has a chunk");
+static_assert(!kWgmma || (kBK == 64 && kWarpsN == 1 && kWarpsM * 16 == kBM && kBM % 64 == 0 &&
+                          (kBN == 64 || kBN == 128) && kChunks % kSplit == 0),
+              "the wgmma ring: 128-byte rows, a warpgroup per 64 rows by every column, equal splits");
+constexpr int kIters = kChunks / kSplit;  // (kWgmma) every block's chunks
 
 // Half offset of piece p of staged row r (see the swizzle above).
 __device__ __forceinline__ int swizzled(int r, int p) { return r * kBK + ((p ^ ((r / (8 / kP)) % kP)) * 8); }
@@ -278,6 +301,38 @@ __device__ __forceinline__ void multiply(const unsigned short* as, const unsigne
   }
 }
 
+// kWgmma: issues chunk `as` × `bh`'s four wgmma steps into d, one commit
+// group. d[4·ni + r] is the ldmatrix kernel's acc[0][ni][r].
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+template <int kStep = 0>
+__device__ __forceinline__ void wgmma_steps(unsigned a_lo, unsigned b_lo, float (&d)[kBN / 2]) {
+  qjit::wgmma_k16<false, kBN>(d, qjit::descriptor_at<32 * kStep>(a_lo), qjit::descriptor_at<32 * kStep>(b_lo), 1);
+  if constexpr (kStep + 1 < kBK / 16) wgmma_steps<kStep + 1>(a_lo, b_lo, d);
+}
+__device__ __forceinline__ void multiply_wgmma(const unsigned short* as, const unsigned short* bh, int warp,
+                                               float (&d)[kBN / 2]) {
+  const auto* a = reinterpret_cast<const unsigned char*>(as) + warp / 4 * 64 * 128;  // the warpgroup's 64 rows
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+  wgmma_steps(qjit::smem_descriptor_lo(a), qjit::smem_descriptor_lo(reinterpret_cast<const unsigned char*>(bh)), d);
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_wait_all(float (&d)[kBN / 2]) {
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+  qjit::fence_accumulators(d);
+}
+#else
+static_assert(!kWgmma, "the wgmma ring compiles for sm_90a only");
+__device__ __forceinline__ void multiply_wgmma(const unsigned short*, const unsigned short*, int, float (&)[kBN / 2]) {}
+__device__ __forceinline__ void wgmma_wait_all(float (&)[kBN / 2]) {}
+#endif
+
+// Everyone's cp.async pieces (waited for) and dequantised stores made
+// visible to wgmma's reads through the async proxy; then the block barrier.
+__device__ __forceinline__ void ring_barrier() {
+  if constexpr (kWgmma) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();
+}
+
 // bias, clamp, y. Accumulator r of lane (g, t) in mma tile (mi, ni): row
 // g (+8 for r ≥ 2), column 2t (+1 for odd r); y is [kM][kCo], so r = 0, 1
 // are two adjacent halves (one 4-byte store when kCo is even).
@@ -346,7 +401,9 @@ qjit_qconv2d_igemm_ring(const half_t* __restrict__ x, const unsigned char* __res
                         const float* __restrict__ scales, const float* __restrict__ offsets,
                         const float* __restrict__ bias, half_t* __restrict__ y, void* __restrict__ workspace) {
   extern __shared__ uint4 smem[];
-  char* ring = reinterpret_cast<char*>(smem);                                              // kStages slots
+  char* ring = reinterpret_cast<char*>(smem);  // kStages slots
+  // (wgmma: from the first 1024-byte boundary, the swizzle atoms' alignment)
+  if constexpr (kWgmma) ring += (1024 - smem_address(ring) % 1024) % 1024;
   unsigned short* bh = reinterpret_cast<unsigned short*>(ring + kStages * kSlotBytes);  // [2][kBN][kBK]
   const int m0 = blockIdx.x * kBM, n0 = blockIdx.y * kBN;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wm = warp % kWarpsM, wn = warp / kWarpsM;
@@ -361,7 +418,44 @@ qjit_qconv2d_igemm_ring(const half_t* __restrict__ x, const unsigned char* __res
   // Prologue: chunks 0 .. kStages − 2 of the range, group s = chunk s.
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) queue_chunk(x, qweight, arows, n0, first + s, end, ring + s * kSlotBytes);
-  if constexpr (kPreDequant) {
+  if constexpr (kWgmma) {
+    float d[kBN / 2] = {};
+    if constexpr (kPreDequant) {
+#pragma unroll 1
+      for (int it = 0; it < kIters; ++it) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");
+        ring_barrier();  // chunk it visible to wgmma; everyone's wgmma of chunk it − 1 done
+        const char* slot = ring + it % kStages * kSlotBytes;
+        multiply_wgmma(reinterpret_cast<const unsigned short*>(slot),
+                       reinterpret_cast<const unsigned short*>(slot + kABytes), warp, d);
+        queue_chunk(x, qweight, arows, n0, first + it + kStages - 1, end,
+                    ring + (it + kStages - 1) % kStages * kSlotBytes);
+        wgmma_wait_all(d);
+      }
+    } else {
+      asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");
+      __syncthreads();
+      dequant_chunk(ring, first, n0, scales, offsets, bh);
+#pragma unroll 1
+      for (int it = 0; it < kIters; ++it) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 3) : "memory");
+        ring_barrier();  // chunk it's A and Bh visible to wgmma; chunk it − 1's slot and Bh free
+        queue_chunk(x, qweight, arows, n0, first + it + kStages - 1, end,
+                    ring + (it + kStages - 1) % kStages * kSlotBytes);
+        multiply_wgmma(reinterpret_cast<const unsigned short*>(ring + it % kStages * kSlotBytes),
+                       bh + it % 2 * (kBhBytes / 2), warp, d);
+        if (it + 1 < kIters)
+          dequant_chunk(ring + (it + 1) % kStages * kSlotBytes, first + it + 1, n0, scales, offsets,
+                        bh + (it + 1) % 2 * (kBhBytes / 2));
+        wgmma_wait_all(d);
+      }
+    }
+#pragma unroll
+    for (int ni = 0; ni < kNI; ++ni)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[0][ni][r] = d[4 * ni + r];
+  }
+  if constexpr (!kWgmma && kPreDequant) {
     // Both tiles come copied: wait for chunk it itself, then refill the slot chunk it − 1 used.
 #pragma unroll 1
     for (int it = 0; it < iters; ++it) {
@@ -374,7 +468,7 @@ qjit_qconv2d_igemm_ring(const half_t* __restrict__ x, const unsigned char* __res
                wm, wn, lane, acc);
     }
   }
-  if constexpr (!kPreDequant) {
+  if constexpr (!kWgmma && !kPreDequant) {
     asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");
     __syncthreads();
     dequant_chunk(ring, first, n0, scales, offsets, bh);
