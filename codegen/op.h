@@ -181,7 +181,7 @@ struct CublasGemm {
 // 9.0+): y[rows][n] = Σ_kb sx[kb][row]·sW[n/128][kb]·(codes[row][kb]·W[n][kb]ᵀ)
 // (+ bias[n], then relu), over blocks kb of 128 of k. x's e4m3 codes [rows][k]
 // are at workspace offset x_offset and their scales (cuBLASLt's VEC128_32F,
-// one per row and block: [k/128][rows], rows the call's) at x_scale_offset;
+// one per row and block: [k/128][rows rounded up to 4], rows the call's) at x_scale_offset;
 // W's e4m3 codes [n][k] are argument w and its 128 × 128 tile scales
 // (BLK128x128_32F: [n/128][k/128]) at workspace offset w_scale_offset, all
 // written by earlier steps. `algo` picks the heuristic's algo-th answer for

@@ -129,7 +129,7 @@ cublasStatus_t set(const CublasLt& lt, cublasLtMatmulDesc_t d, cublasLtMatmulDes
 // B = x's codes [rows][k] seen as k × rows (ld k): the "TN" form, the only one
 // cuBLASLt runs FP8 in. A's scales are W's 128 × 128 tiles, B's x's 1 × 128
 // blocks; their layouts are PyTorch's for the same cuBLASLt modes (its
-// ScaledBlas.cpp checks: 1×128 scales "outer-dim-major", [k/128][rows]; 128 ×
+// ScaledBlas.cpp checks: 1×128 scales "outer-dim-major", [k/128][rows rounded up to 4]; 128 ×
 // 128 ones [n/128][k/128], k's blocks adjacent).
 cublasStatus_t LtFp8Gemm::make_desc(const CublasLt& lt) {
   cublasStatus_t st = lt.desc_create(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F);

@@ -3,7 +3,7 @@
 # machine, repo root, the install tree in .dist): imports the config into a
 # fresh cache (qjit import verifies and times it), then profiles `qjit bench`
 # of it. Writes $OUT/ncu_NAME.txt and prints the headline metrics.
-#   usage: [OP=w8a8_gemm] bash tests/ncu_config.sh SHAPE CONFIG_JSON NAME
+#   usage: [OP=w8a8_gemm] [KERNEL=regex of the kernel profiled, default qjit_] bash tests/ncu_config.sh SHAPE CONFIG_JSON NAME
 #   e.g.   bash tests/ncu_config.sh k=4096,n=11008,m=256 \
 #            '{"family":"wgmma","groups":2,"rows":256,"stages":3,"chunks":1,"split":4}' s4
 #          OP=w8a8_gemm bash tests/ncu_config.sh k=4096,n=11008,block=128,m=16 \
@@ -21,7 +21,7 @@ d = {k: (int(v) if v.isdigit() else v) for k, v in (kv.split('=') for kv in sys.
 d['op'] = sys.argv[2]
 print(json.dumps(d))" "$1" "$OP")
 echo "{\"format\":\"qjit-record-v1\",\"spec\":$spec,\"config\":$2}" | "$Q" import - 2>&1 | tail -1
-ncu --clock-control none -k regex:qjit_ --launch-skip 3 --launch-count 1 --section SpeedOfLight \
+ncu --clock-control none -k regex:${KERNEL:-qjit_} --launch-skip 3 --launch-count 1 --section SpeedOfLight \
     --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats \
     --section SchedulerStats --section Occupancy --section LaunchStats \
     --metrics lts__t_sectors.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum.per_second,l1tex__throughput.avg.pct_of_peak_sustained_active,sm__cycles_active.avg \

@@ -264,6 +264,9 @@ std::string stream_problem(const Shape& s, const StreamConfig& c) {
 std::string cublaslt_applies(const Shape& s) {
   if (!s.fp8) return "the cublaslt family runs format=e4m3 (cuBLASLt's block scales are FP8 only)";
   if (s.act == "relu6") return "cuBLASLt's epilogues have relu but not relu6";
+  // (declined with CUBLAS_STATUS_NOT_SUPPORTED, H100, cuBLASLt 13.1: its FP8 GEMMs with fp32 output take a
+  // bf16 bias vector)
+  if (s.x == "fp32" && s.bias) return "cuBLASLt's FP8 GEMM with fp32 output takes no fp32 bias";
   return "";
 }
 
@@ -515,7 +518,7 @@ std::vector<Constant> W8a8GemmOp::constants(const OpSpec& spec, const nlohmann::
 namespace {
 
 // The cublaslt family's plan: qjit_w8a8_quant_a_lt (x's codes and 1×128
-// scales [k/128][M], W's tile scales transposed to [n/128][k/128], after the
+// scales [k/128][M rounded up to 4], W's tile scales transposed to [n/128][k/128], after the
 // workspace's other arrays), then cuBLASLt's block-scaled FP8 GEMM.
 Plan cublaslt_plan(const Shape& s, const CublasLtConfig& c) {
   const W8a8Workspace ws = w8a8_workspace(s.m, s.k, s.block);

@@ -5,8 +5,8 @@
 // library's matmul (codegen/op.h CublasLtFp8Gemm, runtime/cublaslt.cpp).
 //
 // One launch: blocks 0 .. gridDim.x − 2 quantize x exactly as the other
-// families do (w8a8_quant_a.cuh), its scales written [kBlocks][M] for the
-// call's M rather than the bucket's padded rows; the last block copies W's
+// families do (w8a8_quant_a.cuh), its scales written [kBlocks][M rounded up
+// to 4] for the call's M rather than the bucket's padded rows; the last block copies W's
 // tile scales from the op's [kBlocks][kWScaleCols] to cuBLASLt's
 // [kWScaleCols][kBlocks] (a few thousand floats).
 using namespace qjit_spec;
@@ -28,6 +28,9 @@ qjit_w8a8_quant_a_lt(const TX* __restrict__ x, int M, unsigned char* __restrict_
     }
     return;
   }
+  // x's scales [kBlocks][ld], ld = M rounded up to 4: cuBLASLt declined the 1×128 mode at M = 1 and 257
+  // and ran it at 16, 300 and 4096 (H100, cuBLASLt 13.1), which fits its scale rows being 16-byte
+  // aligned; TransformerEngine's GEMM-ready 1×128 scales are padded the same way (inferred, not documented).
   const long long item = static_cast<long long>(blockIdx.x) * kQuantWarps + threadIdx.x / 32;
-  w8a8_quantize_block(x, M, item, reinterpret_cast<signed char*>(codes), a_scale, nullptr, nullptr, M);
+  w8a8_quantize_block(x, M, item, reinterpret_cast<signed char*>(codes), a_scale, nullptr, nullptr, (M + 3) / 4 * 4);
 }
