@@ -197,13 +197,26 @@ TEST_CASE("qconv2d space: families, pruning, legality of every candidate", "[qco
     CHECK_THROWS_WITH(op.validate_config(small, bad), Catch::Contains("split to divide the 72 chunks"));
     bad = wg, bad["wgmma"] = 2;
     CHECK_THROWS_WITH(op.validate_config(small, bad), Catch::Contains("wgmma must be 0 or 1"));
+    // inflight: a chunk's wgmma across the next barrier, three dequantised B tiles, 4+ stages, wgmma only
+    auto inflight = wg;
+    inflight["inflight"] = 1;
+    CHECK_NOTHROW(op.validate_config(small, inflight));
+    CHECK(op.plan(small, inflight).main_kernel().geometry.dynamic_smem ==
+          4 * (128 * 64 * 2 + 128 * 32) + 3 * 128 * 64 * 2 + 1024);
+    bad = inflight, bad["stages"] = 3;
+    CHECK_THROWS_WITH(op.validate_config(small, bad), Catch::Contains("inflight needs wgmma and 4 or more stages"));
+    bad = ring, bad["inflight"] = 1, bad["stages"] = 4;
+    CHECK_THROWS_WITH(op.validate_config(small, bad), Catch::Contains("inflight needs wgmma"));
+    CHECK(codegen::generate_source(small, inflight).text.find("constexpr bool kInflight = true;") != std::string::npos);
     CHECK_THROWS_WITH(op.validate_config(codegen::parse_spec("qconv2d", "ci=96,h=8,w=8,co=64,layout=nhwc"), wg),
                       Catch::Contains("ci=96 is not a multiple of 64"));
     codegen::DeviceLimits a100;
     a100.arch = "sm_80", a100.compute_capability = 80, a100.sm_count = 108, a100.smem_per_sm = 164 * 1024;
     int on_90 = 0, on_80 = 0, split_90 = 0;
+    int inflight_90 = 0;
     for (const auto& c : op.candidates(small, codegen::DeviceLimits{}))
-      if (c.value("wgmma", 0) == 1) on_90 += 1, split_90 += c.at("split") > 1;
+      if (c.value("wgmma", 0) == 1) on_90 += 1, split_90 += c.at("split") > 1, inflight_90 += c.value("inflight", 0);
+    CHECK(inflight_90 > 0);
     for (const auto& c : op.candidates(small, a100)) on_80 += c.value("wgmma", 0) == 1;
     CHECK(on_90 >= 8);
     CHECK(split_90 > 0);  // 4 × 8 tiles of 128 × 128 for 132 SMs
@@ -365,6 +378,7 @@ TEST_CASE("qconv2d: candidates compile for sm_80 and sm_90 without spills", "[qc
       CHECK(op.needs_sm90a(j.config) == wgmma);
       if (wgmma) {
         CHECK(j.result.ptx.find("wgmma.mma_async.sync.aligned.m64n") != std::string::npos);
+        CHECK(j.result.log.find("C75") == std::string::npos);  // ptxas serialises wgmma on any C75xx advisory
         CHECK(j.result.ptx.find("mma.sync.aligned") == std::string::npos);
       } else if (j.config.at("family") != "direct") {
         CHECK(j.result.ptx.find("mma.sync.aligned.m16n8k16") != std::string::npos);

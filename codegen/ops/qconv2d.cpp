@@ -120,22 +120,27 @@ struct RingConfig {
   // 1: the multiply on Hopper's wgmma (sm_90a) instead of mma.sync, a warpgroup per 64 rows of the
   // tile by all its columns (warps_m = bm / 16, warps_n = 1, bk = 64). Left out of the JSON at 0.
   int wgmma = 0;
+  // (wgmma only) 1: a chunk's wgmma left running across the next iteration's barrier (waited for one
+  // iteration later); the ring then refills a slot one chunk later and keeps three dequantised B tiles.
+  int inflight = 0;
   static RingConfig from(const nlohmann::json& j) {
     const std::string what = "qconv2d igemm_ring config";
-    const bool with_predeq = j.is_object() && j.contains("predeq"), with_wgmma = j.is_object() && j.contains("wgmma");
-    if (!j.is_object() || j.size() != 8u + with_predeq + with_wgmma)
-      throw Error("config", what + " needs family, bm, bn, bk, warps_m, warps_n, stages, split (and predeq, wgmma): " +
-                                json_excerpt(j));
+    const auto optional = [&](const char* key) { return j.is_object() && j.contains(key) ? 1u : 0u; };
+    if (!j.is_object() || j.size() != 8u + optional("predeq") + optional("wgmma") + optional("inflight"))
+      throw Error("config", what + " needs family, bm, bn, bk, warps_m, warps_n, stages, split (and predeq, wgmma, "
+                                   "inflight): " + json_excerpt(j));
+    const auto key_or_0 = [&](const char* key) { return optional(key) ? config_int(j, key, what) : 0; };
     return {config_int(j, "bm", what),      config_int(j, "bn", what),      config_int(j, "bk", what),
             config_int(j, "warps_m", what), config_int(j, "warps_n", what), config_int(j, "stages", what),
-            config_int(j, "split", what),   with_predeq ? config_int(j, "predeq", what) : 0,
-            with_wgmma ? config_int(j, "wgmma", what) : 0};
+            config_int(j, "split", what),   key_or_0("predeq"),             key_or_0("wgmma"),
+            key_or_0("inflight")};
   }
   nlohmann::json to_json() const {
     nlohmann::json j = {{"family", "igemm_ring"}, {"bm", bm},         {"bn", bn},         {"bk", bk},
                         {"warps_m", warps_m},     {"warps_n", warps_n}, {"stages", stages}, {"split", split}};
     if (predeq) j["predeq"] = predeq;
     if (wgmma) j["wgmma"] = wgmma;
+    if (inflight) j["inflight"] = inflight;
     return j;
   }
   int threads() const { return 32 * warps_m * warps_n; }
@@ -146,7 +151,7 @@ struct RingConfig {
   int smem_bytes(int bits) const {
     const int align = wgmma ? 1024 : 0;
     if (predeq) return stages * (bm * bk * 2 + bn * bk * 2) + align;
-    return stages * (bm * bk * 2 + bn * bk * bits / 8) + 2 * bn * bk * 2 + align;
+    return stages * (bm * bk * 2 + bn * bk * bits / 8) + (2 + inflight) * bn * bk * 2 + align;
   }
   int64_t tiles(const Shape& s) const { return ((s.gemm_m() + bm - 1) / bm) * ((s.co + bn - 1) / bn); }
 };
@@ -162,6 +167,8 @@ std::string ring_problem(const Shape& s, const RingConfig& c, const DeviceLimits
   if (const std::string why = ring_applies(s); !why.empty()) return why;
   auto one_of = [](int v, std::initializer_list<int> set) { return std::find(set.begin(), set.end(), v) != set.end(); };
   if (c.wgmma != 0 && c.wgmma != 1) return "wgmma must be 0 or 1";
+  if (c.inflight != 0 && c.inflight != 1) return "inflight must be 0 or 1";
+  if (c.inflight && (!c.wgmma || c.stages < 4)) return "inflight needs wgmma and 4 or more stages";
   if (c.wgmma == 1) {
     // (templates/qconv2d/qconv2d_igemm_ring.cu, "wgmma")
     if (d.arch != "sm_90") return "wgmma runs on compute capability 9.0 only";
@@ -169,10 +176,11 @@ std::string ring_problem(const Shape& s, const RingConfig& c, const DeviceLimits
     if (s.ci % 64) return "wgmma reads rows of 64 channels of one tap: ci=" + str(s.ci) + " is not a multiple of 64";
     if (c.bk != 64) return "wgmma reads rows of 64 channels (bk=64)";
     if (c.bm != 64 && c.bm != 128) return "wgmma needs bm 64 or 128 (a warpgroup per 64 rows)";
-    if (c.bn != 64 && c.bn != 128) return "wgmma needs bn 64 or 128";
+    if (c.bn != 64 && c.bn != 128 && c.bn != 256) return "wgmma needs bn 64, 128 or 256";
     if (c.warps_m != c.bm / 16 || c.warps_n != 1) return "wgmma needs warps_m = bm / 16 and warps_n = 1";
     if (c.split < 1 || c.split > s.gemm_k() / c.bk) return "split=" + str(c.split) + " is not 1 to the " + str(s.gemm_k() / c.bk) + " chunks of K";
     if ((s.gemm_k() / c.bk) % c.split) return "wgmma needs split to divide the " + str(s.gemm_k() / c.bk) + " chunks";
+    if (c.stages < 3 || c.stages > 5) return "stages must be 3, 4 or 5";
     if (c.smem_bytes(s.bits) > d.smem_per_sm - d.smem_reserved_per_block) return "shared memory exceeds the device's";
     return "";
   }
@@ -348,22 +356,25 @@ std::vector<nlohmann::json> QConv2dOp::candidates(const OpSpec& spec, const Devi
             }
           }
   // The ring on wgmma (sm_90a): a warpgroup per 64 rows, bk 64. Named prune
-  // rules as above (no tile twice the problem); split-k where the output
+  // rules as above (no tile twice the problem; bn at most twice bm); split-k where the output
   // tiles leave SMs idle, to about one and two blocks per SM, as the largest
   // split at most that which divides the chunks (every block the same count)
   // and leaves each at least 4 chunks.
   if (device.arch == "sm_90" && s.ci % 64 == 0) {
     const int64_t chunks = s.gemm_k() / 64;
+    // (stages 4 with a chunk in flight: two slots ahead, as 3 stages without)
     for (int bm : {64, 128})
-      for (int bn : {64, 128})
-        for (int stages : {3, 4})
+      for (int bn : {64, 128, 256})
+        for (auto [stages, inflight] : {std::pair{3, 0}, std::pair{4, 0}, std::pair{4, 1}})
           for (int predeq : {0, 1}) {
-            RingConfig c{bm, bn, 64, bm / 16, 1, stages, 1, predeq, 1};
+            RingConfig c{bm, bn, 64, bm / 16, 1, stages, 1, predeq, 1, inflight};
             if (!ring_problem(s, c, device).empty()) continue;
+            if (bn > 2 * bm) continue;  // 64 × 256 warpgroup tiles of one warpgroup: 255 registers and spills
             if ((bm > 64 && s.gemm_m() * 2 <= bm) || (bn > 64 && s.co * 2 <= bn)) continue;
             out.push_back(c.to_json());
             const int64_t tiles = c.tiles(s);
-            if (tiles >= device.sm_count) continue;
+            // (bn 256 with split-k's epilogue spills: 255 registers, ptxas of CUDA 13.0)
+            if (tiles >= device.sm_count || bn == 256) continue;
             std::set<int64_t> splits;
             for (int64_t per_sm : {1, 2}) {
               int64_t sp = std::min<int64_t>({per_sm * device.sm_count / tiles, 16, chunks / 4});
@@ -435,6 +446,8 @@ std::vector<Constant> QConv2dOp::constants(const OpSpec& spec, const nlohmann::j
     c.push_back({"bool", "kPreDequant", r.predeq ? "true" : "false",
                  "tunable: the weights dequantised once per call by a step before (fp16 in the workspace)"});
     c.push_back({"bool", "kWgmma", r.wgmma ? "true" : "false", "tunable: the multiply on wgmma (sm_90a)"});
+    c.push_back({"bool", "kInflight", r.inflight ? "true" : "false",
+                 "tunable: (wgmma) a chunk's wgmma left running across the next barrier"});
   } else if (is_gemm(config)) {
     const GemmConfig g = GemmConfig::from(config);
     c.push_back({"int", "kBM", str(g.bm), "tunable: output points per block (GEMM rows)"});

@@ -117,9 +117,12 @@ constexpr int kTilesM = (kM + kBM - 1) / kBM, kTilesN = (kCo + kBN - 1) / kBN;
 constexpr int kCounterBytes = (kTilesM * kTilesN * 4 + 255) / 256 * 256;  // codegen/ops/qconv2d.cpp's workspace
 static_assert(kSplit >= 1 && kSplit <= kChunks, "every split has a chunk");
 static_assert(!kWgmma || (kBK == 64 && kWarpsN == 1 && kWarpsM * 16 == kBM && kBM % 64 == 0 &&
-                          (kBN == 64 || kBN == 128) && kChunks % kSplit == 0),
+                          (kBN == 64 || kBN == 128 || kBN == 256) && kChunks % kSplit == 0),
               "the wgmma ring: 128-byte rows, a warpgroup per 64 rows by every column, equal splits");
 constexpr int kIters = kChunks / kSplit;  // (kWgmma) every block's chunks
+constexpr int kLag = kInflight ? 1 : 0;    // (kWgmma) chunks whose wgmma may still run at an iteration's end
+constexpr int kBhBuffers = 2 + kLag;       // dequantised B tiles
+static_assert(!kInflight || (kWgmma && kStages >= 4), "a chunk in flight: the wgmma ring with 4 or more slots");
 
 // Half offset of piece p of staged row r (see the swizzle above).
 __device__ __forceinline__ int swizzled(int r, int p) { return r * kBK + ((p ^ ((r / (8 / kP)) % kP)) * 8); }
@@ -316,14 +319,19 @@ __device__ __forceinline__ void multiply_wgmma(const unsigned short* as, const u
   wgmma_steps(qjit::smem_descriptor_lo(a), qjit::smem_descriptor_lo(reinterpret_cast<const unsigned char*>(bh)), d);
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
-__device__ __forceinline__ void wgmma_wait_all(float (&d)[kBN / 2]) {
-  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-  qjit::fence_accumulators(d);
+// Waits until at most kPending of this warpgroup's commit groups are in
+// flight. The accumulators are fenced only at 0: a read of them while a
+// wgmma writing them is in flight would make ptxas wait for it there.
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait(float (&d)[kBN / 2]) {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+  if constexpr (kPending == 0) qjit::fence_accumulators(d);
 }
 #else
 static_assert(!kWgmma, "the wgmma ring compiles for sm_90a only");
 __device__ __forceinline__ void multiply_wgmma(const unsigned short*, const unsigned short*, int, float (&)[kBN / 2]) {}
-__device__ __forceinline__ void wgmma_wait_all(float (&)[kBN / 2]) {}
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait(float (&)[kBN / 2]) {}
 #endif
 
 // Everyone's cp.async pieces (waited for) and dequantised stores made
@@ -404,7 +412,7 @@ qjit_qconv2d_igemm_ring(const half_t* __restrict__ x, const unsigned char* __res
   char* ring = reinterpret_cast<char*>(smem);  // kStages slots
   // (wgmma: from the first 1024-byte boundary, the swizzle atoms' alignment)
   if constexpr (kWgmma) ring += (1024 - smem_address(ring) % 1024) % 1024;
-  unsigned short* bh = reinterpret_cast<unsigned short*>(ring + kStages * kSlotBytes);  // [2][kBN][kBK]
+  unsigned short* bh = reinterpret_cast<unsigned short*>(ring + kStages * kSlotBytes);  // [kBhBuffers][kBN][kBK]
   const int m0 = blockIdx.x * kBM, n0 = blockIdx.y * kBN;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wm = warp % kWarpsM, wn = warp / kWarpsM;
   const int first = static_cast<int>(static_cast<long long>(blockIdx.z) * kChunks / kSplit);
@@ -415,41 +423,46 @@ qjit_qconv2d_igemm_ring(const half_t* __restrict__ x, const unsigned char* __res
   a_rows(m0, arows);
   float acc[kMI][kNI][4] = {};
 
-  // Prologue: chunks 0 .. kStages − 2 of the range, group s = chunk s.
+  // Prologue: chunks 0 .. kStages − 2 − kLag of the range, group s = chunk s.
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) queue_chunk(x, qweight, arows, n0, first + s, end, ring + s * kSlotBytes);
+  for (int s = 0; s < kStages - 1 - kLag; ++s) queue_chunk(x, qweight, arows, n0, first + s, end, ring + s * kSlotBytes);
   if constexpr (kWgmma) {
+    // kLag (kInflight): chunk it's wgmma issued, chunk it − 1's waited for, so the tensor cores run
+    // across the barrier. Then a slot (and Bh) is free only two iterations after its chunk: the barrier
+    // of iteration it follows every warpgroup's wait for chunk it − 2. The refill lands kStages − 2 − kLag
+    // chunks ahead, and Bh has kBhBuffers (3 with the lag) buffers.
     float d[kBN / 2] = {};
     if constexpr (kPreDequant) {
 #pragma unroll 1
       for (int it = 0; it < kIters; ++it) {
-        asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");
-        ring_barrier();  // chunk it visible to wgmma; everyone's wgmma of chunk it − 1 done
+        asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2 - kLag) : "memory");
+        ring_barrier();  // chunk it visible to wgmma; every warpgroup's wgmma of chunk it − 1 − kLag done
         const char* slot = ring + it % kStages * kSlotBytes;
         multiply_wgmma(reinterpret_cast<const unsigned short*>(slot),
                        reinterpret_cast<const unsigned short*>(slot + kABytes), warp, d);
-        queue_chunk(x, qweight, arows, n0, first + it + kStages - 1, end,
-                    ring + (it + kStages - 1) % kStages * kSlotBytes);
-        wgmma_wait_all(d);
+        queue_chunk(x, qweight, arows, n0, first + it + kStages - 1 - kLag, end,
+                    ring + (it + kStages - 1 - kLag) % kStages * kSlotBytes);
+        wgmma_wait<kLag>(d);
       }
     } else {
-      asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");
+      asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2 - kLag) : "memory");
       __syncthreads();
       dequant_chunk(ring, first, n0, scales, offsets, bh);
 #pragma unroll 1
       for (int it = 0; it < kIters; ++it) {
-        asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 3) : "memory");
-        ring_barrier();  // chunk it's A and Bh visible to wgmma; chunk it − 1's slot and Bh free
-        queue_chunk(x, qweight, arows, n0, first + it + kStages - 1, end,
-                    ring + (it + kStages - 1) % kStages * kSlotBytes);
+        asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 3 - kLag) : "memory");
+        ring_barrier();  // chunk it's A and Bh visible to wgmma; chunk it − 1 − kLag's slot and Bh free
+        queue_chunk(x, qweight, arows, n0, first + it + kStages - 1 - kLag, end,
+                    ring + (it + kStages - 1 - kLag) % kStages * kSlotBytes);
         multiply_wgmma(reinterpret_cast<const unsigned short*>(ring + it % kStages * kSlotBytes),
-                       bh + it % 2 * (kBhBytes / 2), warp, d);
+                       bh + it % kBhBuffers * (kBhBytes / 2), warp, d);
         if (it + 1 < kIters)
           dequant_chunk(ring + (it + 1) % kStages * kSlotBytes, first + it + 1, n0, scales, offsets,
-                        bh + (it + 1) % 2 * (kBhBytes / 2));
-        wgmma_wait_all(d);
+                        bh + (it + 1) % kBhBuffers * (kBhBytes / 2));
+        wgmma_wait<kLag>(d);
       }
     }
+    wgmma_wait<0>(d);
 #pragma unroll
     for (int ni = 0; ni < kNI; ++ni)
 #pragma unroll
