@@ -24,6 +24,11 @@ namespace fs = std::filesystem;
 namespace qjit::cache {
 namespace {
 
+// The message with which stores before TrialStatus::unfinished marked such a trial (as wrong_result).
+constexpr const char* kLegacyUnfinishedMessage =
+    "unfinished: the tuning run stopped while this candidate ran on the GPU (a fault, a hang or a kill); "
+    "skipped from then on (qjit tune --retune tries it again)";
+
 // ---- schema -----------------------------------------------------------------
 
 // migrations[v] takes a database from user_version v to v + 1. Append new
@@ -416,14 +421,14 @@ std::string to_string(TrialStatus s) {
     case TrialStatus::compile_error: return "compile_error";
     case TrialStatus::resource_error: return "resource_error";
     case TrialStatus::wrong_result: return "wrong_result";
-    case TrialStatus::timeout: return "timeout";
+    case TrialStatus::unfinished: return "unfinished";
   }
   return "unknown";
 }
 
 TrialStatus trial_status_from_string(const std::string& s) {
   for (auto st : {TrialStatus::ok, TrialStatus::compile_error, TrialStatus::resource_error,
-                  TrialStatus::wrong_result, TrialStatus::timeout})
+                  TrialStatus::wrong_result, TrialStatus::unfinished})
     if (to_string(st) == s) return st;
   throw Error("cache", "unknown trial status '" + s + "'");
 }
@@ -728,6 +733,8 @@ std::vector<TrialRecord> Store::trials(const std::string& key) {
       t.config = parse_column(s.text(1), "trial config_json");
       t.status = trial_status_from_string(s.text(2));
       t.message = s.text(9);
+      // Stores written before the status existed marked an unfinished trial as wrong_result with this message.
+      if (t.status == TrialStatus::wrong_result && t.message == kLegacyUnfinishedMessage) t.status = TrialStatus::unfinished;
       t.created = s.text(10);
       require_utf8({&t.message, &t.created});
     } catch (const DamagedRow& d) {

@@ -33,9 +33,17 @@ struct sqlite3;
 
 namespace qjit::cache {
 
-enum class TrialStatus { ok, compile_error, resource_error, wrong_result, timeout };
+// unfinished: stored before a candidate runs on the GPU and replaced by its
+// result; one left means the tuning run stopped on it (a fault, a hang, a
+// killed process), and later runs skip it.
+enum class TrialStatus { ok, compile_error, resource_error, wrong_result, unfinished };
 std::string to_string(TrialStatus s);
 TrialStatus trial_status_from_string(const std::string& s);  // throws qjit::Error
+
+// An unfinished trial's message (what `qjit show` says of it).
+inline constexpr const char* kUnfinishedTrialMessage =
+    "the tuning run stopped while this candidate ran on the GPU (a fault, a hang or a kill); "
+    "skipped from then on (qjit tune --retune tries it again)";
 
 struct KernelRecord {
   Fingerprint fp;

@@ -353,9 +353,26 @@ TEST_CASE("trials upsert by config and sort ok-by-speed then failures", "[cache]
 
 TEST_CASE("trial status strings round trip", "[cache]") {
   for (auto s : {TrialStatus::ok, TrialStatus::compile_error, TrialStatus::resource_error,
-                 TrialStatus::wrong_result, TrialStatus::timeout})
+                 TrialStatus::wrong_result, TrialStatus::unfinished})
     CHECK(trial_status_from_string(to_string(s)) == s);
   CHECK_THROWS_AS(trial_status_from_string("exploded"), qjit::Error);
+  CHECK_THROWS_AS(trial_status_from_string("timeout"), qjit::Error);  // never produced; removed
+}
+
+TEST_CASE("a trial an older store marked unfinished as wrong_result reads back as unfinished", "[cache]") {
+  TempDir dir;
+  Store store(dir.file("k.db"));
+  TrialRecord t;
+  t.key = "k", t.config = {{"threads", 64}}, t.status = TrialStatus::wrong_result;
+  t.message = "unfinished: the tuning run stopped while this candidate ran on the GPU (a fault, a hang or a kill); "
+              "skipped from then on (qjit tune --retune tries it again)";
+  TrialRecord wrong = t;
+  wrong.config = {{"threads", 128}}, wrong.message = "3 of 96 elements off";
+  store.put_trials({t, wrong});
+  const auto back = store.trials("k");
+  REQUIRE(back.size() == 2);
+  for (const auto& b : back)
+    CHECK(b.status == (b.config.at("threads") == 64 ? TrialStatus::unfinished : TrialStatus::wrong_result));
 }
 
 TEST_CASE("a different fingerprint misses", "[cache]") {
@@ -723,7 +740,7 @@ TEST_CASE("two processes writing one fresh file lose nothing", "[cache]") {
       for (int i = 0; i < kPerChild; ++i) {
         KernelRecord rec = sample_record("p" + std::to_string(id) + "_" + std::to_string(i));
         const std::string key = rec.key();
-        store.put(rec, {trial(key, 64, TrialStatus::ok, 2), trial(key, 128, TrialStatus::timeout, 0)});
+        store.put(rec, {trial(key, 64, TrialStatus::ok, 2), trial(key, 128, TrialStatus::unfinished, 0)});
       }
       _exit(0);
     } catch (const std::exception& e) {

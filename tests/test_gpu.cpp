@@ -244,15 +244,15 @@ TEST_CASE("a candidate that a tuning run stopped on is skipped afterwards, and -
   opt.seed = fresh_seed();
   opt.exhaustive = true;
   const auto first = tuner::tune(spec, store, opt);
-  for (const auto& t : first.trials) CHECK(t.message != tuner::kUnfinishedTrial);  // every placeholder replaced
+  for (const auto& t : first.trials) CHECK(t.status != cache::TrialStatus::unfinished);  // every placeholder replaced
   // The fastest candidate (not a library baseline): a run that died on it must not pick it.
   const auto fastest = std::find_if(first.trials.begin(), first.trials.end(),
                                     [](const cache::TrialRecord& t) { return !t.config.contains("baseline"); });
   REQUIRE(fastest != first.trials.end());
   REQUIRE(first.candidates_total >= 2);
   cache::TrialRecord died = *fastest;
-  died.status = cache::TrialStatus::wrong_result;
-  died.message = tuner::kUnfinishedTrial;
+  died.status = cache::TrialStatus::unfinished;
+  died.message = cache::kUnfinishedTrialMessage;
   died.median_us = 0;
   store.put_trials({died});
   const auto again = tuner::tune(spec, store, opt);
@@ -262,7 +262,7 @@ TEST_CASE("a candidate that a tuning run stopped on is skipped afterwards, and -
   const auto kept = std::find_if(again.trials.begin(), again.trials.end(),
                                  [&](const cache::TrialRecord& t) { return t.config == died.config; });
   REQUIRE(kept != again.trials.end());
-  CHECK(kept->message == tuner::kUnfinishedTrial);
+  CHECK(kept->status == cache::TrialStatus::unfinished);
   tuner::TuneOptions retune = opt;
   retune.retune = true;
   retune.only_configs = {died.config};

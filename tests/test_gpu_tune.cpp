@@ -29,7 +29,7 @@ Counts count(const std::vector<cache::TrialRecord>& trials) {
     else if (t.status != cache::TrialStatus::ok) ++c.failed;
     else if (t.screened) ++c.screened;
     else ++c.full_ok;
-    CHECK(t.message != tuner::kUnfinishedTrial);  // every placeholder replaced
+    CHECK(t.status != cache::TrialStatus::unfinished);  // every placeholder replaced
   }
   return c;
 }

@@ -647,8 +647,8 @@ class Tuning {
       cache::TrialRecord pending;
       pending.key = key_;
       pending.config = c.config;
-      pending.status = cache::TrialStatus::wrong_result;
-      pending.message = kUnfinishedTrial;
+      pending.status = cache::TrialStatus::unfinished;
+      pending.message = cache::kUnfinishedTrialMessage;
       store_.put_trials({pending});
     }
     Verification v;

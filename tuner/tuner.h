@@ -86,12 +86,6 @@ struct TuneReport {
 
 TuneReport tune(const codegen::OpSpec& spec, cache::Store& store, const TuneOptions& options);
 
-// The message of a trial stored as wrong_result while its candidate runs on
-// the GPU and replaced by its result: one still there after a run means the
-// run stopped on it (a fault, a hang, a killed process), and later runs skip it.
-inline constexpr const char* kUnfinishedTrial =
-    "unfinished: the tuning run stopped while this candidate ran on the GPU (a fault, a hang or a kill); "
-    "skipped from then on (qjit tune --retune tries it again)";
 
 // How complex a config is, for tie-breaking: the product of its integer values.
 double config_complexity(const nlohmann::json& config);
