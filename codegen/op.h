@@ -259,7 +259,14 @@ struct DeviceLimits {
   // The target its kernels compile for ("sm_80", "sm_90"): a family of sm_90a
   // instructions (needs_sm90a) is offered only where this is "sm_90".
   std::string arch = "sm_90";
+  // The most dynamic shared memory one block may opt in to (227 KB on the H100 and H200).
+  int smem_per_block() const { return smem_per_sm - smem_reserved_per_block; }
 };
+
+// What a block may opt in to on every GPU qjit targets (sm_80's 163 KB and up):
+// the limit of the families whose configs must also run where they were not
+// tuned (the default config a runtime miss compiles, on any device).
+inline constexpr int kPortableSmemPerBlock = 160 * 1024;
 
 // The lowest compute capability (major·10 + minor) a spec's kernels run on,
 // and why, where that is above what qjit needs anyway (sm_80).

@@ -166,7 +166,6 @@ Shape shape_of(const OpSpec& spec) {
 }
 
 constexpr int kQuantWarps = 8;  // warps per block of the quantization kernel: one warp per (row, block)
-constexpr int kMaxSmem = 227 * 1024;
 
 // Why the tiled family cannot run a spec, "" when it can.
 std::string tiled_applies(const Shape& s) {
@@ -175,7 +174,7 @@ std::string tiled_applies(const Shape& s) {
   return "";
 }
 
-std::string tiled_problem(const Shape& s, const TiledConfig& c) {
+std::string tiled_problem(const Shape& s, const TiledConfig& c, const DeviceLimits& d = {}) {
   const std::string why = tiled_applies(s);
   if (!why.empty()) return why;
   auto one_of = [](int v, std::initializer_list<int> set) { return std::find(set.begin(), set.end(), v) != set.end(); };
@@ -192,7 +191,7 @@ std::string tiled_problem(const Shape& s, const TiledConfig& c) {
   if (c.bn % c.warps_n || wn % 16) return "a warp's columns bn/warps_n must be a multiple of 16";
   if ((wm / 16) * (wn / 8) > 16) return "a warp holds at most 16 mma tiles (int32 and fp32 accumulators: 128 registers)";
   if (c.bm > std::max<int64_t>(16, s.m)) return "bm=" + num(c.bm) + " exceeds the bucket's rows m=" + num(s.m);
-  if (c.smem() > kMaxSmem) return "shared memory " + num(c.smem()) + " bytes exceeds " + num(kMaxSmem);
+  if (c.smem() > d.smem_per_block()) return "shared memory " + num(c.smem()) + " bytes exceeds " + num(d.smem_per_block());
   return "";
 }
 
@@ -211,7 +210,7 @@ std::string wgmma_applies(const Shape& s) {
   return "";
 }
 
-std::string wgmma_problem(const Shape& s, const WgmmaConfig& c) {
+std::string wgmma_problem(const Shape& s, const WgmmaConfig& c, const DeviceLimits& d = {}) {
   const std::string why = wgmma_applies(s);
   if (!why.empty()) return why;
   // wgmma n = bm; the consumers hold bm / 2 block (int32 or e4m3's fp32) and bm / 2 float accumulators a
@@ -225,8 +224,8 @@ std::string wgmma_problem(const Shape& s, const WgmmaConfig& c) {
   if (c.overlap && c.stages < 2 * s.block / WgmmaConfig::kStageK)
     return "overlap needs stages >= " + num(2 * s.block / WgmmaConfig::kStageK) + " (two blocks' stages in the ring)";
   if (c.bm > s.m) return "bm=" + num(c.bm) + " exceeds the bucket's rows m=" + num(s.m);
-  if (c.smem_total(s.fp8) > kMaxSmem)
-    return "shared memory " + num(c.smem_total(s.fp8)) + " bytes exceeds " + num(kMaxSmem);
+  if (c.smem_total(s.fp8) > d.smem_per_block())
+    return "shared memory " + num(c.smem_total(s.fp8)) + " bytes exceeds " + num(d.smem_per_block());
   return "";
 }
 
@@ -241,7 +240,7 @@ std::string stream_applies(const Shape& s) {
   return "";
 }
 
-std::string stream_problem(const Shape& s, const StreamConfig& c) {
+std::string stream_problem(const Shape& s, const StreamConfig& c, const DeviceLimits& d = {}) {
   const std::string why = stream_applies(s);
   if (!why.empty()) return why;
   if (c.warps != 4 && c.warps != 8) return "warps must be 4 or 8";
@@ -254,9 +253,9 @@ std::string stream_problem(const Shape& s, const StreamConfig& c) {
   if (c.tiles * stream_mtiles(s.m) > 8) return "tiles × x's 8-row tiles must be at most 8 (registers for the sums)";
   if (c.fuse != 0 && c.fuse != 1) return "fuse must be 0 or 1";
   if (c.fuse && stream_mtiles(s.m) > 2) return "fuse needs m <= 16 (a block holds x's rows over its slice of k)";
-  if (c.fuse && c.fused_smem(s.k, s.block, 8 * stream_mtiles(s.m)) > kMaxSmem)
+  if (c.fuse && c.fused_smem(s.k, s.block, 8 * stream_mtiles(s.m)) > d.smem_per_block())
     return "fuse: x's slice takes " + num(c.fused_smem(s.k, s.block, 8 * stream_mtiles(s.m))) +
-           " bytes of shared memory, over " + num(kMaxSmem);
+           " bytes of shared memory, over " + num(d.smem_per_block());
   return "";
 }
 
@@ -405,7 +404,7 @@ std::vector<nlohmann::json> W8a8GemmOp::candidates(const OpSpec& spec, const Dev
               // Deep rings for the weight-streaming small-M tiles only.
               if (stages > 4 && bm > 32) continue;
               const TiledConfig c{bm, bn, bk, warps_m, warps_n, stages};
-              if (!tiled_problem(s, c).empty()) continue;
+              if (!tiled_problem(s, c, device).empty()) continue;
               // A warp of fewer than 4 mma tiles leaves the tensor cores waiting on its fragment loads.
               const int tiles = (c.bm / warps_m / 16) * (c.bn / warps_n / 8);
               if (tiles < 4) continue;
@@ -426,7 +425,7 @@ std::vector<nlohmann::json> W8a8GemmOp::candidates(const OpSpec& spec, const Dev
           for (int splits : {1, 2, 4, 8})
             for (int fuse : {0, 1}) {
               const StreamConfig c{warps, tiles, splits, unroll, fuse};
-              if (stream_problem(s, c).empty()) out.push_back(c.to_json());
+              if (stream_problem(s, c, device).empty()) out.push_back(c.to_json());
             }
   // The wgmma family on compute capability 9.0, for the large-M buckets it is for (below 128 rows
   // a block's tensor work is too short for a ring of tensor copies to pay).
@@ -436,7 +435,7 @@ std::vector<nlohmann::json> W8a8GemmOp::candidates(const OpSpec& spec, const Dev
         for (int stages : {3, 4, 5, 6})
           for (int persistent : {0, 1}) {
             const WgmmaConfig c{bm, stages, persistent, overlap};
-            if (wgmma_problem(s, c).empty()) out.push_back(c.to_json());
+            if (wgmma_problem(s, c, device).empty()) out.push_back(c.to_json());
           }
   return out;
 }

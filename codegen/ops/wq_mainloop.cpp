@@ -130,15 +130,15 @@ std::string wq_config_problem(const WqShape& s, const WqConfig& c) {
   if (s.k / 64 < c.split_k) return "split_k exceeds the number of 64-wide chunks of k";
   if (16 * c.tiles / s.matrices > s.n) return "tiles cover more than n";
   // The split-k reduction is static shared memory (48 KB at most), the
-  // cp.async ring dynamic: together at most 160 KB, what a block may opt in
-  // to on every GPU qjit targets (sm_80's 163 KB). The balanced schedule
+  // cp.async ring dynamic: together at most kPortableSmemPerBlock (codegen/op.h). The balanced schedule
   // pads each block to its share of the SM (runtime), which holds 48 KB.
   const int64_t sums = reduction_bytes(c), smem = sums + ring_bytes(s, c);
   if (sums > 48 * 1024) return "the split-k reduction needs more than 48 KB of shared memory";
   if (c.balance && smem > 48 * 1024)
     return "balance: split-k reduction and cp.async ring need more than 48 KB of shared memory";
-  if (smem > 160 * 1024)
-    return "split-k reduction and cp.async ring need " + std::to_string(smem / 1024) + " KB of shared memory (limit 160)";
+  if (smem > kPortableSmemPerBlock)
+    return "split-k reduction and cp.async ring need " + std::to_string(smem / 1024) + " KB of shared memory (limit " +
+           std::to_string(kPortableSmemPerBlock / 1024) + ")";
   // Registers per lane, fitted to ptxas on sm_90 (within ~20%, on the high
   // side): addresses and indices, accumulators, x fragments, and the chunks
   // live at once: with x loaded ahead (mtiles <= 2) unroll + 1 rotating

@@ -50,9 +50,11 @@ std::string wq_tiled_problem(const WqShape& s, const WqTiledConfig& c) {
   if (c.block_rows() > s.m) return "a block covers more rows of x than the bucket m=" + std::to_string(s.m);
   if (16 * c.block_tiles() > s.n) return "a block covers more than n";
   if (s.k / 64 < c.warps_k) return "warps_k exceeds the number of 64-wide chunks of k";
-  // 160 KB: within the opt-in limit of the A100 (164 KB) and the H100 (227 KB).
+  // (kPortableSmemPerBlock, codegen/op.h: within the A100's opt-in limit and the H100's)
   const int64_t smem = wq_tiled_smem_bytes(s, c);
-  if (smem > 160 * 1024) return "needs " + std::to_string(smem / 1024) + " KB of shared memory (limit 160)";
+  if (smem > kPortableSmemPerBlock)
+    return "needs " + std::to_string(smem / 1024) + " KB of shared memory (limit " +
+           std::to_string(kPortableSmemPerBlock / 1024) + ")";
   // Registers per lane, fitted to ptxas on sm_90 (within ~20%): addresses and
   // indices, accumulators, B fragments of two steps, A fragments of one step
   // per tile, and the dequantisation's words and row terms.

@@ -64,7 +64,7 @@ int64_t wq_wgmma_smem_bytes(const WqShape& s, const WqWgmmaConfig& c) {
   return std::max(ring, sums);
 }
 
-std::string wq_wgmma_problem(const WqShape& s, const WqWgmmaConfig& c) {
+std::string wq_wgmma_problem(const WqShape& s, const WqWgmmaConfig& c, const DeviceLimits& d) {
   if (s.x != s.scales) return "the wgmma family copies x unconverted: x must have the scales' type (fp16 or bf16)";
   if (s.matrices != 1) return "the wgmma family multiplies one matrix";
   if (!one_of(c.groups, {1, 2})) return "groups must be 1 or 2";
@@ -114,7 +114,8 @@ std::string wq_wgmma_problem(const WqShape& s, const WqWgmmaConfig& c) {
   if (c.rows > s.m) return "rows=" + std::to_string(c.rows) + " is more than the bucket m=" + std::to_string(s.m);
   if (64 * c.groups > s.n) return "a block covers more than n";
   const int64_t smem = wq_wgmma_smem_bytes(s, c);
-  if (smem > 200 * 1024) return "needs " + std::to_string(smem / 1024) + " KB of shared memory (limit 200)";
+  if (smem > d.smem_per_block())
+    return "needs " + std::to_string(smem / 1024) + " KB of shared memory (limit " + std::to_string(d.smem_per_block() / 1024) + ")";
   return "";
 }
 
@@ -137,7 +138,7 @@ std::vector<WqWgmmaConfig> wq_wgmma_space(const WqShape& s, const DeviceLimits& 
                           for (int tma_w : {0, 1}) {
                         const WqWgmmaConfig c{groups, rows,   stages, chunks, split,   producer,
                                               a_smem, stream, a_quad, ws,     tma_x,   stage_y, tma_w};
-                        if (!wq_wgmma_problem(s, c).empty()) continue;
+                        if (!wq_wgmma_problem(s, c, device).empty()) continue;
                         // y through shared memory is searched where the epilogue weighs most: the
                         // warp-specialised kernels of large M (legal, and tested, with the others).
                         if (stage_y && !ws) continue;

@@ -55,7 +55,8 @@ struct WqWgmmaConfig {
 // round robin (many tiles a block: little left to balance).
 int64_t wq_stream_rows(int64_t bucket_m);
 
-std::string wq_wgmma_problem(const WqShape& s, const WqWgmmaConfig& c);
+// d: the device's limits (shared memory per block); validate_config passes the defaults (H100, H200).
+std::string wq_wgmma_problem(const WqShape& s, const WqWgmmaConfig& c, const DeviceLimits& d = {});
 // Empty below m = 64; a persistent grid of several blocks per SM only where
 // their shared memory fits the device's SMs.
 std::vector<WqWgmmaConfig> wq_wgmma_space(const WqShape& s, const DeviceLimits& device = {});
