@@ -22,6 +22,7 @@
 #include "runtime/kernel_cache.h"
 #include "tuner/compile_queue.h"
 #include "tuner/ops.h"
+#include "tuner/progress.h"
 #include "tuner/shipped.h"
 #include "tuner/timing.h"
 #include "tuner/workload.h"
@@ -50,14 +51,6 @@ std::string first_lines(const std::string& s, int n) {
   return s.substr(0, pos);
 }
 
-// "~12 s left", "~3 min left"
-std::string time_left(double s) {
-  char b[48];
-  if (!std::isfinite(s) || s < 0) return "";
-  if (s < 90) std::snprintf(b, sizeof b, "~%.0f s left", std::max(1.0, s));
-  else std::snprintf(b, sizeof b, "~%.1f min left", s / 60);
-  return b;
-}
 
 // One call of the candidate's plan on copy 0 of the inputs, its output poisoned first, waited for.
 CUresult call_on_poisoned_output(const runtime::LoadedPlan& p, runtime::RunPlan run, Workload& work, CUstream stream) {
@@ -140,6 +133,7 @@ class Tuning {
         store_(store),
         opt_(opt),
         out_(opt.progress),
+        say_(opt.progress),
         op_(codegen::find_op(spec.op)),
         run_(op_hooks(spec.op).run),
         dev_(runtime::current_device()),
@@ -147,7 +141,7 @@ class Tuning {
         key_(fp_.key()),
         compile_cache_(opt.compile_cache),
         compile_(cached_compile(compile_cache_)) {
-    if (out_ && !opt.compile_cache.empty() && !compile_cache_.enabled()) *out_ << "note: " << compile_cache_.why() << "\n";
+    if (!opt.compile_cache.empty() && !compile_cache_.enabled()) say_.note(compile_cache_.why());
     rep_.spec_label = spec.label();
     rep_.key = key_;
     rep_.device = dev_.identity.name;
@@ -162,10 +156,10 @@ class Tuning {
     if (auto bw = store_.copy_bandwidth_gbps(dev_.key())) {
       rep_.copy_gbps = *bw;
     } else {
-      if (out_) *out_ << "measuring copy bandwidth of " << dev_.identity.name << " ... " << std::flush;
+      say_.bandwidth_start(dev_.identity.name);
       rep_.copy_gbps = measure_copy_bandwidth_gbps();
       store_.set_copy_bandwidth_gbps(dev_.key(), rep_.copy_gbps);
-      if (out_) *out_ << static_cast<int>(rep_.copy_gbps) << " GB/s\n";
+      say_.bandwidth_done(rep_.copy_gbps);
     }
     rep_.floor_us = rep_.bytes / (rep_.copy_gbps * 1e3);
   }
@@ -210,19 +204,17 @@ class Tuning {
       try {
         cands_.push_back({c, codegen::generate_source(spec_, c), {}});
       } catch (const Error& e) {  // an imported config that is illegal here
-        if (out_) *out_ << "  skipping config " << c.dump() << ": " << e.what() << "\n";
+        say_.skipping(c, e.what());
       }
     }
-    if (out_)
-      *out_ << "tuning " << spec_.label() << " on " << dev_.identity.name << " (" << dev_.arch
-            << "), exhaustive search: " << rep_.candidates_total << " candidates, " << rep_.skipped_known
-            << " already measured, " << cands_.size() << " to run\n";
+    say_.exhaustive_start(spec_.label(), dev_.identity.name, dev_.arch, rep_.candidates_total, rep_.skipped_known,
+                          cands_.size());
   }
 
   void compile_all() {
     const auto compile_start = Clock::now();
     if (!cands_.empty()) {
-      if (out_) *out_ << "compiling " << cands_.size() << " candidates on " << threads() << " threads\n";
+      say_.compiling(cands_.size(), threads());
       CompileQueue queue(dev_.arch, threads(), compile_, [this] { return deadline_hit(); });
       for (size_t i = 0; i < cands_.size(); ++i) queue.add(i, cands_[i].source);
       size_t n = 0;
@@ -231,14 +223,10 @@ class Tuning {
         // Unstarted (deadline): !ok with an empty log, dropped by measure_all.
         if (queue.started(*id)) c.compiled = queue.result(*id), c.reused = queue.reused(*id);
         ++n;
-        if (out_ && (n % 16 == 0 || n == cands_.size())) {
-          const double s = seconds_since(compile_start);
-          *out_ << "\r  compile: " << n << "/" << cands_.size() << " "
-                << time_left(s / static_cast<double>(n) * static_cast<double>(cands_.size() - n)) << "   "
-                << std::flush;
-        }
+        say_.compiled(n, cands_.size(),
+                      seconds_since(compile_start) / static_cast<double>(n) * static_cast<double>(cands_.size() - n));
       }
-      if (out_) *out_ << "\n";
+      say_.compiles_done();
       rep_.compiles = static_cast<int>(queue.compiles());
     }
     rep_.compile_wall_s = seconds_since(compile_start);
@@ -251,7 +239,7 @@ class Tuning {
   // that stops loses nothing it measured.
   void measure_all() {
     const auto measure_start = Clock::now();
-    if (out_ && !cands_.empty()) *out_ << "measure: each candidate verified, then timed\n";
+    if (!cands_.empty()) say_.measuring();
     size_t turn = 0;
     for (auto& c : cands_) {
       ++turn;
@@ -263,13 +251,10 @@ class Tuning {
       if (c.compiled.ok && c.compiled.spill_bytes <= 0 && deadline_hit() && (measured_ > 0 || rep_.skipped_known > 0))
         break;
       const MeasuredUs us = measure(c, /*screen=*/false);
-      if (us && out_) {
+      if (us) {
         const double per = seconds_since(measure_start) / static_cast<double>(turn);
-        char line[256];
-        std::snprintf(line, sizeof line, "  [%3d/%zu] %8.2f us %7.0f GB/s %5.1f%% of floor  best %.2f us  %s  %s\n",
-                      measured_, cands_.size(), *us, rep_.bytes / (*us * 1e3), 100 * rep_.floor_us / *us, best_us_,
-                      time_left(per * static_cast<double>(cands_.size() - turn)).c_str(), c.config.dump().c_str());
-        *out_ << line;
+        say_.measured(measured_, cands_.size(), *us, rep_.bytes / (*us * 1e3), 100 * rep_.floor_us / *us, best_us_,
+                      per * static_cast<double>(cands_.size() - turn), c.config);
       }
     }
     rep_.measured_now = measured_;
@@ -300,10 +285,8 @@ class Tuning {
       search.record(i, t->median_us);
       if (!t->screened) confirmed_before_[i] = t->median_us;
     }
-    if (out_)
-      *out_ << "tuning " << spec_.label() << " on " << dev_.identity.name << " (" << dev_.arch
-            << "), staged search (seed " << set.seed << "): " << rep_.candidates_total << " candidates, "
-            << rep_.skipped_known << " already measured\n";
+    say_.staged_start(spec_.label(), dev_.identity.name, dev_.arch, set.seed, rep_.candidates_total,
+                      rep_.skipped_known);
 
     CompileQueue queue(dev_.arch, threads(), compile_, [this] { return deadline_hit(); });
     SearchHooks hooks;
@@ -312,9 +295,7 @@ class Tuning {
     hooks.stop = [this] { return deadline_hit(); };
     size_t dropped_shown = 0;
     hooks.progress = [&](const StagedSearch& s) {
-      if (!out_) return;
-      for (; dropped_shown < s.dropped().size(); ++dropped_shown)
-        *out_ << "  family dropped: " << s.dropped()[dropped_shown] << "\n";
+      for (; dropped_shown < s.dropped().size(); ++dropped_shown) say_.family_dropped(s.dropped()[dropped_shown]);
     };
     run_staged_search(search, hooks);
     rep_.families_dropped = search.dropped();
@@ -327,7 +308,7 @@ class Tuning {
     if (!opt_.baselines) return;
     std::string no_baseline;
     auto baselines = work_->baselines(&no_baseline);
-    if (baselines.empty() && out_) *out_ << "no library baseline: " << no_baseline << "\n";
+    if (baselines.empty()) say_.no_baseline(no_baseline);
     for (auto& b : baselines) {
       const Verification v = check_baseline(*work_, b, stream_);
       Timing tm = time_launches([&](int i) { b.run(i % work_->copies(), stream_); }, stream_);
@@ -336,12 +317,7 @@ class Tuning {
       t->median_us = tm.median_us;
       t->gbps = rep_.bytes / (tm.median_us * 1e3);
       t->verify_error = b.checked ? v.rel_error : -1;  // -1: not verified by design (TrialRecord)
-      if (out_) {
-        char line[256];
-        std::snprintf(line, sizeof line, "  baseline %-22s %8.2f us %7.0f GB/s %5.1f%% of floor\n", b.name.c_str(),
-                      tm.median_us, t->gbps, 100 * rep_.floor_us / tm.median_us);
-        *out_ << line;
-      }
+      say_.baseline(b.name, tm.median_us, t->gbps, 100 * rep_.floor_us / tm.median_us);
     }
     flush();
   }
@@ -349,9 +325,9 @@ class Tuning {
   // Inputs are needed even when every candidate is known: the baselines run each time.
   void prepare_inputs() {
     const uint64_t seed = opt_.seed ? opt_.seed : std::random_device{}() * 0x100000001ull + std::random_device{}();
-    if (out_) *out_ << "preparing inputs and the CPU reference ... " << std::flush;
+    say_.preparing_inputs();
     work_ = make_workload(spec_, seed, dev_.l2_bytes);
-    if (out_) *out_ << work_->copies() << " weight copies rotated\n";
+    say_.inputs_ready(work_->copies());
     QJIT_CU(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
   }
 
@@ -375,13 +351,13 @@ class Tuning {
       rec.gbps = best->gbps;
       rec.pct_copy_bw = 100.0 * best->gbps / rep_.copy_gbps;
       rec.verify_error = best->verify_error;
-      if (out_) *out_ << "verify: the winner on " << kWinnerLaunches << " more launches ... " << std::flush;
+      say_.verifying_winner(kWinnerLaunches);
       const std::string wrong = verify_repeatedly(rec, spec_, run_, *work_, stream_);
       if (wrong.empty()) {
-        if (out_) *out_ << "ok\n";
+        say_.winner_verified();
         break;
       }
-      if (out_) *out_ << "WRONG: " << wrong << "\n";
+      say_.winner_wrong(wrong);
       cache::TrialRecord t = *best;
       t.status = cache::TrialStatus::wrong_result;
       t.message = wrong;
@@ -396,9 +372,8 @@ class Tuning {
     // launch (the library paths that are, the cublas families of wq_gemm and
     // fused_ffn, are candidates): say so loudly when one is faster.
     for (const auto& b : rep_.baselines)
-      if (out_ && (b.verified || !b.checked) && b.median_us < rec.median_us)
-        *out_ << "WARNING: baseline " << b.name << " (" << b.median_us << " us) is faster than the best qjit plan ("
-              << rec.median_us << " us) for " << spec_.label() << "\n";
+      if ((b.verified || !b.checked) && b.median_us < rec.median_us)
+        say_.baseline_faster(b.name, b.median_us, rec.median_us, spec_.label());
   }
 
   TuneReport finish() {
@@ -479,9 +454,7 @@ class Tuning {
   // is stored when its candidate's turn ends.
   ScreenResults screen_batch(StagedSearch& search, CompileQueue& queue, const std::vector<size_t>& batch) {
     const auto batch_start = Clock::now();
-    if (out_)
-      *out_ << "  " << search.stage() << ": " << batch.size() << " candidates (" << search.screened()
-            << " screened so far)\n";
+    say_.batch_start(search.stage(), batch.size(), search.screened());
     ScreenResults results;
     size_t queued = 0;
     for (size_t i : batch) {
@@ -489,7 +462,7 @@ class Tuning {
       try {
         c.source = codegen::generate_source(spec_, c.config);
       } catch (const Error& e) {  // an imported config that is illegal here
-        if (out_) *out_ << "  skipping config " << c.config.dump() << ": " << e.what() << "\n";
+        say_.skipping(c.config, e.what());
         results.push_back({i, std::nullopt});
         continue;
       }
@@ -520,16 +493,11 @@ class Tuning {
     const double took = seconds_since(batch_start);
     rep_.screen_wall_s += took;
     screen_per_candidate_ = rep_.screen_wall_s / std::max<double>(1, screened_ + rep_.failed_now);
-    if (out_) {
-      char line[512];
-      std::snprintf(line, sizeof line, "  %s: %zu screened in %.1f s (waiting on compiles %.1f s); best %.2f us%s %s\n",
-                    search.stage().c_str(), results.size(), took, compile_wait, best_screen_,
-                    best_screen_ < best_before ? " (new)" : "", best_screen_config_.c_str());
-      *out_ << line;
-      // What is left: the search's guess of configs still to screen, the
-      // contenders' full timing and verification, the winner's 16 launches.
-      search_eta_line(search);
-    }
+    say_.batch_done(search.stage(), results.size(), took, compile_wait, best_screen_, best_screen_ < best_before,
+                    best_screen_config_);
+    // What is left: the search's guess of configs still to screen, the
+    // contenders' full timing and verification, the winner's 16 launches.
+    if (say_.on()) search_eta_line(search);
     return results;
   }
 
@@ -538,15 +506,14 @@ class Tuning {
     const size_t left = search.expected_left();
     const double eta = static_cast<double>(left) * screen_per_candidate_ +
                        static_cast<double>(opt_.search.contenders) * per_confirm + per_confirm;
-    *out_ << "  ~" << left << " more to screen, " << opt_.search.contenders << "+ to confirm; " << time_left(eta)
-          << "\n";
+    say_.remaining(left, opt_.search.contenders, eta);
   }
 
   // A contender: timed in full and verified now, or its full trial from an
   // earlier run (verified then).
   MeasuredUs confirm(size_t i) {
     if (auto it = confirmed_before_.find(i); it != confirmed_before_.end()) {
-      if (out_) *out_ << "  confirm: " << configs_[i].dump() << " measured before: " << it->second << " us\n";
+      say_.confirmed_before(configs_[i], it->second);
       return it->second;
     }
     const auto start = Clock::now();
@@ -567,15 +534,8 @@ class Tuning {
     const FlushAtEnd flush_at_end{*this};
     const MeasuredUs us = measure(c, /*screen=*/false);
     rep_.confirm_wall_s += seconds_since(start);
-    if (out_) {
-      char line[512];
-      if (us)
-        std::snprintf(line, sizeof line, "  confirm: %8.2f us %5.1f%% of floor, verified (screen %.2f us)  %s\n", *us,
-                      100 * rep_.floor_us / *us, known_screen(i), c.config.dump().c_str());
-      else
-        std::snprintf(line, sizeof line, "  confirm: failed  %s\n", c.config.dump().c_str());
-      *out_ << line;
-    }
+    if (us) say_.confirmed(*us, 100 * rep_.floor_us / *us, known_screen(i), c.config);
+    else say_.confirm_failed(c.config);
     return us;
   }
 
@@ -665,7 +625,7 @@ class Tuning {
         v = work_->verify();
         if (!v.ok) {
           fail(c, cache::TrialStatus::wrong_result, v.message)->verify_error = v.rel_error;
-          if (out_) *out_ << "  WRONG " << c.config.dump() << ": " << v.message << "\n";
+          say_.wrong(c.config, v.message);
           return std::nullopt;
         }
       }
@@ -700,7 +660,8 @@ class Tuning {
   const codegen::OpSpec& spec_;
   cache::Store& store_;
   const TuneOptions& opt_;
-  std::ostream* out_;
+  std::ostream* out_;  // (for shipped_configs' own lines)
+  TuneProgress say_;
   const codegen::OpDef& op_;
   const runtime::RunPlan run_;
   const runtime::Device& dev_;
