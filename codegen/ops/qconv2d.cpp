@@ -362,10 +362,10 @@ std::vector<nlohmann::json> QConv2dOp::candidates(const OpSpec& spec, const Devi
   // and leaves each at least 4 chunks.
   if (device.arch == "sm_90" && s.ci % 64 == 0) {
     const int64_t chunks = s.gemm_k() / 64;
-    // (stages 4 with a chunk in flight: two slots ahead, as 3 stages without)
+    // (with a chunk in flight a ring of s stages loads as far ahead as s − 1 stages without: 4 and 5)
     for (int bm : {64, 128})
       for (int bn : {64, 128, 256})
-        for (auto [stages, inflight] : {std::pair{3, 0}, std::pair{4, 0}, std::pair{4, 1}})
+        for (auto [stages, inflight] : {std::pair{3, 0}, std::pair{4, 0}, std::pair{4, 1}, std::pair{5, 1}})
           for (int predeq : {0, 1}) {
             RingConfig c{bm, bn, 64, bm / 16, 1, stages, 1, predeq, 1, inflight};
             if (!ring_problem(s, c, device).empty()) continue;
