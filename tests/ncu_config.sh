@@ -8,11 +8,22 @@
 #            '{"family":"wgmma","groups":2,"rows":256,"stages":3,"chunks":1,"split":4}' s4
 #          OP=w8a8_gemm bash tests/ncu_config.sh k=4096,n=11008,block=128,m=16 \
 #            '{"family":"stream","warps":8,"tiles":1,"splits":4,"unroll":2}' stream16
+#   CONFIG_JSON "best": the winner cached for SHAPE in the cache file $FROM (e.g. the one a
+#   tests/gpu_qconv2d.sh bench of the same call left, /tmp/qjit_qconv2d.db), so one call tunes,
+#   benches and profiles:  FROM=/tmp/qjit_qconv2d.db OP=qconv2d KERNEL=igemm_ring \
+#            bash tests/ncu_config.sh n=8,ci=512,h=14,w=14,co=512,pad_h=1,pad_w=1,layout=nhwc best qc8
 set -u
-[ $# -eq 3 ] || { sed -n 2,11p "$0"; exit 2; }
+[ $# -eq 3 ] || { sed -n 2,15p "$0"; exit 2; }
 OP=${OP:-wq_gemm}
 Q=${DIST:-.dist}/bin/qjit
 OUT=${OUT:-/tmp}
+config=$2
+if [ "$config" = best ]; then
+  config=$("$Q" show --op "$OP" --shape "$1" --cache "${FROM:?FROM names the cache that holds the winner}" --json |
+           python3 -c "import json, sys; print(json.dumps(json.load(sys.stdin)[0]['config']))" 2>/dev/null) ||
+    { echo "$3: no cached winner for $OP $1 in $FROM"; exit 1; }
+  echo "$3 profiles $config"
+fi
 export QJIT_CACHE=/tmp/ncu_config_$3.db
 rm -f "$QJIT_CACHE"
 spec=$(python3 -c "
@@ -20,7 +31,7 @@ import json, sys
 d = {k: (int(v) if v.isdigit() else v) for k, v in (kv.split('=') for kv in sys.argv[1].split(','))}
 d['op'] = sys.argv[2]
 print(json.dumps(d))" "$1" "$OP")
-echo "{\"format\":\"qjit-record-v1\",\"spec\":$spec,\"config\":$2}" | "$Q" import - 2>&1 | tail -1
+echo "{\"format\":\"qjit-record-v1\",\"spec\":$spec,\"config\":$config}" | "$Q" import - 2>&1 | tail -1
 ncu --clock-control none -k regex:${KERNEL:-qjit_} --launch-skip 3 --launch-count 1 --section SpeedOfLight \
     --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats \
     --section SchedulerStats --section Occupancy --section LaunchStats \
