@@ -7,6 +7,7 @@
 #include "codegen/registry.h"
 #include "codegen/spec.h"
 #include "helpers.h"
+#include "runtime/kernel_cache.h"
 #include "tuner/shipped.h"
 
 using nlohmann::json;
@@ -14,13 +15,16 @@ using qjit::codegen::parse_spec;
 
 namespace {
 
-// A `qjit export` line for `spec` with its default config, tuned on a GPU called `gpu`.
-std::string record(const std::string& op, const std::string& shape, const std::string& gpu, const std::string& cc) {
+// A `qjit export` line for `spec` with its default config, tuned on a GPU called `gpu`, with this
+// build's templates unless `templates_hash` names others.
+std::string record(const std::string& op, const std::string& shape, const std::string& gpu, const std::string& cc,
+                   const std::string& templates_hash = "") {
   const auto spec = parse_spec(op, shape);
   qjit::cache::Fingerprint fp;
   fp.op = op;
   fp.spec_json = spec.canonical_json();
   fp.device = {gpu, cc, 132, 13000};
+  fp.templates_hash = templates_hash.empty() ? qjit::runtime::templates_hash(op) : templates_hash;
   const json j = {{"format", "qjit-record-v1"},
                   {"fingerprint", fp.to_json()},
                   {"spec", json::parse(spec.canonical_json())},
@@ -62,6 +66,19 @@ TEST_CASE("shipped records: every file of the folder, bad lines named, this GPU'
   CHECK(qjit::tuner::read_shipped(td.file("missing")).problems.size() == 1);
 }
 
+TEST_CASE("shipped records: those tuned with other templates are named stale, the others not", "[shipped]") {
+  qjit::test::TempDir td;
+  std::ofstream(td.file("h100.jsonl")) << record("fp_lut", "n=4096,fn=silu", "NVIDIA H100 80GB HBM3", "9.0") << "\n"
+                                       << record("fused_ffn", "d=256,h=64", "NVIDIA H100 80GB HBM3", "9.0",
+                                                 std::string(64, '0'))
+                                       << "\n";
+  const auto set = qjit::tuner::read_shipped(td.path.string());
+  REQUIRE(set.records.size() == 2);
+  CHECK(set.records[0].templates_hash == qjit::runtime::templates_hash("fp_lut"));
+  CHECK(qjit::tuner::stale_records(set) ==
+        std::vector<std::string>{"h100.jsonl:2: fused_ffn's templates changed since it was tuned"});
+}
+
 TEST_CASE("shipped records: QJIT_SHIPPED names the folder; set but empty means none", "[shipped]") {
   qjit::test::TempDir td;
   setenv("QJIT_SHIPPED", td.path.c_str(), 1);
@@ -79,6 +96,8 @@ TEST_CASE("shipped records: the repository's files are all usable and the model 
   // A record whose config the op's space no longer accepts (a changed template) shows here.
   const auto set = qjit::tuner::read_shipped(dir);
   for (const auto& p : set.problems) FAIL_CHECK(p);
+  // A record tuned before its op's templates changed must be made again before it ships (tests/gpu_ship.sh).
+  for (const auto& p : qjit::tuner::stale_records(set)) FAIL_CHECK(p);
   for (const auto& r : set.records) {
     INFO(r.where);
     CHECK(!r.device.name.empty());

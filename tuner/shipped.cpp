@@ -7,6 +7,7 @@
 #include <mutex>
 #include <ostream>
 #include "codegen/error.h"
+#include "runtime/kernel_cache.h"
 
 namespace qjit::tuner {
 
@@ -59,9 +60,11 @@ ShippedSet read_shipped(const std::string& dir) {
       if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
       const std::string where = path.filename().string() + ":" + std::to_string(number);
       try {
-        ShippedRecord r{where, cache::parse_record_line(text), {}};
+        ShippedRecord r{where, cache::parse_record_line(text), {}, {}};
         if (!r.line.record.contains("fingerprint")) throw Error("import", "the record has no fingerprint");
-        r.device = cache::Fingerprint::from_json(r.line.record["fingerprint"]).device;
+        const auto fp = cache::Fingerprint::from_json(r.line.record["fingerprint"]);
+        r.device = fp.device;
+        r.templates_hash = fp.templates_hash;
         set.records.push_back(std::move(r));
       } catch (const std::exception& e) {
         set.problems.push_back(where + ": " + e.what());
@@ -69,6 +72,14 @@ ShippedSet read_shipped(const std::string& dir) {
     }
   }
   return set;
+}
+
+std::vector<std::string> stale_records(const ShippedSet& set) {
+  std::vector<std::string> out;
+  for (const auto& r : set.records)
+    if (r.templates_hash != runtime::templates_hash(r.line.spec.op))
+      out.push_back(r.where + ": " + r.line.spec.op + "'s templates changed since it was tuned");
+  return out;
 }
 
 std::vector<ShippedRecord> shipped_for(const ShippedSet& set, const cache::DeviceIdentity& device) {
@@ -84,8 +95,12 @@ std::vector<nlohmann::json> shipped_configs(const codegen::OpSpec& spec, const c
   static ShippedSet set;
   std::call_once(once, [&] {
     set = read_shipped(shipped_dir());
-    if (warn)
+    if (warn) {
       for (const auto& p : set.problems) *warn << "qjit: shipped tuning record skipped: " << p << "\n";
+      for (const auto& p : stale_records(set))
+        *warn << "qjit: shipped tuning record from older templates (verified and timed here all the same): " << p
+              << "\n";
+    }
   });
   std::vector<nlohmann::json> out;
   const std::string key = spec.canonical_json();

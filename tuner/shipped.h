@@ -21,6 +21,7 @@ struct ShippedRecord {
   std::string where;  // "file.jsonl:12"
   cache::RecordLine line;
   cache::DeviceIdentity device;  // the GPU it was tuned on
+  std::string templates_hash;    // its op's templates when it was tuned (cache::Fingerprint)
 };
 
 struct ShippedSet {
@@ -31,6 +32,13 @@ struct ShippedSet {
 // Reads every record file of `dir` (nothing when dir is ""). A bad line is a
 // problem, not an error: the other records stay usable.
 ShippedSet read_shipped(const std::string& dir);
+
+// The records tuned with other templates than this build's ("file.jsonl:12:
+// wq_gemm's templates changed since it was tuned"): their configs won among
+// other kernels. They stay usable (each is compiled, verified and timed here
+// before use, so nothing wrong runs) but may no longer be the fastest, so
+// they should be made again (docs/tuning.md, "Shipped records").
+std::vector<std::string> stale_records(const ShippedSet& set);
 
 // The records tuned on a GPU of this name and compute capability (the same
 // product; the driver, SM count of a partitioned GPU and qjit version may differ:
