@@ -209,7 +209,7 @@ TEST_CASE("qconv2d space: families, pruning, legality of every candidate", "[qco
     CHECK_THROWS_WITH(op.validate_config(small, bad), Catch::Contains("inflight needs wgmma"));
     CHECK(codegen::generate_source(small, inflight).text.find("constexpr bool kInflight = true;") != std::string::npos);
     CHECK_THROWS_WITH(op.validate_config(codegen::parse_spec("qconv2d", "ci=96,h=8,w=8,co=64,layout=nhwc"), wg),
-                      Catch::Contains("ci=96 is not a multiple of 64"));
+                      Catch::Contains("bk=64 does not divide ci=96"));
     codegen::DeviceLimits a100;
     a100.arch = "sm_80", a100.compute_capability = 80, a100.sm_count = 108, a100.smem_per_sm = 164 * 1024;
     int on_90 = 0, on_80 = 0, split_90 = 0;

@@ -122,7 +122,7 @@ std::string config_problem(const Config& c, const OpSpec& spec, const gru::GruPa
   // The fused projection prefetches each thread's share of x_{t+1} into registers.
   if (c.fused && (c.batch * p.input_size + c.warps * 32 - 1) / (c.warps * 32) > 16)
     return "the fused input projection's slice of x is more than 16 codes per thread";
-  const int64_t limit = device.smem_per_sm - device.smem_reserved_per_block;
+  const int64_t limit = device.smem_per_block();
   if (s.smem > limit)
     return "needs " + std::to_string(s.smem) + " bytes of shared memory per block; the device has " + std::to_string(limit);
   return "";

@@ -103,7 +103,7 @@ std::string gemm_problem(const Shape& s, const GemmConfig& c, const DeviceLimits
   const int a_items = s.nhwc ? c.bm * c.bk / 8 : c.bm * c.bk;
   if (a_items % c.threads()) return "the threads do not split the x tile evenly";
   if (!s.nhwc && a_items / c.threads() > 16) return "more than 16 halves of x per thread (nchw)";
-  if (c.smem_bytes() > d.smem_per_sm - d.smem_reserved_per_block) return "shared memory exceeds the device's";
+  if (c.smem_bytes() > d.smem_per_block()) return "shared memory exceeds the device's";
   return "";
 }
 
@@ -166,39 +166,56 @@ std::string ring_applies(const Shape& s) {
 std::string ring_problem(const Shape& s, const RingConfig& c, const DeviceLimits& d) {
   if (const std::string why = ring_applies(s); !why.empty()) return why;
   auto one_of = [](int v, std::initializer_list<int> set) { return std::find(set.begin(), set.end(), v) != set.end(); };
+  // Both multiplies (mma.sync, or wgmma with "wgmma":1).
+  if (c.predeq != 0 && c.predeq != 1) return "predeq must be 0 or 1";
   if (c.wgmma != 0 && c.wgmma != 1) return "wgmma must be 0 or 1";
   if (c.inflight != 0 && c.inflight != 1) return "inflight must be 0 or 1";
   if (c.inflight && (!c.wgmma || c.stages < 4)) return "inflight needs wgmma and 4 or more stages";
-  if (c.wgmma == 1) {
+  if (!one_of(c.stages, {3, 4, 5})) return "stages must be 3, 4 or 5";
+  if (c.split < 1 || c.split > 64) return "split must be 1 to 64";
+  if (!one_of(c.bk, {32, 64})) return "bk must be 32 or 64";
+  if (s.ci % c.bk) return "bk=" + str(c.bk) + " does not divide ci=" + str(s.ci) + " (a chunk reads one filter tap)";
+  const int64_t chunks = s.gemm_k() / c.bk;
+  if (c.split > chunks) return "split=" + str(c.split) + " exceeds the " + str(chunks) + " chunks of K";
+  if (c.smem_bytes(s.bits) > d.smem_per_block()) return "shared memory exceeds the device's";
+  if (c.wgmma) {
     // (templates/qconv2d/qconv2d_igemm_ring.cu, "wgmma")
     if (d.arch != "sm_90") return "wgmma runs on compute capability 9.0 only";
-    if (c.predeq != 0 && c.predeq != 1) return "predeq must be 0 or 1";
-    if (s.ci % 64) return "wgmma reads rows of 64 channels of one tap: ci=" + str(s.ci) + " is not a multiple of 64";
     if (c.bk != 64) return "wgmma reads rows of 64 channels (bk=64)";
     if (c.bm != 64 && c.bm != 128) return "wgmma needs bm 64 or 128 (a warpgroup per 64 rows)";
     if (c.bn != 64 && c.bn != 128 && c.bn != 256) return "wgmma needs bn 64, 128 or 256";
     if (c.warps_m != c.bm / 16 || c.warps_n != 1) return "wgmma needs warps_m = bm / 16 and warps_n = 1";
-    if (c.split < 1 || c.split > s.gemm_k() / c.bk) return "split=" + str(c.split) + " is not 1 to the " + str(s.gemm_k() / c.bk) + " chunks of K";
-    if ((s.gemm_k() / c.bk) % c.split) return "wgmma needs split to divide the " + str(s.gemm_k() / c.bk) + " chunks";
-    if (c.stages < 3 || c.stages > 5) return "stages must be 3, 4 or 5";
-    if (c.smem_bytes(s.bits) > d.smem_per_sm - d.smem_reserved_per_block) return "shared memory exceeds the device's";
+    if (chunks % c.split) return "wgmma needs split to divide the " + str(chunks) + " chunks";
     return "";
   }
   if (!one_of(c.bm, {32, 64, 128})) return "bm must be 32, 64 or 128";
   if (!one_of(c.bn, {32, 64, 128})) return "bn must be 32, 64 or 128";
-  if (!one_of(c.bk, {32, 64})) return "bk must be 32 or 64";
   if (!one_of(c.warps_m, {1, 2, 4}) || !one_of(c.warps_n, {1, 2, 4})) return "warps_m and warps_n must be 1, 2 or 4";
-  if (!one_of(c.stages, {3, 4, 5})) return "stages must be 3, 4 or 5";
-  if (c.split < 1 || c.split > 64) return "split must be 1 to 64";
-  if (c.predeq != 0 && c.predeq != 1) return "predeq must be 0 or 1";
-  if (s.ci % c.bk) return "bk=" + str(c.bk) + " does not divide ci=" + str(s.ci) + " (a chunk reads one filter tap)";
   const int wtm = c.bm / c.warps_m, wtn = c.bn / c.warps_n;
   if (wtm < 16 || wtm % 16 || wtn < 16 || wtn % 16) return "a warp's tile must be a multiple of 16 × 16";
   if ((wtm / 16) * (wtn / 8) > 16) return "a warp's tile holds more than 64 accumulators";
   if ((c.bm * c.bk / 8) % c.threads()) return "the threads do not split the x tile's 16-byte pieces evenly";
-  if (c.split > s.gemm_k() / c.bk) return "split=" + str(c.split) + " exceeds the " + str(s.gemm_k() / c.bk) + " chunks of K";
-  if (c.smem_bytes(s.bits) > d.smem_per_sm - d.smem_reserved_per_block) return "shared memory exceeds the device's";
   return "";
+}
+
+// Split-K copies of an unsplit ring config c, where its output tiles leave
+// SMs idle: about one and about two blocks per SM, each split at least 4
+// chunks, at most 16; the wgmma ring's rounded down to a divisor of the
+// chunks (every block the same constant count). Legal ones only.
+void push_splits(const Shape& s, RingConfig c, int64_t chunks, const DeviceLimits& device,
+                 std::vector<nlohmann::json>& out) {
+  const int64_t tiles = c.tiles(s);
+  if (tiles >= device.sm_count) return;
+  std::set<int64_t> splits;
+  for (int64_t per_sm : {1, 2}) {
+    int64_t sp = std::min<int64_t>({per_sm * device.sm_count / tiles, 16, chunks / 4});
+    while (c.wgmma && sp >= 2 && chunks % sp) --sp;
+    if (sp >= 2) splits.insert(sp);
+  }
+  for (int64_t sp : splits) {
+    c.split = static_cast<int>(sp);
+    if (ring_problem(s, c, device).empty()) out.push_back(c.to_json());
+  }
 }
 
 // --- the family table ----------------------------------------------------------
@@ -341,25 +358,11 @@ std::vector<nlohmann::json> QConv2dOp::candidates(const OpSpec& spec, const Devi
             RingConfig pre = c;
             pre.predeq = 1;
             if (ring_problem(s, pre, device).empty()) out.push_back(pre.to_json());
-            // Split-K where the output tiles leave SMs idle: about one and
-            // about two blocks per SM, each split at least 4 chunks.
-            const int64_t tiles = c.tiles(s), chunks = chunks_per_bk[bk == 64];
-            if (tiles >= device.sm_count) continue;
-            std::set<int64_t> splits;
-            for (int64_t per_sm : {1, 2}) {
-              const int64_t sp = std::min<int64_t>({per_sm * device.sm_count / tiles, 16, chunks / 4});
-              if (sp >= 2) splits.insert(sp);
-            }
-            for (int64_t sp : splits) {
-              c.split = static_cast<int>(sp);
-              if (ring_problem(s, c, device).empty()) out.push_back(c.to_json());
-            }
+            push_splits(s, c, chunks_per_bk[bk == 64], device, out);
           }
   // The ring on wgmma (sm_90a): a warpgroup per 64 rows, bk 64. Named prune
-  // rules as above (no tile twice the problem; bn at most twice bm); split-k where the output
-  // tiles leave SMs idle, to about one and two blocks per SM, as the largest
-  // split at most that which divides the chunks (every block the same count)
-  // and leaves each at least 4 chunks.
+  // rules as above (no tile twice the problem; bn at most twice bm); split-k
+  // as above, rounded down to a divisor of the chunks (push_splits).
   if (device.arch == "sm_90" && s.ci % 64 == 0) {
     const int64_t chunks = s.gemm_k() / 64;
     // (with a chunk in flight a ring of s stages loads as far ahead as s − 1 stages without: 4 and 5)
@@ -372,19 +375,8 @@ std::vector<nlohmann::json> QConv2dOp::candidates(const OpSpec& spec, const Devi
             if (bn > 2 * bm) continue;  // 64 × 256 warpgroup tiles of one warpgroup: 255 registers and spills
             if ((bm > 64 && s.gemm_m() * 2 <= bm) || (bn > 64 && s.co * 2 <= bn)) continue;
             out.push_back(c.to_json());
-            const int64_t tiles = c.tiles(s);
             // (bn 256 with split-k's epilogue spills: 255 registers, ptxas of CUDA 13.0)
-            if (tiles >= device.sm_count || bn == 256) continue;
-            std::set<int64_t> splits;
-            for (int64_t per_sm : {1, 2}) {
-              int64_t sp = std::min<int64_t>({per_sm * device.sm_count / tiles, 16, chunks / 4});
-              while (sp >= 2 && chunks % sp) --sp;
-              if (sp >= 2) splits.insert(sp);
-            }
-            for (int64_t sp : splits) {
-              c.split = static_cast<int>(sp);
-              if (ring_problem(s, c, device).empty()) out.push_back(c.to_json());
-            }
+            if (bn != 256) push_splits(s, c, chunks, device, out);
           }
   }
   return out;
